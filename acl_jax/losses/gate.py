@@ -1,0 +1,168 @@
+"""ACL-Grad: gate the contrastive gradient by its angle to the CE gradient (SPEC §2.4)."""
+import math
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+GATE_MODES = ("drop", "project")
+_EPS = 1e-12
+
+
+def check_gate_args(lam, threshold_deg, mode) -> None:
+  """Raises ValueError for a negative lambda, a threshold outside (0, 180] or a bad mode."""
+  if mode not in GATE_MODES:
+    raise ValueError(f"gate mode must be one of {GATE_MODES}, got {mode!r}.")
+  if not isinstance(threshold_deg, jax.core.Tracer):
+    if not 0.0 < float(threshold_deg) <= 180.0:
+      raise ValueError(
+          f"threshold_deg must lie in (0, 180] degrees, got {threshold_deg!r}. The default "
+          "90 turns the contrastive term off whenever it conflicts with CE.")
+  if not isinstance(lam, jax.core.Tracer) and float(lam) < 0:
+    raise ValueError(f"lam (the contrastive weight lambda) must be >= 0, got {lam!r}.")
+
+
+def _is_static_bool(m) -> bool:
+  return isinstance(m, (bool, np.bool_))
+
+
+def _tree_dot(a: Any, b: Any, mask: Optional[Any] = None) -> jax.Array:
+  """<a, b> summed over all leaves in float32; masked-out leaves contribute 0."""
+  if mask is None:
+    mask = jax.tree.map(lambda _: True, a)
+  total = jnp.zeros((), jnp.float32)
+  for x, y, m in zip(jax.tree.leaves(a), jax.tree.leaves(b), jax.tree.leaves(mask)):
+    if _is_static_bool(m):
+      if not m:
+        continue  # Dropped at trace time: no work for excluded leaves.
+      prod = x.astype(jnp.float32) * y.astype(jnp.float32)
+    else:
+      prod = jnp.where(m, x.astype(jnp.float32) * y.astype(jnp.float32), 0.0)
+    total = total + jnp.sum(prod)
+  return total
+
+
+def _combine(g_ce: Any, g_acl: Any, ce_scale, acl_scale) -> Any:
+  """ce_scale * g_ce + acl_scale * g_acl per leaf, kept in g_ce's leaf dtypes."""
+  return jax.tree.map(
+      lambda c, a: (ce_scale * c.astype(jnp.float32) + acl_scale * a.astype(jnp.float32)).astype(c.dtype),
+      g_ce, g_acl)
+
+
+def angle_gate(
+    g_ce: Any,
+    g_acl: Any,
+    lam: float,
+    threshold_deg: float = 90.0,
+    mode: str = "drop",
+    params_mask: Optional[Any] = None,
+) -> tuple[Any, dict]:
+  """Combines the CE and contrastive gradients, dropping or projecting on conflict.
+
+  cos = <g_ce, g_acl> / (|g_ce| |g_acl| + eps) over the leaves `params_mask` selects, and
+  angle = degrees(arccos(cos)). The two do not conflict when angle <= threshold_deg; the
+  test is done on cos against cos(threshold) so that exactly orthogonal gradients count as
+  90 degrees despite arccos round-off. A zero gradient on either side gives cos = 0, so
+  angle 90, which is not a conflict under the default threshold: the update is then
+  g_ce + lam * g_acl (a zero g_acl adds nothing; a zero g_ce lets the ACL term through).
+
+  Modes, on conflict:
+    drop:    g = g_ce.
+    project: g = g_ce + lam * (g_acl - <g_acl, g_ce> / (|g_ce|^2 + eps) * g_ce), PCGrad
+             style. The projection uses dot products over the WHOLE tree, not the masked
+             ones, so the added term is orthogonal to g_ce as a whole update.
+  Without conflict both modes give g_ce + lam * g_acl.
+
+  Call this on gradients already averaged across devices, so every replica takes the
+  same branch.
+
+  Args:
+    g_ce: pytree, grad of CE.
+    g_acl: pytree with g_ce's structure, grad of the contrastive loss.
+    lam: lambda >= 0, the contrastive weight.
+    threshold_deg: angle threshold in (0, 180].
+    mode: "drop" or "project".
+    params_mask: optional pytree of bools with g_ce's structure; the angle uses only True
+      leaves (see `encoder_angle_mask`). None uses every leaf. Leaves may be Python bools
+      (excluded leaves cost nothing) or bool arrays broadcastable to the leaf.
+
+  Returns:
+    grads: pytree like g_ce, in g_ce's dtypes.
+    info: {"angle": degrees, "gate": 1.0 when the unmodified ACL term was applied else 0.0,
+      "norm_ce", "norm_acl": norms over the masked leaves, the ones the angle uses}.
+  """
+  check_gate_args(lam, threshold_deg, mode)
+  if jax.tree.structure(g_ce) != jax.tree.structure(g_acl):
+    raise ValueError("g_ce and g_acl must share one pytree structure; got "
+                     f"{jax.tree.structure(g_ce)} and {jax.tree.structure(g_acl)}.")
+
+  dot = _tree_dot(g_ce, g_acl, params_mask)
+  norm_ce = jnp.sqrt(_tree_dot(g_ce, g_ce, params_mask))
+  norm_acl = jnp.sqrt(_tree_dot(g_acl, g_acl, params_mask))
+  cos = jnp.clip(dot / (norm_ce * norm_acl + _EPS), -1.0, 1.0)
+  angle = jnp.degrees(jnp.arccos(cos))
+
+  if isinstance(threshold_deg, jax.core.Tracer):
+    cos_threshold = jnp.cos(jnp.radians(threshold_deg))
+  else:
+    cos_threshold = math.cos(math.radians(float(threshold_deg)))
+    # cos(pi/2) is 6e-17 in floating point; snap so an exact 0 cosine is "<= 90 degrees".
+    cos_threshold = 0.0 if abs(cos_threshold) < 1e-12 else cos_threshold
+  agree = cos >= cos_threshold
+
+  def conflict_branch(_):
+    if mode == "drop":
+      return jax.tree.map(lambda c: c, g_ce)
+    full_dot = _tree_dot(g_acl, g_ce)
+    full_sq = _tree_dot(g_ce, g_ce)
+    coef = full_dot / (full_sq + _EPS)
+    return _combine(g_ce, g_acl, 1.0 - lam * coef, lam)
+
+  def agree_branch(_):
+    return _combine(g_ce, g_acl, 1.0, lam)
+
+  grads = jax.lax.cond(agree, agree_branch, conflict_branch, None)
+  info = {
+      "angle": angle,
+      "gate": agree.astype(jnp.float32),
+      "norm_ce": norm_ce,
+      "norm_acl": norm_acl,
+  }
+  return grads, info
+
+
+def _key_name(entry) -> str:
+  for attr in ("key", "name", "idx"):
+    if hasattr(entry, attr):
+      return str(getattr(entry, attr))
+  return str(entry)
+
+
+def encoder_angle_mask(params: Any) -> Any:
+  """Bool pytree selecting encoder weights for the gate angle (`angle_params=encoder`).
+
+  As in RomeBERT, the angle skips: everything under a top-level key starting with "exit"
+  (classifier heads and their poolers), LayerNorm parameters (a path part containing
+  "LayerNorm" or "layer_norm", or a leaf named "scale") and every leaf named "bias". A
+  leading "params" collection key is looked through, so a Flax variables dict works too.
+
+  Args:
+    params: nested dict of parameters (or gradients).
+
+  Returns:
+    Pytree of Python bools with params' structure.
+  """
+  def keep(path, _):
+    names = [_key_name(p) for p in path]
+    if names and names[0] == "params":
+      names = names[1:]
+    if not names:
+      return True
+    if names[0].startswith("exit"):
+      return False
+    if any("LayerNorm" in n or "layer_norm" in n for n in names):
+      return False
+    return names[-1] not in ("bias", "scale")
+
+  return jax.tree.map_with_path(keep, params)

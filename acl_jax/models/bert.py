@@ -1,0 +1,190 @@
+"""BERT-family encoder with per-layer exit heads (Flax Linen).
+
+One module family serves BERT, RoBERTa, DistilBERT and MiniLM: they share the post-LayerNorm
+transformer block and differ only in embeddings (token types, position ids), which
+`EncoderConfig.family` selects. Checkpoint names are mapped onto this tree by `models/hf.py`.
+
+Parameter tree (what `model.init` returns under "params"):
+  encoder/embeddings/{word_embeddings,position_embeddings,token_type_embeddings?,LayerNorm}
+  encoder/layer_{i}/attention/{qkv,out,LayerNorm}        i = 0..M-1
+  encoder/layer_{i}/mlp/{fc1,fc2,LayerNorm}
+  exit_{m}/{pooler?,classifier}                          m = 1-based layer of the exit
+The classifier kernel is [hidden, num_labels]; its transpose is the label-embedding matrix.
+"""
+import functools
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from acl_jax.models.config import EncoderConfig
+
+_INIT = nn.initializers.normal(stddev=0.02)
+_NEG_INF = -1e9  # additive mask; finite so fully-masked rows stay NaN-free
+
+ACTIVATIONS = {
+    "gelu": functools.partial(jax.nn.gelu, approximate=False),
+    "gelu_new": functools.partial(jax.nn.gelu, approximate=True),
+    "gelu_pytorch_tanh": functools.partial(jax.nn.gelu, approximate=True),
+    "gelu_tanh": functools.partial(jax.nn.gelu, approximate=True),
+    "relu": jax.nn.relu,
+}
+
+
+def _dense(cfg: EncoderConfig, features: int, name: str) -> nn.Dense:
+  return nn.Dense(features, dtype=cfg.compute_dtype, param_dtype=jnp.float32,
+                  kernel_init=_INIT, name=name)
+
+
+def _layer_norm(cfg: EncoderConfig, name: str = "LayerNorm") -> nn.LayerNorm:
+  return nn.LayerNorm(epsilon=cfg.layer_norm_eps, dtype=cfg.compute_dtype,
+                      param_dtype=jnp.float32, name=name)
+
+
+def attention_bias(attention_mask: jax.Array) -> jax.Array:
+  """[batch, seq] 0/1 mask -> [batch, 1, 1, seq] additive float32 bias."""
+  return jnp.where(attention_mask[:, None, None, :] > 0, 0.0, _NEG_INF).astype(jnp.float32)
+
+
+class Embeddings(nn.Module):
+  """Word + position (+ token-type) embeddings, LayerNorm, dropout."""
+  cfg: EncoderConfig
+
+  @nn.compact
+  def __call__(self, input_ids, token_type_ids, train: bool):
+    cfg = self.cfg
+    embed = functools.partial(nn.Embed, features=cfg.hidden_size, embedding_init=_INIT,
+                              param_dtype=jnp.float32, dtype=cfg.compute_dtype)
+    x = embed(cfg.vocab_size, name="word_embeddings")(input_ids)
+    if cfg.family == "roberta":
+      # RoBERTa counts positions from pad_token_id + 1 over non-pad tokens only.
+      not_pad = (input_ids != cfg.pad_token_id).astype(jnp.int32)
+      positions = jnp.cumsum(not_pad, axis=1) * not_pad + cfg.pad_token_id
+    else:
+      positions = jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
+    x = x + embed(cfg.max_position_embeddings, name="position_embeddings")(positions)
+    if cfg.type_vocab_size > 0:
+      if token_type_ids is None:
+        token_type_ids = jnp.zeros_like(input_ids)
+      x = x + embed(cfg.type_vocab_size, name="token_type_embeddings")(token_type_ids)
+    x = _layer_norm(cfg)(x)
+    return nn.Dropout(cfg.hidden_dropout)(x, deterministic=not train)
+
+
+class SelfAttention(nn.Module):
+  """Multi-head self-attention with one fused QKV projection, then residual + LayerNorm."""
+  cfg: EncoderConfig
+
+  @nn.compact
+  def __call__(self, x, bias, train: bool):
+    cfg = self.cfg
+    b, s, h = x.shape
+    heads, head_dim = cfg.num_heads, h // cfg.num_heads
+    qkv = _dense(cfg, 3 * h, "qkv")(x).reshape(b, s, 3, heads, head_dim)
+    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32)
+    probs = jax.nn.softmax(scores * (head_dim ** -0.5) + bias, axis=-1)
+    probs = nn.Dropout(cfg.attention_dropout)(probs, deterministic=not train)
+    ctx = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v).reshape(b, s, h)
+    out = nn.Dropout(cfg.hidden_dropout)(_dense(cfg, h, "out")(ctx), deterministic=not train)
+    return _layer_norm(cfg)(x + out)
+
+
+class MLP(nn.Module):
+  """Position-wise feed-forward block, then residual + LayerNorm."""
+  cfg: EncoderConfig
+
+  @nn.compact
+  def __call__(self, x, train: bool):
+    cfg = self.cfg
+    y = ACTIVATIONS[cfg.hidden_act](_dense(cfg, cfg.intermediate_size, "fc1")(x))
+    y = nn.Dropout(cfg.hidden_dropout)(_dense(cfg, cfg.hidden_size, "fc2")(y),
+                                       deterministic=not train)
+    return _layer_norm(cfg)(x + y)
+
+
+class TransformerLayer(nn.Module):
+  cfg: EncoderConfig
+
+  @nn.compact
+  def __call__(self, x, bias, train: bool = False):
+    x = SelfAttention(self.cfg, name="attention")(x, bias, train)
+    return MLP(self.cfg, name="mlp")(x, train)
+
+
+class ExitHead(nn.Module):
+  """Exit classifier on a layer's [CLS] state: optional pooler, dropout, linear.
+
+  Returns (logits [batch, num_labels] float32, feature [batch, d]); the feature is the
+  dropout-free input of the dropout + linear layer (SPEC's f).
+  """
+  cfg: EncoderConfig
+
+  @nn.compact
+  def __call__(self, cls, train: bool = False):
+    cfg = self.cfg
+    feat = cls
+    if cfg.pooler:
+      feat = jnp.tanh(_dense(cfg, cfg.hidden_size, "pooler")(feat))
+    rate = cfg.hidden_dropout if cfg.classifier_dropout is None else cfg.classifier_dropout
+    x = nn.Dropout(rate)(feat, deterministic=not train)
+    logits = _dense(cfg, cfg.num_labels, "classifier")(x)
+    return logits.astype(jnp.float32), feat
+
+
+class Encoder(nn.Module):
+  """Embeddings plus M transformer layers; returns every layer's hidden states."""
+  cfg: EncoderConfig
+
+  @nn.compact
+  def __call__(self, input_ids, attention_mask, token_type_ids=None, train: bool = False):
+    x = Embeddings(self.cfg, name="embeddings")(input_ids, token_type_ids, train)
+    bias = attention_bias(attention_mask)
+    cls = []
+    for i in range(self.cfg.num_layers):
+      x = TransformerLayer(self.cfg, name=f"layer_{i}")(x, bias, train)
+      cls.append(x[:, 0])
+    return x, jnp.stack(cls)
+
+
+class Classifier(nn.Module):
+  """Encoder with exit heads.
+
+  `apply({"params": p}, input_ids, attention_mask, token_type_ids=None, train=False)` returns
+  `(logits, aux)`:
+    logits: [num_exits, batch, num_labels] float32, one slice per exit (last = final layer).
+    aux["cls"]: [num_layers, batch, hidden], every layer's [CLS] state.
+    aux["feats"]: [num_exits, batch, d], every exit's feature f.
+    aux["last_hidden"]: [batch, seq, hidden], the final layer's hidden states.
+  Dropout needs `rngs={"dropout": key}` when `train=True`.
+  """
+  cfg: EncoderConfig
+
+  @nn.compact
+  def __call__(self, input_ids, attention_mask, token_type_ids=None, train: bool = False):
+    cfg = self.cfg
+    last_hidden, cls = Encoder(cfg, name="encoder")(input_ids, attention_mask, token_type_ids, train)
+    logits, feats = [], []
+    for m in cfg.exit_layers:
+      lg, f = ExitHead(cfg, name=f"exit_{m}")(cls[m - 1], train)
+      logits.append(lg)
+      feats.append(f)
+    aux = {"cls": cls, "feats": jnp.stack(feats), "last_hidden": last_hidden}
+    return jnp.stack(logits), aux
+
+
+def label_embeddings(params: Any, exit_layer: int) -> jax.Array:
+  """[num_labels, d] label embeddings of an exit: the transposed classifier kernel."""
+  name = f"exit_{exit_layer}"
+  if name not in params or "classifier" not in params[name]:
+    raise ValueError(
+        f"No linear classifier at {name}; label embeddings need an exit head on layer "
+        f"{exit_layer}. Exits present: {sorted(k for k in params if k.startswith('exit_'))}.")
+  return params[name]["classifier"]["kernel"].T
+
+
+def init_params(cfg: EncoderConfig, key: jax.Array, seq_len: int = 8) -> Any:
+  """Randomly initialised params for `Classifier(cfg)`."""
+  ids = jnp.zeros((1, seq_len), jnp.int32)
+  return Classifier(cfg).init(key, ids, jnp.ones_like(ids))["params"]

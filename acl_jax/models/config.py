@@ -1,0 +1,139 @@
+"""Encoder configuration, read from a Hugging Face `config.json`.
+
+One dataclass covers the BERT, RoBERTa, DistilBERT and MiniLM families: they differ only in
+field names, in whether token types and a pooler exist, and in how position ids are made.
+"""
+import dataclasses
+import json
+import os
+from typing import Any
+
+import jax.numpy as jnp
+
+# model_type -> family. MiniLM checkpoints declare model_type "bert".
+FAMILIES = {
+    "bert": "bert",
+    "roberta": "roberta",
+    "xlm-roberta": "roberta",
+    "distilbert": "distilbert",
+}
+
+EXIT_MODES = ("last", "all")
+
+
+@dataclasses.dataclass(frozen=True)
+class EncoderConfig:
+  """Static shape and behaviour of the encoder and its exit heads.
+
+  Attributes:
+    family: "bert", "roberta" or "distilbert".
+    vocab_size, hidden_size, num_layers, num_heads, intermediate_size: transformer shape.
+    max_position_embeddings: size of the learned position table.
+    type_vocab_size: token-type table size (0 for DistilBERT, which has none).
+    hidden_dropout, attention_dropout: dropout rates used when `train=True`.
+    layer_norm_eps: LayerNorm epsilon.
+    pad_token_id: used for RoBERTa's position ids.
+    hidden_act: "gelu" (exact erf form, as HF) or "gelu_new"/"gelu_tanh" or "relu".
+    num_labels: classes of every exit head.
+    exits: "last" (one head on layer M) or "all" (a head on every layer 1..M).
+    pooler: whether each exit has a dense+tanh pooler before its dropout and classifier.
+    classifier_dropout: dropout before each classifier (defaults to hidden_dropout).
+    dtype: compute dtype (params stay float32); "bfloat16" on accelerators.
+  """
+  family: str = "bert"
+  vocab_size: int = 30522
+  hidden_size: int = 768
+  num_layers: int = 12
+  num_heads: int = 12
+  intermediate_size: int = 3072
+  max_position_embeddings: int = 512
+  type_vocab_size: int = 2
+  hidden_dropout: float = 0.1
+  attention_dropout: float = 0.1
+  layer_norm_eps: float = 1e-12
+  pad_token_id: int = 0
+  hidden_act: str = "gelu"
+  num_labels: int = 2
+  exits: str = "last"
+  pooler: bool = False
+  classifier_dropout: float | None = None
+  dtype: str = "float32"
+
+  def __post_init__(self):
+    if self.family not in set(FAMILIES.values()):
+      raise ValueError(f"Unknown encoder family {self.family!r}; known: {sorted(set(FAMILIES.values()))}.")
+    if self.exits not in EXIT_MODES:
+      raise ValueError(f"exits must be one of {EXIT_MODES}, got {self.exits!r}.")
+    if self.hidden_size % self.num_heads:
+      raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}.")
+    if self.num_labels < 1:
+      raise ValueError(f"num_labels must be >= 1, got {self.num_labels}.")
+
+  @property
+  def exit_layers(self) -> tuple[int, ...]:
+    """1-based layer indices that carry an exit head."""
+    if self.exits == "all":
+      return tuple(range(1, self.num_layers + 1))
+    return (self.num_layers,)
+
+  @property
+  def compute_dtype(self) -> Any:
+    return jnp.dtype(self.dtype)
+
+  def replace(self, **kw) -> "EncoderConfig":
+    return dataclasses.replace(self, **kw)
+
+
+def config_from_hf(hf: dict, **overrides) -> EncoderConfig:
+  """Maps a Hugging Face config dict onto `EncoderConfig`.
+
+  Args:
+    hf: the parsed `config.json`.
+    **overrides: EncoderConfig fields to set (num_labels, exits, pooler, dtype, ...).
+  """
+  model_type = hf.get("model_type", "bert")
+  if model_type not in FAMILIES:
+    raise ValueError(
+        f"Unsupported model_type {model_type!r} in config.json; supported: {sorted(FAMILIES)}.")
+  family = FAMILIES[model_type]
+  if family == "distilbert":
+    kw = dict(
+        vocab_size=hf["vocab_size"], hidden_size=hf["dim"], num_layers=hf["n_layers"],
+        num_heads=hf["n_heads"], intermediate_size=hf["hidden_dim"],
+        max_position_embeddings=hf["max_position_embeddings"], type_vocab_size=0,
+        hidden_dropout=hf.get("dropout", 0.1), attention_dropout=hf.get("attention_dropout", 0.1),
+        layer_norm_eps=1e-12, pad_token_id=hf.get("pad_token_id", 0),
+        hidden_act=hf.get("activation", "gelu"))
+    if hf.get("sinusoidal_pos_embds"):
+      # The table is still stored in the checkpoint, so loading it as learned is exact.
+      pass
+  else:
+    kw = dict(
+        vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"],
+        num_layers=hf["num_hidden_layers"], num_heads=hf["num_attention_heads"],
+        intermediate_size=hf["intermediate_size"],
+        max_position_embeddings=hf["max_position_embeddings"],
+        type_vocab_size=hf.get("type_vocab_size", 2),
+        hidden_dropout=hf.get("hidden_dropout_prob", 0.1),
+        attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
+        layer_norm_eps=hf.get("layer_norm_eps", 1e-12),
+        pad_token_id=hf.get("pad_token_id", 1 if family == "roberta" else 0) or 0,
+        hidden_act=hf.get("hidden_act", "gelu"))
+    pet = hf.get("position_embedding_type", "absolute")
+    if pet != "absolute":
+      raise ValueError(f"position_embedding_type {pet!r} is not supported (only 'absolute').")
+  kw["family"] = family
+  if hf.get("classifier_dropout") is not None:
+    kw["classifier_dropout"] = hf["classifier_dropout"]
+  kw.update(overrides)
+  return EncoderConfig(**kw)
+
+
+def read_hf_config(folder: str) -> dict:
+  path = os.path.join(folder, "config.json")
+  if not os.path.isfile(path):
+    raise FileNotFoundError(
+        f"No config.json in {folder!r}. A model folder needs config.json, model.safetensors "
+        "(or pytorch_model.bin) and tokenizer files, as saved by `save_pretrained`.")
+  with open(path) as f:
+    return json.load(f)
