@@ -81,21 +81,17 @@ def read_glue_tsv(path: str, fmt: GlueFormat) -> Columns:
       pos = {c: header.index(c) for c in wanted}
     else:
       pos = {c: c for c in (fmt.text, fmt.pair, fmt.label) if c is not None}
-    cols = {"text": [], "label": []}
+    keys = {"text": fmt.text, "label": fmt.label}
     if fmt.pair is not None:
-      cols["text_pair"] = []
+      keys["text_pair"] = fmt.pair
+    width = max(pos.values()) + 1
+    cols = {k: [] for k in keys}
     for row in rows:
       if not row:
         continue
-
-      def get(col):
-        i = pos[col]
-        return row[i] if i < len(row) else ""
-
-      cols["text"].append(get(fmt.text))
-      if fmt.pair is not None:
-        cols["text_pair"].append(get(fmt.pair))
-      cols["label"].append(get(fmt.label))
+      row = row + [""] * (width - len(row))
+      for key, col in keys.items():
+        cols[key].append(row[pos[col]])
   return cols
 
 

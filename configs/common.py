@@ -1,0 +1,114 @@
+"""The base config shared by every task config, method presets and the runlocal shrink.
+
+Task configs (`glue.py`, `textgcn.py`, `quickstart.py`) call `base_config()`, set their task
+fields, then `apply_args(config, arg)`, where `arg` is a comma-separated list of a method
+preset name and optionally `runlocal`, e.g. `--config configs/glue.py:rte,acl,runlocal`.
+"""
+import ml_collections
+
+# Method presets: loss-related overrides on top of the base config (SPEC §2 defaults).
+METHODS = {
+    "ce": dict(name="ce"),
+    "scl": dict(name="scl", lam=0.9, tau=0.3),
+    "acl_embed": dict(name="acl_embed", lam=0.5, tau=0.3),
+    "acl": dict(name="acl_embed", lam=0.5, tau=0.3, gate=True),
+    "scl_grad": dict(name="scl", lam=0.9, tau=0.3, gate=True),
+    "gloss": dict(name="gloss", lam=0.8, sigma=0.667, sigma_mode="fixed"),
+    "gloss_sqrt": dict(name="gloss", lam=0.8, sigma_mode="sqrt"),
+    "triplet": dict(name="triplet", lam=0.5),
+    "cosine": dict(name="cosine", lam=0.5),
+}
+
+
+def base_config() -> ml_collections.ConfigDict:
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+
+  c.task = ml_collections.ConfigDict()
+  c.task.name = ""  # a key of acl_jax.data.TASKS
+  c.task.data_dir = ""  # local data root; "" = the hub (GLUE) or the packaged quickstart data
+  c.task.text = "raw"  # TextGCN: "raw" or "clean" corpus
+  c.task.val_fraction = 0.1  # TextGCN: share of train held out as dev (seeded)
+  c.task.split_seed = 0
+  c.task.on_empty = "skip"  # empty text rows: "skip" (counted, logged) or "error"
+  c.task.text_column = "text"  # generic csv/tsv/jsonl files
+  c.task.text_pair_column = ""
+  c.task.label_column = "label"
+  c.task.train_file = ""
+  c.task.dev_file = ""
+  c.task.test_file = ""
+  c.task.main_metric = ""  # "" = the task's own main metric
+  c.task.max_length = 128
+  c.task.num_buckets = 4  # static sequence lengths for length bucketing
+  c.task.max_train_examples = 0  # 0 = all; else a seeded subsample (stated in results)
+  c.task.max_eval_examples = 0
+
+  c.model = ml_collections.ConfigDict()
+  c.model.name = "minilm-l6"  # alias, local HF folder, or hub id (e.g. bert-base-uncased)
+  c.model.exits = "last"  # "last" or "all"
+  c.model.pooler = False
+  c.model.dtype = "float32"  # "bfloat16" on accelerators
+  c.model.dropout = -1.0  # < 0 keeps the checkpoint's hidden/attention dropout
+
+  c.loss = ml_collections.ConfigDict()
+  c.loss.name = "ce"
+  c.loss.class_weights = ""  # "" or "balanced" (sklearn)
+  c.loss.lam = 0.5
+  c.loss.tau = 0.3
+  c.loss.anchors = "all"  # ACL-Embed: "all" or "samples"
+  c.loss.gate = False  # ACL-Grad angle gate on the auxiliary term
+  c.loss.gate_threshold = 90.0
+  c.loss.gate_mode = "drop"  # "drop" or "project"
+  c.loss.angle_params = "all"  # "all" or "encoder"
+  # G-Loss label split: set at most one; neither = SPEC default gamma_keep 0.7.
+  c.loss.gamma_keep = -1.0  # fraction of the batch that KEEPS its labels (the code's gamma)
+  c.loss.gamma_hide = -1.0  # fraction hidden = 1 - gamma_keep (the paper's wording)
+  c.loss.sigma = 0.667
+  c.loss.sigma_mode = "fixed"  # "fixed" or "sqrt"
+  c.loss.gloss_form = "clean"  # "clean" or "official"
+  c.loss.margin = 5.0  # triplet
+
+  c.optim = ml_collections.ConfigDict()
+  c.optim.lr = 2e-5
+  c.optim.warmup_ratio = 0.1
+  c.optim.weight_decay = 0.01
+  c.optim.clip_norm = 1.0
+
+  c.batch_size = 32  # global batch, split over all devices of all processes
+  c.eval_batch_size = 64
+  c.num_epochs = 3
+  c.num_steps = 0  # > 0 overrides num_epochs
+  c.eval_every = 0  # steps; 0 = once per epoch
+  c.checkpoint_every = 0  # steps; 0 = at every eval
+  c.log_every = 10
+  c.early_stop_patience = 0  # evals without dev improvement before stopping; 0 = off
+  c.eval_splits = "dev"  # comma list evaluated at the end with the best checkpoint
+  c.progress = True
+  return c
+
+
+def apply_args(c: ml_collections.ConfigDict, arg: str | None) -> ml_collections.ConfigDict:
+  """Applies `method` and `runlocal` words from the config-file argument."""
+  words = [w for w in (arg or "").split(",") if w]
+  for w in words:
+    if w == "runlocal":
+      runlocal(c)
+    elif w in METHODS:
+      c.loss.update(METHODS[w])
+    else:
+      raise ValueError(f"Unknown config argument {w!r}; methods: {sorted(METHODS)}, or 'runlocal'.")
+  c.lock()  # unknown --config.x overrides now fail instead of being silently added
+  return c
+
+
+def runlocal(c: ml_collections.ConfigDict) -> None:
+  """Shrinks any config to a smoke run of a few seconds to a minute on a laptop CPU."""
+  c.task.max_length = 32
+  c.task.num_buckets = 2
+  c.task.max_train_examples = 64
+  c.task.max_eval_examples = 64
+  c.batch_size = 8
+  c.eval_batch_size = 16
+  c.num_steps = 6
+  c.eval_every = 3
+  c.log_every = 1

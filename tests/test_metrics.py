@@ -1,0 +1,29 @@
+"""Metrics against sklearn."""
+import numpy as np
+import pytest
+from sklearn import metrics as skm
+
+from acl_jax import metrics
+
+
+@pytest.mark.parametrize("k", [2, 5])
+def test_metrics_match_sklearn(k):
+  rng = np.random.default_rng(k)
+  y = rng.integers(0, k, 300)
+  p = np.where(rng.random(300) < 0.6, y, rng.integers(0, k, 300))
+  got = metrics.compute(p, y, k, ["accuracy", "macro_f1", "mcc"])
+  assert got["accuracy"] == pytest.approx(skm.accuracy_score(y, p))
+  assert got["macro_f1"] == pytest.approx(skm.f1_score(y, p, average="macro"))
+  assert got["mcc"] == pytest.approx(skm.matthews_corrcoef(y, p))
+  if k == 2:
+    assert metrics.compute(p, y, k, ["f1"])["f1"] == pytest.approx(skm.f1_score(y, p))
+
+
+def test_absent_class_and_degenerate():
+  y = np.array([0, 0, 1, 1])
+  p = np.array([0, 0, 0, 0])
+  got = metrics.compute(p, y, 3, ["macro_f1", "mcc", "f1"])
+  assert got["macro_f1"] == pytest.approx(skm.f1_score(y, p, average="macro"))
+  assert got["mcc"] == 0.0 and got["f1"] == 0.0
+  with pytest.raises(ValueError, match="Unknown metrics"):
+    metrics.compute(p, y, 2, ["auc"])

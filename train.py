@@ -1,0 +1,59 @@
+r"""Fine-tunes a BERT-family classifier.
+
+  python train.py --config configs/quickstart.py --workdir runs/quickstart
+  python train.py --config configs/glue.py:rte,acl --workdir runs/rte_acl \
+      --config.task.data_dir=../shared/data/glue --config.batch_size=16
+
+Re-running the same command resumes from the workdir's latest checkpoint. Multi-host (one
+process per host, as on a TPU pod): add --coordinator=HOST:PORT --num_processes=N
+--process_id=I (or rely on the platform's auto-detection with --distributed).
+"""
+import logging
+import sys
+
+from absl import app, flags
+from ml_collections import config_flags
+
+_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py[:arg]).",
+                                          lock_config=True)
+_WORKDIR = flags.DEFINE_string("workdir", None, "Run folder: checkpoints, logs, results.")
+_DIST = flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize().")
+_COORD = flags.DEFINE_string("coordinator", None, "Coordinator address HOST:PORT.")
+_NPROC = flags.DEFINE_integer("num_processes", None, "Number of processes.")
+_PID = flags.DEFINE_integer("process_id", None, "This process's id.")
+
+
+def init_distributed():
+  """Starts jax.distributed when asked; must run before any other JAX call."""
+  import jax  # pylint: disable=import-outside-toplevel
+  if not (_DIST.value or _COORD.value):
+    return
+  if jax.default_backend() == "cpu" or _COORD.value:
+    try:
+      jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    except (AttributeError, ValueError):
+      pass
+  jax.distributed.initialize(coordinator_address=_COORD.value, num_processes=_NPROC.value,
+                             process_id=_PID.value)
+
+
+def main(argv):
+  del argv
+  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
+                      stream=sys.stdout)
+  for noisy in ("absl", "jax", "orbax", "datasets", "httpx"):
+    logging.getLogger(noisy).setLevel(logging.WARNING)
+  init_distributed()
+  from acl_jax.train import loop  # pylint: disable=import-outside-toplevel
+  results = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  if loop.is_main():
+    for split, res in results.items():
+      if isinstance(res, dict) and split != "train":
+        print(f"[{split}] " + " ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
+                                       for k, v in res.items()))
+    print("[train] " + " ".join(f"{k}={v}" for k, v in results["train"].items()))
+
+
+if __name__ == "__main__":
+  flags.mark_flags_as_required(["config", "workdir"])
+  app.run(main)
