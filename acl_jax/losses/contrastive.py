@@ -159,7 +159,8 @@ def acl_embed_loss(
   check_anchors(anchors)
   batch, num_classes = feats.shape[0], label_emb.shape[0]
   z = jnp.concatenate([safe_normalize(feats), safe_normalize(label_emb).astype(feats.dtype)])
-  item_labels = jnp.concatenate([labels.astype(jnp.int32), jnp.arange(num_classes, dtype=jnp.int32)])
+  classes = jnp.arange(num_classes, dtype=jnp.int32)
+  item_labels = jnp.concatenate([labels.astype(jnp.int32), classes])
   anchor_mask = jnp.concatenate([
       jnp.ones((batch,), bool),
       jnp.full((num_classes,), anchors == "all"),

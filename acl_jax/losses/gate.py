@@ -45,9 +45,11 @@ def _tree_dot(a: Any, b: Any, mask: Optional[Any] = None) -> jax.Array:
 
 def _combine(g_ce: Any, g_acl: Any, ce_scale, acl_scale) -> Any:
   """ce_scale * g_ce + acl_scale * g_acl per leaf, kept in g_ce's leaf dtypes."""
-  return jax.tree.map(
-      lambda c, a: (ce_scale * c.astype(jnp.float32) + acl_scale * a.astype(jnp.float32)).astype(c.dtype),
-      g_ce, g_acl)
+  def leaf(c, a):
+    mixed = ce_scale * c.astype(jnp.float32) + acl_scale * a.astype(jnp.float32)
+    return mixed.astype(c.dtype)
+
+  return jax.tree.map(leaf, g_ce, g_acl)
 
 
 def angle_gate(
@@ -96,6 +98,9 @@ def angle_gate(
   if jax.tree.structure(g_ce) != jax.tree.structure(g_acl):
     raise ValueError("g_ce and g_acl must share one pytree structure; got "
                      f"{jax.tree.structure(g_ce)} and {jax.tree.structure(g_acl)}.")
+  if params_mask is not None and jax.tree.structure(params_mask) != jax.tree.structure(g_ce):
+    raise ValueError("params_mask must have the gradients' pytree structure (one bool per "
+                     "leaf); build it with encoder_angle_mask(params).")
 
   dot = _tree_dot(g_ce, g_acl, params_mask)
   norm_ce = jnp.sqrt(_tree_dot(g_ce, g_ce, params_mask))

@@ -185,6 +185,15 @@ class MetricWriter:
       self.tb.close()
 
 
+def params_fingerprint(params) -> str:
+  """sha256 of this process's replica of the params: equal on every host of a sound run."""
+  import hashlib  # pylint: disable=import-outside-toplevel
+  h = hashlib.sha256()
+  for x in jax.tree.leaves(params):
+    h.update(np.asarray(x.addressable_data(0)).tobytes())
+  return h.hexdigest()[:16]
+
+
 def check_finite(step: int, m: dict) -> None:
   """Raises on a NaN/Inf loss, naming the step and the bad loss terms."""
   bad = sorted(k for k, v in m.items() if k.startswith("loss") and not math.isfinite(float(v)))
@@ -312,7 +321,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
     bar.close()
   writer.close()
   summary = {"final_step": int(state.step), "best_step": meta["best_step"],
-             "best_dev": meta["best_metric"], "main_metric": main_metric}
+             "best_dev": meta["best_metric"], "main_metric": main_metric,
+             "params_sha256": params_fingerprint(state.params)}
   if gate_n:
     summary["gate_on_fraction"] = gate_sum / gate_n
   results = evaluate_best(setup, ckpts, state, eval_step, cfg.eval_splits.split(","))

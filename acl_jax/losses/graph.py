@@ -1,0 +1,256 @@
+"""G-Loss: label propagation on a per-batch similarity graph (SPEC §2.6)."""
+import math
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from acl_jax.losses.contrastive import safe_normalize
+
+GLOSS_FORMS = ("clean", "official")
+# Weight floor on off-diagonal edges, relative to the strongest edge (see `propagate`).
+DEFAULT_W_FLOOR = 1e-6
+
+
+def check_sigma(sigma) -> None:
+  """Raises ValueError unless the kernel width is positive (skipped for traced values)."""
+  if not isinstance(sigma, jax.core.Tracer) and not float(sigma) > 0:
+    raise ValueError(
+        f"sigma (the Gaussian kernel width) must be > 0, got {sigma!r}. SPEC §2.6 defaults "
+        "to 0.667; sigma_sqrt_heuristic() estimates one from pretrained embeddings.")
+
+
+def check_gamma_keep(gamma_keep: float, batch_size: Optional[int] = None) -> int:
+  """Validates gamma_keep and returns n_L, the number of labelled nodes.
+
+  n_L = round(gamma_keep * batch_size), rounding halves up. (The official code keeps the
+  items whose random rank is < gamma * N, which is ceil(gamma * N); the two differ only
+  when gamma * N is not within 0.5 of an integer.)
+
+  Args:
+    gamma_keep: kept (labelled) fraction, in (0, 1).
+    batch_size: N; when given, n_L must leave at least one labelled and one hidden node.
+
+  Returns:
+    n_L, or -1 when batch_size is None.
+  """
+  if not 0.0 < float(gamma_keep) < 1.0:
+    raise ValueError(
+        f"gamma_keep (the fraction of batch labels kept for propagation) must lie in (0, 1), "
+        f"got {gamma_keep!r}. The paper's stable range is 0.5-0.7; gamma_hide = 1 - "
+        "gamma_keep.")
+  if batch_size is None:
+    return -1
+  num_labelled = int(math.floor(gamma_keep * batch_size + 0.5))
+  if not 0 < num_labelled < batch_size:
+    raise ValueError(
+        f"gamma_keep={gamma_keep} with batch size {batch_size} keeps {num_labelled} labelled "
+        f"and {batch_size - num_labelled} hidden nodes; G-Loss needs at least one of each. "
+        "Use a larger batch or a gamma_keep further from 0 and 1.")
+  return num_labelled
+
+
+def resolve_gamma(gamma_keep: Optional[float] = None, gamma_hide: Optional[float] = None) -> float:
+  """Returns gamma_keep from exactly one of gamma_keep or gamma_hide = 1 - gamma_keep.
+
+  The paper's text calls gamma a "label hiding ratio", but its code keeps a fraction
+  gamma of the labels; acl-jax names the kept fraction gamma_keep.
+  """
+  if (gamma_keep is None) == (gamma_hide is None):
+    raise ValueError(
+        "Give exactly one of gamma_keep (fraction of labels kept, default 0.7) or gamma_hide "
+        f"(= 1 - gamma_keep); got gamma_keep={gamma_keep!r}, gamma_hide={gamma_hide!r}.")
+  if gamma_keep is None:
+    if not 0.0 < float(gamma_hide) < 1.0:
+      raise ValueError(f"gamma_hide must lie in (0, 1), got {gamma_hide!r}.")
+    gamma_keep = 1.0 - float(gamma_hide)
+  check_gamma_keep(gamma_keep)
+  return float(gamma_keep)
+
+
+def check_labels(labels, num_classes: int) -> None:
+  """Host-side check that concrete labels are ints in [0, num_classes)."""
+  labels = np.asarray(labels)
+  if labels.size == 0:
+    return
+  if not np.issubdtype(labels.dtype, np.integer):
+    raise ValueError(f"labels must be integers, got dtype {labels.dtype}.")
+  lo, hi = int(labels.min()), int(labels.max())
+  if lo < 0 or hi >= num_classes:
+    raise ValueError(
+        f"labels must lie in [0, {num_classes}) for num_classes={num_classes}, but range over "
+        f"[{lo}, {hi}]. Set num_classes to at least {hi + 1} or fix the label map.")
+
+
+def transition_matrix(x: jax.Array, sigma, w_floor: float = DEFAULT_W_FLOOR) -> jax.Array:
+  """Row-stochastic transition matrix T of the batch graph.
+
+  W_ij = exp(-||x_i - x_j||^2 / (2 sigma^2)) on unit-normalised rows, W_ii = 0;
+  A = D^-1/2 W D^-1/2; T = A normalised by columns, then by rows (as the official code).
+
+  A small sigma underflows every weight to 0, leaving D = 0. Because A and T do not change
+  when W is scaled by a constant, W is divided by its largest off-diagonal entry (a shift
+  in log space, kept in the gradient so it stays exact), and `w_floor` is added to every
+  off-diagonal entry. The graph is then complete, so T is well defined and every hidden
+  node reaches a labelled one. The floor moves T by about w_floor relative to its
+  entries.
+
+  Args:
+    x: [n, hidden] features; normalised here.
+    sigma: kernel width > 0.
+    w_floor: off-diagonal weight floor, relative to the strongest edge.
+
+  Returns:
+    [n, n] T with zero diagonal and unit row sums.
+  """
+  n = x.shape[0]
+  x = safe_normalize(x.astype(jnp.promote_types(x.dtype, jnp.float32)))
+  sq_norm = jnp.sum(x * x, axis=-1)
+  # Clipped at 0: the Gram form can dip below it by round-off.
+  sq_dist = jnp.maximum(sq_norm[:, None] + sq_norm[None, :] - 2.0 * (x @ x.T), 0.0)
+  off_diag = ~jnp.eye(n, dtype=bool)
+  log_w = -sq_dist / (2.0 * sigma * sigma)
+  log_w_max = jnp.max(jnp.where(off_diag, log_w, -jnp.inf))
+  w = jnp.where(off_diag, jnp.exp(jnp.where(off_diag, log_w - log_w_max, 0.0)) + w_floor, 0.0)
+  d_inv_sqrt = jax.lax.rsqrt(jnp.sum(w, axis=-1))
+  a = w * d_inv_sqrt[:, None] * d_inv_sqrt[None, :]
+  t = a / jnp.sum(a, axis=0, keepdims=True)
+  return t / jnp.sum(t, axis=1, keepdims=True)
+
+
+def propagate(
+    x: jax.Array,
+    y_labeled: jax.Array,
+    sigma,
+    w_floor: float = DEFAULT_W_FLOOR,
+) -> jax.Array:
+  """Closed-form (harmonic) label propagation, F_U = (I - T_UU)^-1 T_UL Y_L.
+
+  The first m rows of x are the labelled nodes, the remaining n - m the hidden ones.
+  Differentiable with respect to x.
+
+  Args:
+    x: [n, hidden] node features (raw; normalised inside).
+    y_labeled: [m, K] one-hot labels of the first m nodes, 0 < m < n.
+    sigma: kernel width > 0.
+    w_floor: see `transition_matrix`.
+
+  Returns:
+    [n - m, K] F_U; each row is a distribution over the K classes.
+  """
+  n, m = x.shape[0], y_labeled.shape[0]
+  if not 0 < m < n:
+    raise ValueError(f"propagate needs 0 < m < n labelled nodes; got m={m}, n={n}.")
+  t = transition_matrix(x, sigma, w_floor)
+  t_uu, t_ul = t[m:, m:], t[m:, :m]
+  rhs = t_ul @ y_labeled.astype(t.dtype)
+  f_u = jnp.linalg.solve(jnp.eye(n - m, dtype=t.dtype) - t_uu, rhs)
+  # Rows already sum to 1 in exact arithmetic (T is row-stochastic); renormalising only
+  # removes round-off when a hidden cluster hangs on to the labelled nodes by weak edges.
+  return f_u / jnp.sum(f_u, axis=-1, keepdims=True)
+
+
+def gloss(
+    feats: jax.Array,
+    labels: jax.Array,
+    key: jax.Array,
+    num_classes: int,
+    sigma: float = 0.667,
+    gamma_keep: float = 0.7,
+    form: str = "clean",
+    class_weights: Optional[jax.Array] = None,
+    eps: float = 1e-8,
+    w_floor: float = DEFAULT_W_FLOOR,
+) -> tuple[jax.Array, dict]:
+  """G-Loss: hide some batch labels, propagate the rest, score the hidden ones.
+
+  A permutation drawn from `key` orders the batch; its first n_L = round(gamma_keep * B)
+  items keep their labels and the other B - n_L are hidden (see `check_gamma_keep`).
+
+  Forms:
+    clean (default): mean over hidden u of -log(max(F_U[u, y_u], eps)); with
+      class_weights, the torch-style weighted mean instead.
+    official: the reference code's loss, cross-entropy with F_U used as logits (softmax
+      over each F_U row), class-weighted as torch's `CrossEntropyLoss(weight=...)`, then
+      divided by |U|.
+
+  Args:
+    feats: [batch, hidden] features x = z^(M) (raw; normalised inside).
+    labels: [batch] int labels in [0, num_classes).
+    key: PRNG key for the labelled/hidden split.
+    num_classes: K.
+    sigma: kernel width > 0.
+    gamma_keep: fraction of labels kept, in (0, 1). (Not the paper's "hiding ratio"
+      wording; gamma_hide = 1 - gamma_keep, see `resolve_gamma`.)
+    form: "clean" or "official".
+    class_weights: optional [num_classes] weights (e.g. `balanced_class_weights`).
+    eps: clip for the log in the clean form.
+    w_floor: see `transition_matrix`.
+
+  Returns:
+    loss: scalar.
+    aux: {"lp_acc": accuracy of argmax F_U against the hidden labels}.
+  """
+  if form not in GLOSS_FORMS:
+    raise ValueError(f"G-Loss form must be one of {GLOSS_FORMS}, got {form!r}.")
+  check_sigma(sigma)
+  batch = feats.shape[0]
+  num_labelled = check_gamma_keep(gamma_keep, batch)
+  if int(num_classes) < 1:
+    raise ValueError(f"num_classes must be >= 1, got {num_classes!r}.")
+
+  perm = jax.random.permutation(key, batch)
+  x, y = feats[perm], labels[perm].astype(jnp.int32)
+  y_l = jax.nn.one_hot(y[:num_labelled], num_classes, dtype=jnp.float32)
+  y_u = y[num_labelled:]
+  f_u = propagate(x, y_l, sigma, w_floor)
+  target = jax.nn.one_hot(y_u, num_classes, dtype=f_u.dtype)
+  weights = jnp.ones(y_u.shape, f_u.dtype)
+  if class_weights is not None:
+    weights = jnp.asarray(class_weights, f_u.dtype)[y_u]
+  num_hidden = batch - num_labelled
+  # Zero weight on every hidden label (possible with class weights) gives 0, not NaN.
+  weight_sum = jnp.sum(weights)
+  safe_weight_sum = jnp.where(weight_sum > 0, weight_sum, 1.0)
+
+  if form == "clean":
+    p_true = jnp.sum(f_u * target, axis=-1)
+    nll = -jnp.log(jnp.clip(p_true, eps, 1.0))
+    loss = jnp.sum(weights * nll) / safe_weight_sum
+  else:
+    nll = -jnp.sum(jax.nn.log_softmax(f_u, axis=-1) * target, axis=-1)
+    loss = jnp.sum(weights * nll) / safe_weight_sum / num_hidden
+
+  lp_acc = jnp.mean((jnp.argmax(f_u, axis=-1) == y_u).astype(jnp.float32))
+  return loss, {"lp_acc": lp_acc}
+
+
+def sigma_sqrt_heuristic(embeddings: np.ndarray, max_rows: int = 2000, seed: int = 0) -> float:
+  """The `sqrt` sigma heuristic: sqrt(median pairwise Euclidean distance / 3).
+
+  Computed on unit-normalised rows (distances lie in [0, 2]). For speed at most
+  `max_rows` rows are used, a subsample drawn without replacement with a fixed seed, so
+  the value is deterministic; the median of ~2M pairs is stable to a few decimals.
+
+  Args:
+    embeddings: [N, hidden] pretrained train embeddings, N >= 2.
+    max_rows: subsample size cap.
+    seed: subsample seed.
+
+  Returns:
+    sigma as a Python float.
+  """
+  x = np.asarray(embeddings, np.float64)
+  if x.ndim != 2 or x.shape[0] < 2:
+    raise ValueError(
+        f"sigma_sqrt_heuristic needs [N >= 2, hidden] embeddings, got shape {x.shape}.")
+  if x.shape[0] > max_rows:
+    rows = np.random.default_rng(seed).choice(x.shape[0], max_rows, replace=False)
+    x = x[np.sort(rows)]
+  x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+  sq_norm = np.sum(x * x, axis=1)
+  sq_dist = sq_norm[:, None] + sq_norm[None, :] - 2.0 * (x @ x.T)
+  upper = np.triu_indices(x.shape[0], k=1)
+  dist = np.sqrt(np.maximum(sq_dist[upper], 0.0))
+  return float(np.sqrt(np.median(dist) / 3.0))

@@ -1,0 +1,36 @@
+"""Test utilities shared by the training tests."""
+import os
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tiny_config(model_dir, arg="runlocal", **overrides):
+  """The quickstart runlocal config on a tiny model, with dotted-key overrides."""
+  sys.path.insert(0, REPO)
+  from configs import quickstart  # pylint: disable=import-outside-toplevel
+  c = quickstart.get_config(arg)
+  c.model.name = model_dir
+  c.progress = False
+  for k, v in overrides.items():
+    node = c
+    *parents, leaf = k.split(".")
+    for p in parents:
+      node = node[p]
+    node[leaf] = v
+  return c
+
+
+def env(**extra):
+  e = dict(os.environ)
+  e.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", JAX_PLATFORMS="cpu",
+           PYTHONPATH=REPO + os.pathsep + e.get("PYTHONPATH", ""))
+  e.update({k: str(v) for k, v in extra.items()})
+  return e
+
+
+def run_py(args, timeout=300, **env_extra):
+  """Runs python with args in the repo; returns CompletedProcess (text)."""
+  return subprocess.run([sys.executable, *args], cwd=REPO, env=env(**env_extra), text=True,
+                        capture_output=True, timeout=timeout)

@@ -1,0 +1,187 @@
+"""ACL-Grad gate: branch choice, projection, parameter masks and validation."""
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from acl_jax.losses import angle_gate, encoder_angle_mask
+
+LAM = 0.5
+
+
+def _tree(a, b):
+  """Two-leaf gradient tree built from flat vectors a [2] and b [4]."""
+  return {"a": jnp.asarray(a, jnp.float32), "b": {"c": jnp.asarray(b, jnp.float32).reshape(2, 2)}}
+
+
+def _flat(tree):
+  return np.concatenate([np.ravel(x) for x in jax.tree.leaves(tree)])
+
+
+def gate(g_ce, g_acl, lam=LAM, threshold_deg=90.0, mode="drop", params_mask=None):
+  """Jitted gate; the mask is a closure constant, as inside a trainer's step."""
+  fn = lambda c, a: angle_gate(c, a, lam, threshold_deg, mode, params_mask)
+  return jax.jit(fn)(g_ce, g_acl)
+
+
+G_CE = _tree([1.0, 0.0], [0.0, 0.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("mode", ["drop", "project"])
+def test_agreeing_gradients_add_the_acl_term(mode):
+  g_acl = _tree([1.0, 1.0], [0.0, 0.0, 0.0, 0.0])  # 45 degrees
+  grads, info = gate(G_CE, g_acl, mode=mode)
+  np.testing.assert_allclose(_flat(grads), _flat(G_CE) + LAM * _flat(g_acl), rtol=1e-6)
+  np.testing.assert_allclose(float(info["angle"]), 45.0, rtol=1e-5)
+  assert float(info["gate"]) == 1.0
+  np.testing.assert_allclose(float(info["norm_acl"]), np.sqrt(2.0), rtol=1e-6)
+  np.testing.assert_allclose(float(info["norm_ce"]), 1.0, rtol=1e-6)
+
+
+def test_conflicting_gradients_drop_the_acl_term():
+  g_acl = _tree([-1.0, 1.0], [0.0, 0.0, 0.0, 0.0])  # 135 degrees
+  grads, info = gate(G_CE, g_acl)
+  np.testing.assert_array_equal(_flat(grads), _flat(G_CE))
+  np.testing.assert_allclose(float(info["angle"]), 135.0, rtol=1e-5)
+  assert float(info["gate"]) == 0.0
+
+
+def test_exactly_orthogonal_counts_as_agreeing():
+  g_acl = _tree([0.0, 2.0], [0.0, 0.0, 0.0, 0.0])
+  grads, info = gate(G_CE, g_acl)
+  np.testing.assert_allclose(float(info["angle"]), 90.0, rtol=1e-6)
+  assert float(info["gate"]) == 1.0
+  np.testing.assert_allclose(_flat(grads), _flat(G_CE) + LAM * _flat(g_acl), rtol=1e-6)
+
+
+def test_zero_gradient_gives_90_degrees_and_gate_on():
+  zero = _tree([0.0, 0.0], [0.0, 0.0, 0.0, 0.0])
+  g_acl = _tree([-1.0, 1.0], [0.5, 0.0, 0.0, 0.0])
+  grads, info = gate(G_CE, zero)
+  assert float(info["gate"]) == 1.0 and float(info["angle"]) == pytest.approx(90.0)
+  np.testing.assert_array_equal(_flat(grads), _flat(G_CE))
+  grads, info = gate(zero, g_acl)
+  assert float(info["gate"]) == 1.0 and float(info["angle"]) == pytest.approx(90.0)
+  np.testing.assert_allclose(_flat(grads), LAM * _flat(g_acl), rtol=1e-6)
+  assert float(info["norm_ce"]) == 0.0
+
+
+def test_threshold_moves_the_decision():
+  g_acl = _tree([-0.2, 1.0], [0.0, 0.0, 0.0, 0.0])  # about 101 degrees
+  assert float(gate(G_CE, g_acl)[1]["gate"]) == 0.0
+  assert float(gate(G_CE, g_acl, threshold_deg=120.0)[1]["gate"]) == 1.0
+  g_acl = _tree([0.3, 1.0], [0.0, 0.0, 0.0, 0.0])  # about 73 degrees
+  assert float(gate(G_CE, g_acl, threshold_deg=60.0)[1]["gate"]) == 0.0
+  assert float(gate(G_CE, g_acl, threshold_deg=180.0)[1]["gate"]) == 1.0
+
+
+def test_project_mode_removes_the_conflicting_component():
+  rng = np.random.default_rng(0)
+  g_ce = _tree(rng.normal(size=2), rng.normal(size=4))
+  g_acl = jax.tree.map(lambda x: -x, g_ce)
+  noise = _tree(rng.normal(size=2), rng.normal(size=4))
+  g_acl = jax.tree.map(lambda x, n: x + 0.3 * n, g_acl, noise)
+  grads, info = gate(g_ce, g_acl, mode="project")
+  assert float(info["gate"]) == 0.0
+  added = (_flat(grads) - _flat(g_ce)) / LAM
+  ce, acl = _flat(g_ce), _flat(g_acl)
+  np.testing.assert_allclose(added @ ce, 0.0, atol=1e-5)
+  # What is left of g_acl is its component orthogonal to g_ce.
+  np.testing.assert_allclose(added, acl - (acl @ ce) / (ce @ ce) * ce, rtol=1e-5, atol=1e-6)
+
+
+def test_params_mask_restricts_the_angle():
+  g_ce = _tree([1.0, 0.0], [1.0, 0.0, 0.0, 0.0])
+  g_acl = _tree([1.0, 0.0], [-5.0, 0.0, 0.0, 0.0])  # leaf a agrees, leaf b conflicts strongly
+  assert float(gate(g_ce, g_acl)[1]["gate"]) == 0.0
+  only_a = {"a": True, "b": {"c": False}}
+  grads, info = gate(g_ce, g_acl, params_mask=only_a)
+  assert float(info["gate"]) == 1.0
+  np.testing.assert_allclose(float(info["angle"]), 0.0, atol=1e-3)
+  np.testing.assert_allclose(float(info["norm_acl"]), 1.0, rtol=1e-6)
+  # The update itself still covers every leaf.
+  np.testing.assert_allclose(_flat(grads), _flat(g_ce) + LAM * _flat(g_acl), rtol=1e-6)
+  only_b = {"a": False, "b": {"c": True}}
+  assert float(gate(g_ce, g_acl, params_mask=only_b)[1]["gate"]) == 0.0
+
+
+def test_bool_array_mask_matches_python_bools():
+  g_ce = _tree([1.0, 0.0], [1.0, 0.0, 0.0, 0.0])
+  g_acl = _tree([1.0, 0.0], [-5.0, 0.0, 0.0, 0.0])
+  array_mask = {"a": jnp.array(True), "b": {"c": jnp.array(False)}}
+  _, info = jax.jit(angle_gate)(g_ce, g_acl, LAM, params_mask=array_mask)
+  assert float(info["gate"]) == 1.0
+
+
+def test_dtype_is_preserved_and_traced_lambda_works():
+  g_ce = jax.tree.map(lambda x: x.astype(jnp.bfloat16), _tree([1.0, 0.0], [1.0, 0, 0, 0]))
+  g_acl = jax.tree.map(lambda x: x.astype(jnp.bfloat16), _tree([1.0, 1.0], [0.0, 0, 0, 0]))
+  grads, _ = jax.jit(angle_gate)(g_ce, g_acl, jnp.float32(LAM))
+  assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(grads))
+
+
+def test_jit_traces_once():
+  @jax.jit
+  @chex.assert_max_traces(n=1)
+  def step(g_ce, g_acl):
+    return angle_gate(g_ce, g_acl, LAM)
+
+  for sign in (1.0, -1.0):
+    step(G_CE, _tree([sign, 1.0], [0.0, 0.0, 0.0, 0.0]))
+
+
+PARAMS = {
+    "encoder": {
+        "embeddings": {"word": {"embedding": 1}, "LayerNorm": {"scale": 1, "bias": 1}},
+        "layer_0": {
+            "attention": {"qkv": {"kernel": 1, "bias": 1}},
+            "mlp_layer_norm": {"scale": 1, "bias": 1},
+            "ffn": {"kernel": 1, "bias": 1},
+        },
+    },
+    "exit_6": {"pooler": {"kernel": 1, "bias": 1}, "classifier": {"kernel": 1, "bias": 1}},
+}
+
+
+def test_encoder_angle_mask():
+  mask = encoder_angle_mask(PARAMS)
+  kept = {jax.tree_util.keystr(path) for path, keep in jax.tree.leaves_with_path(mask) if keep}
+  assert kept == {
+      "['encoder']['embeddings']['word']['embedding']",
+      "['encoder']['layer_0']['attention']['qkv']['kernel']",
+      "['encoder']['layer_0']['ffn']['kernel']",
+  }
+  # A Flax variables dict is looked through.
+  assert encoder_angle_mask({"params": PARAMS}) == {"params": mask}
+
+
+def test_encoder_mask_with_gate():
+  grads_ce = jax.tree.map(lambda _: jnp.ones(2), PARAMS)
+  # The classifier conflicts; the encoder kernels agree.
+  grads_acl = {
+      "encoder": jax.tree.map(lambda _: jnp.ones(2), PARAMS["encoder"]),
+      "exit_6": jax.tree.map(lambda _: -10.0 * jnp.ones(2), PARAMS["exit_6"]),
+  }
+  assert float(gate(grads_ce, grads_acl)[1]["gate"]) == 0.0
+  mask = encoder_angle_mask(grads_ce)
+  assert float(gate(grads_ce, grads_acl, params_mask=mask)[1]["gate"]) == 1.0
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"lam": -0.1}, "lam .* must be >= 0"),
+    ({"threshold_deg": 0.0}, r"threshold_deg must lie in \(0, 180\]"),
+    ({"threshold_deg": 181.0}, r"threshold_deg must lie in \(0, 180\]"),
+    ({"mode": "pcgrad"}, r"mode must be one of \('drop', 'project'\)"),
+])
+def test_bad_arguments_raise(kwargs, match):
+  args = {"lam": LAM, **kwargs}
+  with pytest.raises(ValueError, match=match):
+    angle_gate(G_CE, G_CE, **args)
+
+
+def test_mismatched_trees_raise():
+  with pytest.raises(ValueError, match="share one pytree structure"):
+    angle_gate(G_CE, {"a": jnp.ones(2)}, LAM)
+  with pytest.raises(ValueError, match="params_mask must have the gradients' pytree structure"):
+    angle_gate(G_CE, G_CE, LAM, params_mask={"a": True})

@@ -1,0 +1,297 @@
+"""G-Loss label propagation and loss, plus the class-weighted CE it is combined with."""
+import chex
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import scipy.linalg
+from sklearn.utils.class_weight import compute_class_weight
+
+from acl_jax.losses import (
+    balanced_class_weights, check_labels, cross_entropy, gloss, propagate, resolve_gamma,
+    sigma_sqrt_heuristic)
+from acl_jax.losses.graph import DEFAULT_W_FLOOR, check_gamma_keep
+
+SIGMA = 0.667
+
+
+def ref_transition(x, sigma, w_floor=DEFAULT_W_FLOOR):
+  """Loop-free but independent NumPy float64 version of the SPEC §2.6 graph."""
+  x = np.asarray(x, np.float64)
+  x = x / np.linalg.norm(x, axis=1, keepdims=True)
+  n = len(x)
+  sq = np.sum((x[:, None, :] - x[None, :, :]) ** 2, axis=-1)
+  log_w = -sq / (2 * sigma**2)
+  off = ~np.eye(n, dtype=bool)
+  w = np.where(off, np.exp(log_w - log_w[off].max()) + w_floor, 0.0)
+  d = w.sum(axis=1)
+  a = w / np.sqrt(np.outer(d, d))
+  t = a / a.sum(axis=0, keepdims=True)
+  return t / t.sum(axis=1, keepdims=True)
+
+
+def ref_propagate(x, y_l, sigma):
+  t = ref_transition(x, sigma)
+  m = len(y_l)
+  return scipy.linalg.solve(np.eye(len(t) - m) - t[m:, m:], t[m:, :m] @ y_l)
+
+
+def _data(seed, n=12, hidden=6, k=3):
+  rng = np.random.default_rng(seed)
+  return rng.normal(size=(n, hidden)).astype(np.float32), rng.integers(0, k, n).astype(np.int32)
+
+
+propagate_jit = jax.jit(propagate)
+
+
+def test_propagate_matches_scipy_and_rows_sum_to_one():
+  x, y = _data(0)
+  y_l = np.eye(3)[y[:7]]
+  got = np.asarray(propagate_jit(x, y_l, SIGMA))
+  np.testing.assert_allclose(got, ref_propagate(x, y_l, SIGMA), rtol=1e-4, atol=1e-6)
+  np.testing.assert_allclose(got.sum(axis=1), 1.0, rtol=1e-5)
+  assert got.min() >= 0
+
+
+def test_closed_form_equals_iterative_propagation():
+  x, y = _data(1)
+  m = 6
+  y_l = np.eye(3)[y[:m]]
+  t = ref_transition(x, SIGMA)
+  f = np.full((len(x), 3), 1.0 / 3)
+  f[:m] = y_l
+  for _ in range(20000):
+    new = t @ f
+    new[:m] = y_l  # labelled rows stay clamped
+    if np.abs(new - f).max() < 1e-13:
+      break
+    f = new
+  else:
+    pytest.fail("iterative propagation did not converge")
+  np.testing.assert_allclose(np.asarray(propagate_jit(x, y_l, SIGMA)), f[m:], rtol=1e-4, atol=1e-6)
+
+
+def test_propagate_gradient_matches_finite_differences():
+  with jax.enable_x64(True):
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(8, 4))
+    y_l = np.eye(3)[rng.integers(0, 3, 5)]
+    r = rng.normal(size=(3, 3))
+    f = jax.jit(lambda x: jnp.sum(propagate(x, jnp.asarray(y_l), SIGMA) * r))
+    grad = np.asarray(jax.jit(jax.grad(f))(jnp.asarray(x)))
+    h = 1e-6
+    fd = np.zeros_like(x)
+    for idx in np.ndindex(*x.shape):
+      step = np.zeros_like(x)
+      step[idx] = h
+      fd[idx] = (float(f(x + step)) - float(f(x - step))) / (2 * h)
+    np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-8)
+
+
+def _gloss_ref(x, y, key, k, sigma, gamma_keep, form, class_weights=None):
+  """NumPy G-Loss on the split the same key gives (the split itself is part of the API)."""
+  n = len(x)
+  perm = np.asarray(jax.random.permutation(key, n))
+  n_l = int(np.floor(gamma_keep * n + 0.5))
+  x, y = x[perm], y[perm]
+  f_u = ref_propagate(x, np.eye(k)[y[:n_l]], sigma)
+  y_u = y[n_l:]
+  w = np.ones(k) if class_weights is None else np.asarray(class_weights, np.float64)
+  if form == "clean":
+    nll = -np.log(np.clip(f_u[np.arange(len(y_u)), y_u], 1e-8, 1.0))
+    return np.sum(w[y_u] * nll) / np.sum(w[y_u])
+  logsumexp = np.log(np.sum(np.exp(f_u), axis=1))
+  nll = logsumexp - f_u[np.arange(len(y_u)), y_u]
+  return np.sum(w[y_u] * nll) / np.sum(w[y_u]) / len(y_u)
+
+
+@pytest.mark.parametrize("form,weighted",
+                         [("clean", False), ("official", True), ("official", False)])
+def test_gloss_matches_numpy(form, weighted):
+  x, y = _data(3, n=14, k=4)
+  key = jax.random.key(7)
+  weights = balanced_class_weights(y, 4) if weighted else None
+  fn = jax.jit(lambda x, y, key, w: gloss(x, y, key, 4, SIGMA, 0.7, form, w))
+  loss, aux = fn(x, y, key, weights)
+  want = _gloss_ref(x, y, key, 4, SIGMA, 0.7, form, weights)
+  np.testing.assert_allclose(float(loss), want, rtol=1e-4)
+  assert 0.0 <= float(aux["lp_acc"]) <= 1.0
+
+
+def test_lp_acc_is_the_argmax_accuracy():
+  x, y = _data(4, n=10)
+  key = jax.random.key(0)
+  _, aux = jax.jit(lambda x, y: gloss(x, y, key, 3, SIGMA, 0.6))(x, y)
+  perm = np.asarray(jax.random.permutation(key, 10))
+  xp, yp = x[perm], y[perm]
+  f_u = ref_propagate(xp, np.eye(3)[yp[:6]], SIGMA)
+  np.testing.assert_allclose(float(aux["lp_acc"]), np.mean(f_u.argmax(1) == yp[6:]), rtol=1e-6)
+
+
+def _edge_batches():
+  x, y = _data(5)
+  dup = np.concatenate([x[:4]] * 3)  # every embedding three times
+  clusters = np.concatenate([np.tile(x[:1], (6, 1)), np.tile(x[1:2], (6, 1))])
+  return {
+      "sigma_0.01": (x, y, 0.01),
+      "sigma_100": (x, y, 100.0),
+      "duplicates_sigma_0.01": (dup, y, 0.01),
+      "two_point_clusters_sigma_0.01": (clusters, y, 0.01),
+      "single_class": (x, np.zeros_like(y), SIGMA),
+      "zero_features": (np.zeros_like(x), y, SIGMA),
+  }
+
+
+@pytest.mark.parametrize("form", ["clean", "official"])
+def test_gloss_is_finite_in_edge_cases(form):
+  # sigma is traced, so every edge case of one gamma shares a compile.
+  def make(gamma):
+    fn = lambda x, y, sigma: gloss(x, y, jax.random.key(1), 3, sigma, gamma, form)
+    return jax.jit(jax.value_and_grad(fn, has_aux=True))
+
+  step = make(0.5)
+  for name, (x, y, sigma) in _edge_batches().items():
+    (loss, _), grad = step(x, y, sigma)
+    assert np.isfinite(float(loss)), name
+    assert np.all(np.isfinite(np.asarray(grad))), name
+  x, y, _ = _edge_batches()["sigma_0.01"]
+  for gamma in (1 / 12, 11 / 12):  # one labelled node, then one hidden node
+    step = make(gamma)
+    for sigma in (0.01, SIGMA, 100.0):
+      (loss, _), grad = step(x, y, sigma)
+      assert np.isfinite(float(loss)) and np.all(np.isfinite(np.asarray(grad))), (gamma, sigma)
+
+
+def test_propagate_rows_are_distributions_in_edge_cases():
+  for name, (x, y, sigma) in _edge_batches().items():
+    f_u = np.asarray(propagate_jit(x, np.eye(3)[y[:6]], sigma))
+    assert np.all(np.isfinite(f_u)), name
+    np.testing.assert_allclose(f_u.sum(axis=1), 1.0, rtol=1e-5, err_msg=name)
+    assert f_u.min() > -1e-5, name
+
+
+def test_gloss_traces_once_across_keys():
+  @jax.jit
+  @chex.assert_max_traces(n=1)
+  def step(x, y, key):
+    return gloss(x, y, key, 3, SIGMA, 0.7)[0]
+
+  x, y = _data(6)
+  for seed in range(3):
+    step(x, y, jax.random.key(seed))
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"sigma": 0.0}, "sigma .* must be > 0"),
+    ({"sigma": -1.0}, "sigma .* must be > 0"),
+    ({"gamma_keep": 0.0}, r"gamma_keep .* must lie in \(0, 1\)"),
+    ({"gamma_keep": 1.0}, r"gamma_keep .* must lie in \(0, 1\)"),
+    ({"gamma_keep": 0.04}, "keeps 0 labelled and 10 hidden"),
+    ({"gamma_keep": 0.96}, "keeps 10 labelled and 0 hidden"),
+    ({"form": "torch"}, r"form must be one of \('clean', 'official'\)"),
+    ({"num_classes": 0}, "num_classes must be >= 1"),
+])
+def test_gloss_bad_arguments_raise(kwargs, match):
+  x, y = _data(0, n=10)
+  args = {"num_classes": 3, "sigma": SIGMA, "gamma_keep": 0.7, **kwargs}
+  with pytest.raises(ValueError, match=match):
+    gloss(x, y, jax.random.key(0), **args)
+
+
+def test_gamma_rounding():
+  assert check_gamma_keep(0.7, 10) == 7
+  assert check_gamma_keep(0.25, 10) == 3  # 2.5 rounds half up
+  assert check_gamma_keep(0.05, 10) == 1
+
+
+def test_resolve_gamma():
+  assert resolve_gamma(gamma_keep=0.7) == 0.7
+  assert resolve_gamma(gamma_hide=0.3) == pytest.approx(0.7)
+  with pytest.raises(ValueError, match="exactly one of gamma_keep .* or gamma_hide"):
+    resolve_gamma(gamma_keep=0.7, gamma_hide=0.3)
+  with pytest.raises(ValueError, match="exactly one"):
+    resolve_gamma()
+  with pytest.raises(ValueError, match=r"gamma_hide must lie in \(0, 1\)"):
+    resolve_gamma(gamma_hide=1.0)
+
+
+def test_check_labels():
+  check_labels(np.array([0, 2, 1]), 3)
+  with pytest.raises(ValueError, match="at least 4"):
+    check_labels(np.array([0, 3]), 3)
+  with pytest.raises(ValueError, match=r"\[0, 3\)"):
+    check_labels(np.array([-1, 0]), 3)
+  with pytest.raises(ValueError, match="integers"):
+    check_labels(np.array([0.0, 1.0]), 3)
+
+
+def test_sigma_sqrt_heuristic():
+  from scipy.spatial.distance import pdist
+  rng = np.random.default_rng(8)
+  emb = rng.normal(size=(50, 5))
+  unit = emb / np.linalg.norm(emb, axis=1, keepdims=True)
+  want = np.sqrt(np.median(pdist(unit)) / 3)
+  assert sigma_sqrt_heuristic(emb) == pytest.approx(want, rel=1e-9)
+  # Subsampling is deterministic and close to the full value.
+  big = rng.normal(size=(400, 5))
+  a, b = sigma_sqrt_heuristic(big, max_rows=150), sigma_sqrt_heuristic(big, max_rows=150)
+  assert a == b
+  assert a == pytest.approx(sigma_sqrt_heuristic(big), rel=0.05)
+  with pytest.raises(ValueError, match="N >= 2"):
+    sigma_sqrt_heuristic(emb[:1])
+
+
+# Cross-entropy (SPEC §2.1): the class weighting follows torch's CrossEntropyLoss(weight).
+
+def _ce_ref(logits, labels, weights, mask):
+  logits = np.asarray(logits, np.float64)
+  logp = logits - np.log(np.sum(np.exp(logits), axis=1, keepdims=True))
+  w = weights[labels] * mask
+  return np.sum(w * -logp[np.arange(len(labels)), labels]) / np.sum(w)
+
+
+def test_cross_entropy_matches_numpy():
+  rng = np.random.default_rng(9)
+  logits = rng.normal(size=(10, 4)).astype(np.float32)
+  labels = rng.integers(0, 4, 10)
+  weights = rng.uniform(0.5, 2.0, 4).astype(np.float32)
+  mask = (rng.uniform(size=10) > 0.3).astype(np.float32)
+  ce = jax.jit(cross_entropy)
+  np.testing.assert_allclose(float(ce(logits, labels)), _ce_ref(logits, labels, np.ones(4), 1.0),
+                             rtol=1e-5)
+  np.testing.assert_allclose(float(ce(logits, labels, weights, mask)),
+                             _ce_ref(logits, labels, weights, mask), rtol=1e-5)
+  assert float(ce(logits, labels, example_mask=np.zeros(10))) == 0.0
+
+
+def test_cross_entropy_axis_name_gives_the_global_loss():
+  rng = np.random.default_rng(10)
+  logits = rng.normal(size=(12, 3)).astype(np.float32)
+  labels = rng.integers(0, 3, 12)
+  weights = np.array([0.5, 1.0, 3.0], np.float32)
+  mask = np.ones(12, np.float32)
+  mask[[1, 2, 3, 7]] = 0  # uneven padding across the two shards
+
+  def sharded(logits):
+    local = jax.vmap(
+        lambda lg, lb, m: cross_entropy(lg, lb, weights, m, axis_name="d"),
+        axis_name="d")(logits.reshape(2, 6, 3), labels.reshape(2, 6), mask.reshape(2, 6))
+    return jnp.mean(local)  # pmean across the two shards
+
+  global_loss = lambda lg: cross_entropy(lg, labels, weights, mask)
+  np.testing.assert_allclose(float(jax.jit(sharded)(logits)), float(jax.jit(global_loss)(logits)),
+                             rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(jax.jit(jax.grad(sharded))(logits)),
+                             np.asarray(jax.jit(jax.grad(global_loss))(logits)),
+                             rtol=1e-5, atol=1e-7)
+
+
+def test_balanced_class_weights_match_sklearn():
+  labels = np.array([0, 0, 0, 1, 2, 2, 4])  # class 3 absent
+  got = balanced_class_weights(labels, 5)
+  present = np.unique(labels)
+  want = compute_class_weight("balanced", classes=present, y=labels)
+  np.testing.assert_allclose(got[present], want, rtol=1e-6)
+  assert got[3] == 1.0
+  with pytest.raises(ValueError, match=r"\[0, 4\)"):
+    balanced_class_weights(labels, 4)

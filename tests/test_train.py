@@ -1,0 +1,158 @@
+"""Training: end to end, exact resume after SIGKILL, data parallelism, multi-process, bad input."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tests import helpers
+
+
+def _free_port():
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+def _final_params(workdir):
+  """The params of the latest checkpoint, flattened (restored without a target: raw arrays)."""
+  import orbax.checkpoint as ocp
+  path = os.path.join(workdir, "ckpt")
+  steps = sorted(int(d) for d in os.listdir(path) if d.isdigit())
+  with ocp.StandardCheckpointer() as c:
+    tree = c.restore(os.path.join(path, str(steps[-1]), "state"))
+  import jax
+  return steps[-1], np.concatenate([np.ravel(x) for x in jax.tree.leaves(tree["params"])])
+
+
+def test_train_eval_end_to_end(tiny_model_dir, tmp_path):
+  from acl_jax.train import loop
+  wd = str(tmp_path / "run")
+  res = loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir), wd)
+  assert res["train"]["final_step"] == 6
+  dev = res["dev"]
+  assert 0.0 <= dev["accuracy"] <= 1.0 and dev["num_examples"] == 64
+  assert {"macro_f1", "silhouette_micro", "silhouette_macro"} <= set(dev)
+  recs = [json.loads(x) for x in open(os.path.join(wd, "metrics.jsonl"))]
+  assert [r["step"] for r in recs if r["kind"] == "dev"] == [3, 6]
+  assert all(np.isfinite(r["loss"]) for r in recs if r["kind"] == "train")
+  # eval.py rebuilds the model from the workdir and writes results.json.
+  os.remove(os.path.join(wd, "results.json"))
+  p = helpers.run_py(["eval.py", "--workdir", wd, "--split", "dev,test"])
+  assert p.returncode == 0, p.stderr[-3000:]
+  out = json.load(open(os.path.join(wd, "results.json")))
+  assert out["dev"]["accuracy"] == pytest.approx(dev["accuracy"])
+  assert out["test"]["num_examples"] == 64
+
+
+def test_resume_after_sigkill_is_exact(tiny_model_dir, tmp_path):
+  """Train N steps straight; separately SIGKILL mid-run and resume: final params equal."""
+  args = ["train.py", "--config", "configs/quickstart.py:runlocal",
+          f"--config.model.name={tiny_model_dir}", "--config.num_steps=60",
+          "--config.eval_every=20", "--config.checkpoint_every=4", "--config.progress=False",
+          "--config.model.dropout=0.1", "--config.task.max_train_examples=256"]
+  straight = str(tmp_path / "straight")
+  p = helpers.run_py(args + ["--workdir", straight])
+  assert p.returncode == 0, p.stderr[-3000:]
+
+  killed = str(tmp_path / "killed")
+  proc = subprocess.Popen([sys.executable] + args + ["--workdir", killed], cwd=helpers.REPO,
+                          env=helpers.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+  ckpt = os.path.join(killed, "ckpt")
+  deadline = time.time() + 240
+  while time.time() < deadline:
+    done = [int(d) for d in os.listdir(ckpt) if d.isdigit()] if os.path.isdir(ckpt) else []
+    if done and max(done) >= 24:
+      break
+    time.sleep(0.05)
+  assert proc.poll() is None, "run finished before it could be killed"
+  os.kill(proc.pid, signal.SIGKILL)
+  proc.wait()
+  step_at_kill, _ = _final_params(killed)
+  assert 24 <= step_at_kill < 60
+  p = helpers.run_py(args + ["--workdir", killed])
+  assert p.returncode == 0, p.stderr[-3000:]
+  s1, a = _final_params(straight)
+  s2, b = _final_params(killed)
+  assert s1 == s2 == 60
+  np.testing.assert_array_equal(a, b)
+  ra = json.load(open(os.path.join(straight, "results.json")))
+  rb = json.load(open(os.path.join(killed, "results.json")))
+  assert ra["dev"] == rb["dev"] and ra["train"]["best_step"] == rb["train"]["best_step"]
+  # The JSONL log has no duplicated steps after the resume.
+  steps = [json.loads(x)["step"] for x in open(os.path.join(killed, "metrics.jsonl"))
+           if '"train"' in x]
+  assert steps == sorted(set(steps))
+
+
+def test_same_losses_on_1_2_4_devices(tiny_model_dir, tmp_path):
+  out = str(tmp_path / "dp.npz")
+  p = helpers.run_py(["-m", "tests.workers", "data_parallel", tiny_model_dir, out],
+                     XLA_FLAGS="--xla_force_host_platform_device_count=4")
+  assert p.returncode == 0, p.stderr[-3000:]
+  d = np.load(out)
+  for n in (2, 4):
+    np.testing.assert_allclose(d[f"loss_{n}"], d["loss_1"], rtol=1e-5)
+    np.testing.assert_allclose(d[f"params_{n}"], d["params_1"], atol=1e-6)
+
+
+def test_two_processes_jax_distributed(tiny_model_dir, tmp_path):
+  port = _free_port()
+  wd = str(tmp_path / "dist")
+  procs = [subprocess.Popen(
+      [sys.executable, "-m", "tests.workers", "distributed", tiny_model_dir, wd, str(port),
+       str(i), str(tmp_path / f"p{i}.npz")], cwd=helpers.REPO, env=helpers.env(),
+      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for i in range(2)]
+  errs = [p.communicate(timeout=300)[1] for p in procs]
+  assert all(p.returncode == 0 for p in procs), errs[0][-2000:] + errs[1][-2000:]
+  a, b = (np.load(str(tmp_path / f"p{i}.npz")) for i in range(2))
+  assert int(a["step"]) == int(b["step"]) == 6
+  assert str(a["fingerprint"]) == str(b["fingerprint"])
+  assert float(a["dev"]) == float(b["dev"])
+
+
+# ---- bad input ------------------------------------------------------------------------------
+
+def test_unknown_config_key_and_method():
+  p = helpers.run_py(["train.py", "--config", "configs/quickstart.py", "--workdir", "/tmp/x",
+                      "--config.optim.learning_rate=1e-3"])
+  assert p.returncode != 0 and "learning_rate" in p.stderr
+  p = helpers.run_py(["train.py", "--config", "configs/quickstart.py:nonsense", "--workdir",
+                      "/tmp/x"])
+  assert p.returncode != 0 and "Unknown config argument 'nonsense'" in p.stderr
+
+
+def test_unknown_task_model_loss(tiny_model_dir, tmp_path):
+  from acl_jax.train import loop
+  with pytest.raises(ValueError, match="known"):
+    loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir, **{"task.name": "imdbx"}),
+                            str(tmp_path / "a"))
+  with pytest.raises(OSError, match="offline"):
+    loop.train_and_evaluate(helpers.tiny_config("no-such-org/no-such-model"), str(tmp_path / "b"))
+  with pytest.raises(ValueError, match="known losses"):
+    loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir, **{"loss.name": "focal"}),
+                            str(tmp_path / "c"))
+
+
+def test_num_labels_mismatch_with_checkpoint(tiny_model_dir, tmp_path):
+  from acl_jax.train import loop
+  wd = str(tmp_path / "run")
+  loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir), wd)
+  # Same workdir, a 3-class task: the head no longer fits the checkpoint.
+  data = tmp_path / "d.csv"
+  data.write_text("text,label\n" + "".join(f"sample text {i},{i % 3}\n" for i in range(90)))
+  cfg = helpers.tiny_config(tiny_model_dir, **{"task.name": "csv", "task.train_file": str(data)})
+  with pytest.raises(ValueError, match="num_labels differs"):
+    loop.train_and_evaluate(cfg, wd)
+
+
+def test_nan_loss_names_step_and_term():
+  from acl_jax.train.loop import check_finite
+  check_finite(3, {"loss": 1.0, "loss/ce": 1.0, "grad_norm": float("nan")})
+  with pytest.raises(FloatingPointError, match=r"step 7: .*loss/aux=nan"):
+    check_finite(7, {"loss": float("nan"), "loss/ce": 0.5, "loss/aux": float("nan")})

@@ -1,0 +1,61 @@
+"""Subprocess entry points for tests that need a fresh JAX runtime.
+
+  python -m tests.workers data_parallel MODEL_DIR OUT.npz   (run with 4 fake CPU devices)
+  python -m tests.workers distributed MODEL_DIR WORKDIR PORT PID OUT.npz
+"""
+import sys
+
+import numpy as np
+
+
+def data_parallel(model_dir, out):
+  """Same global batch, same init: the step on meshes of 1, 2 and 4 devices."""
+  import jax
+  from acl_jax.models import hf
+  from acl_jax.train import objectives, optim, step as step_lib
+  from acl_jax.train.state import TrainState
+  from tests.helpers import tiny_config
+  assert jax.device_count() == 4, jax.devices()
+  cfg = tiny_config(model_dir)
+  model, params, _ = hf.load_pretrained(model_dir, 2, with_tokenizer=False)
+  rng = np.random.default_rng(0)
+  batches = []
+  for _ in range(3):
+    ids = rng.integers(1000, 2000, (8, 16)).astype(np.int32)
+    mask = np.ones_like(ids)
+    mask[::3, 10:] = 0
+    batches.append({"input_ids": ids, "attention_mask": mask,
+                    "token_type_ids": np.zeros_like(ids), "labels": rng.integers(0, 2, 8).astype(np.int32),
+                    "example_mask": np.ones(8, np.float32)})
+  results = {}
+  for n in (1, 2, 4):
+    mesh = step_lib.make_mesh(jax.devices()[:n])
+    obj = objectives.build_objective(cfg.loss, num_labels=2, last_exit=2)
+    tx = optim.make_optimizer(lr=1e-3, total_steps=10)
+    state = step_lib.replicate(TrainState.create(params, tx, 0), mesh)
+    fn = step_lib.make_train_step(model, obj, tx, mesh)
+    losses = []
+    for b in batches:
+      state, m = fn(state, step_lib.shard_batch(b, mesh))
+      losses.append(float(m["loss"]))
+    results[f"loss_{n}"] = np.array(losses)
+    results[f"params_{n}"] = np.concatenate([np.ravel(x) for x in jax.tree.leaves(jax.device_get(state.params))])
+  np.savez(out, **results)
+
+
+def distributed(model_dir, workdir, port, pid, out):
+  """One of two processes of a jax.distributed run of the real training loop."""
+  import jax
+  jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  jax.distributed.initialize(coordinator_address=f"localhost:{port}", num_processes=2,
+                             process_id=int(pid))
+  from acl_jax.train import loop
+  from tests.helpers import tiny_config
+  assert jax.process_count() == 2 and jax.device_count() == 2
+  results = loop.train_and_evaluate(tiny_config(model_dir), workdir)
+  np.savez(out, fingerprint=results["train"]["params_sha256"],
+           step=results["train"]["final_step"], dev=results["dev"]["accuracy"])
+
+
+if __name__ == "__main__":
+  {"data_parallel": data_parallel, "distributed": distributed}[sys.argv[1]](*sys.argv[2:])
