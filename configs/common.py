@@ -59,7 +59,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.loss.gate = False  # ACL-Grad angle gate on the auxiliary term
   c.loss.gate_threshold = 90.0
   c.loss.gate_mode = "drop"  # "drop" or "project"
-  c.loss.angle_params = "all"  # "all" or "encoder"
+  c.loss.angle_params = "all"  # "all", "encoder" (no heads/LayerNorm/biases) or "top" (fast)
   # G-Loss label split: set at most one; neither = SPEC default gamma_keep 0.7.
   c.loss.gamma_keep = -1.0  # fraction of the batch that KEEPS its labels (the code's gamma)
   c.loss.gamma_hide = -1.0  # fraction hidden = 1 - gamma_keep (the paper's wording)

@@ -73,7 +73,7 @@ def test_glue_offline_without_data_dir_fails_at_once(monkeypatch):
 
   monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
   monkeypatch.setattr(datasets, "load_dataset", no_network)
-  with pytest.raises(RuntimeError, match=r"--config\.data_dir=\.\./shared/data/glue"):
+  with pytest.raises(RuntimeError, match=r"--config\.task\.data_dir=\.\./shared/data/glue"):
     data.load_task("rte")
 
 

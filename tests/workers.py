@@ -57,5 +57,29 @@ def distributed(model_dir, workdir, port, pid, out):
            step=results["train"]["final_step"], dev=results["dev"]["accuracy"])
 
 
+def gate_consistency(out):
+  """2 devices whose local CE/SCL gradients would gate differently still branch alike."""
+  import jax
+  from tests import acl_utils
+  assert jax.device_count() == 2
+  model, params, batches = acl_utils.tiny_setup(num_batches=12, batch=8)
+  # Local decisions: each half batch on its own (1 device).
+  mesh1 = acl_utils.step_lib.make_mesh(jax.devices()[:1])
+  mesh2 = acl_utils.step_lib.make_mesh(jax.devices())
+  chosen, local = None, None
+  for b in batches:
+    halves = [{k: v[:4] for k, v in b.items()}, {k: v[4:] for k, v in b.items()}]
+    g = [acl_utils.one_step(model, params, h, mesh1, gate=True)[1]["gate/gate"] for h in halves]
+    if g[0] != g[1]:
+      chosen, local = b, g
+      break
+  assert chosen is not None, "no batch whose halves gate differently"
+  state, m = acl_utils.one_step(model, params, chosen, mesh2, gate=True)
+  shards = [[np.asarray(s.data) for s in x.addressable_shards] for x in jax.tree.leaves(state.params)]
+  same = all(np.array_equal(a[0], a[1]) for a in shards)
+  np.savez(out, local=np.array(local), gate=m["gate/gate"], same=same)
+
+
 if __name__ == "__main__":
-  {"data_parallel": data_parallel, "distributed": distributed}[sys.argv[1]](*sys.argv[2:])
+  {"data_parallel": data_parallel, "distributed": distributed,
+   "gate_consistency": gate_consistency}[sys.argv[1]](*sys.argv[2:])

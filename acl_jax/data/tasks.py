@@ -185,7 +185,7 @@ def _load_glue_hub(spec: TaskSpec) -> RawTask:
     raise RuntimeError(
         f"GLUE task {spec.name!r}: the hub is offline (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE "
         "is set) and no data_dir was given. Pass a local folder in GLUE TSV layout, e.g. "
-        f"--config.data_dir=../shared/data/glue ({_glue_layout(spec, '<data_dir>')}).")
+        f"--config.task.data_dir=../shared/data/glue ({_glue_layout(spec, '<data_dir>')}).")
   hub = datasets.load_dataset(GLUE_HUB_PATH, fmt.hub_config)
   splits = {}
   for split, hub_split in fmt.hub_splits.items():
@@ -201,7 +201,7 @@ def _load_glue_hub(spec: TaskSpec) -> RawTask:
 def _require_data_dir(spec: TaskSpec, data_dir: Optional[str]) -> str:
   if data_dir is None:
     raise ValueError(f"Task {spec.name!r} has no hub source: set data_dir to the folder "
-                     f"holding {spec.source}/ (e.g. --config.data_dir=../shared/data).")
+                     f"holding {spec.source}/ (e.g. --config.task.data_dir=../shared/data).")
   return data_dir
 
 

@@ -134,18 +134,34 @@ class ExitHead(nn.Module):
 
 
 class Encoder(nn.Module):
-  """Embeddings plus M transformer layers; returns every layer's hidden states."""
+  """Embeddings plus M transformer layers, callable in two parts (see `Classifier.lower`)."""
   cfg: EncoderConfig
 
-  @nn.compact
-  def __call__(self, input_ids, attention_mask, token_type_ids=None, train: bool = False):
-    x = Embeddings(self.cfg, name="embeddings")(input_ids, token_type_ids, train)
+  def setup(self):
+    self.embeddings = Embeddings(self.cfg)
+    for i in range(self.cfg.num_layers):
+      setattr(self, f"layer_{i}", TransformerLayer(self.cfg))
+
+  def __call__(self, input_ids, attention_mask, token_type_ids=None, train: bool = False,
+               stop: int | None = None):
+    """Runs embeddings and layers 0..stop-1 (all by default).
+
+    Returns:
+      x: [batch, seq, hidden] hidden states after layer `stop`.
+      cls: [stop, batch, hidden] the [CLS] state after each layer run.
+    """
+    x = self.embeddings(input_ids, token_type_ids, train)
+    return self.run_layers(x, attention_mask, 0, self.cfg.num_layers if stop is None else stop,
+                           train)
+
+  def run_layers(self, x, attention_mask, start: int, stop: int, train: bool = False):
     bias = attention_bias(attention_mask)
     cls = []
-    for i in range(self.cfg.num_layers):
-      x = TransformerLayer(self.cfg, name=f"layer_{i}")(x, bias, train)
+    for i in range(start, stop):
+      x = getattr(self, f"layer_{i}")(x, bias, train)
       cls.append(x[:, 0])
-    return x, jnp.stack(cls)
+    cls = jnp.stack(cls) if cls else jnp.zeros((0,) + x[:, 0].shape, x.dtype)
+    return x, cls
 
 
 class Classifier(nn.Module):
@@ -158,19 +174,39 @@ class Classifier(nn.Module):
     aux["feats"]: [num_exits, batch, d], every exit's feature f.
     aux["last_hidden"]: [batch, seq, hidden], the final layer's hidden states.
   Dropout needs `rngs={"dropout": key}` when `train=True`.
+
+  The forward also splits in two, `lower` then `upper` (with `method=`), so a step can stop
+  gradients below the top layers (ACL-Grad's `angle_params="top"`); their composition is
+  exactly `__call__`.
   """
   cfg: EncoderConfig
 
-  @nn.compact
+  def setup(self):
+    self.encoder = Encoder(self.cfg)
+    for m in self.cfg.exit_layers:
+      setattr(self, f"exit_{m}", ExitHead(self.cfg))
+
   def __call__(self, input_ids, attention_mask, token_type_ids=None, train: bool = False):
-    cfg = self.cfg
-    last_hidden, cls = Encoder(cfg, name="encoder")(input_ids, attention_mask, token_type_ids, train)
+    x, cls = self.lower(input_ids, attention_mask, token_type_ids, train)
+    return self.upper(x, attention_mask, cls, train)
+
+  def lower(self, input_ids, attention_mask, token_type_ids=None, train: bool = False,
+            top_layers: int = 1):
+    """Embeddings and all but the top `top_layers` layers -> (x, cls [M - top_layers, B, H])."""
+    return self.encoder(input_ids, attention_mask, token_type_ids, train,
+                        stop=self.cfg.num_layers - top_layers)
+
+  def upper(self, x, attention_mask, cls_lower, train: bool = False):
+    """The remaining top layers and every exit head -> (logits, aux) as `__call__`."""
+    start = cls_lower.shape[0]
+    x, cls_top = self.encoder.run_layers(x, attention_mask, start, self.cfg.num_layers, train)
+    cls = jnp.concatenate([cls_lower, cls_top]) if start else cls_top
     logits, feats = [], []
-    for m in cfg.exit_layers:
-      lg, f = ExitHead(cfg, name=f"exit_{m}")(cls[m - 1], train)
+    for m in self.cfg.exit_layers:
+      lg, f = getattr(self, f"exit_{m}")(cls[m - 1], train)
       logits.append(lg)
       feats.append(f)
-    aux = {"cls": cls, "feats": jnp.stack(feats), "last_hidden": last_hidden}
+    aux = {"cls": cls, "feats": jnp.stack(feats), "last_hidden": x}
     return jnp.stack(logits), aux
 
 

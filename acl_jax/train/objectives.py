@@ -6,6 +6,11 @@ from acl_jax.models import label_embeddings
 from acl_jax.train.step import AXIS, GateSpec, Objective
 
 
+# What the ACL-Grad angle is measured over: every parameter, the encoder without heads,
+# LayerNorm and biases (RomeBERT), or the top layer and heads only (fast mode).
+ANGLE_PARAMS = ("all", "encoder", "top")
+
+
 def _weights(entry: losses.LossEntry, lam: float) -> dict[str, float]:
   if entry.combine == "none":
     return {"ce": 1.0}
@@ -79,9 +84,12 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
       raise ValueError("loss.gate=True needs an auxiliary loss (scl, acl_embed, ...), not "
                        f"{name!r}.")
     losses.check_gate_args(lam, loss_cfg.gate_threshold, loss_cfg.gate_mode)
-    if loss_cfg.angle_params not in ("all", "encoder"):
-      raise ValueError(f"loss.angle_params must be 'all' or 'encoder', got "
+    if loss_cfg.angle_params not in ANGLE_PARAMS:
+      raise ValueError(f"loss.angle_params must be one of {ANGLE_PARAMS}, got "
                        f"{loss_cfg.angle_params!r}.")
+    if loss_cfg.angle_params == "top" and loss_cfg.gate_mode != "drop":
+      raise ValueError("loss.angle_params='top' supports gate_mode='drop' only: 'project' "
+                       "needs the full-parameter gradients; use angle_params='all'.")
     gate = GateSpec(float(loss_cfg.gate_threshold), loss_cfg.gate_mode, loss_cfg.angle_params)
   label = name + ("+grad" if gate else "")
   return Objective(label, terms, _weights(entry, lam), gate)

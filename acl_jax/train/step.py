@@ -80,11 +80,12 @@ def _forward(model, params, batch, key, train):
 
 
 def _weighted(terms, weights, names):
-  return sum(weights[k] * terms[k] for k in names)
+  """sum_k weights[k] * terms[k] over `names`; weights=None means unit weights."""
+  return sum((1.0 if weights is None else weights[k]) * terms[k] for k in names)
 
 
 def make_train_step(model, objective: Objective, tx: optax.GradientTransformation, mesh,
-                    trainable_mask: Any = None, donate: bool = True):
+                    donate: bool = True, max_traces: int | None = None):
   """Builds `train_step(state, batch) -> (state, metrics)`, jitted, state donated.
 
   Args:
@@ -92,10 +93,9 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
     objective: loss terms and weights (see `Objective`).
     tx: the optax transformation.
     mesh: 1-D data mesh from `make_mesh`.
-    trainable_mask: unused here; freezing is done in `tx` (optax masks), never by hand.
     donate: donate the input state buffers.
+    max_traces: if set, fail when the step is traced more often (catches recompiles).
   """
-  del trainable_mask
 
   def per_device(state: TrainState, batch):
     key = jax.random.fold_in(jax.random.fold_in(state.rng, state.step), lax.axis_index(AXIS))
@@ -105,10 +105,10 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
       logits, aux = _forward(model, params, batch, drop_key, True)
       return objective.terms(params, logits, aux, batch, loss_key)
 
-    def loss_of(names):
+    def loss_of(names, weights=objective.weights):
       def f(params):
         terms, metrics = terms_fn(params)
-        return _weighted(terms, objective.weights, names), (terms, metrics)
+        return _weighted(terms, weights, names), (terms, metrics)
       return f
 
     names = tuple(objective.weights)
@@ -116,14 +116,19 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
     if objective.gate is None:
       grads, (terms, metrics) = jax.grad(loss_of(names), has_aux=True)(state.params)
       grads = lax.pmean(grads, AXIS)
+    elif objective.gate.angle_params == "top":
+      grads, terms, metrics, info = _top_gated_grads(model, objective, state.params, batch,
+                                                     drop_key, loss_key)
+      metrics_out.update({f"gate/{k}": v for k, v in info.items()})
     else:
       from acl_jax.losses import angle_gate, encoder_angle_mask  # pylint: disable=import-outside-toplevel
       # Two separate gradients with the same batch and dropout key; XLA shares the forward.
       g_ce, (terms, metrics) = jax.grad(loss_of(("ce",)), has_aux=True)(state.params)
-      g_aux, _ = jax.grad(lambda p: (terms_fn(p)[0]["aux"], None), has_aux=True)(state.params)
+      g_aux, _ = jax.grad(loss_of(("aux",), None), has_aux=True)(state.params)
       # Average first, so the gate sees global gradients and every replica branches alike.
       g_ce, g_aux = lax.pmean((g_ce, g_aux), AXIS)
       mask = encoder_angle_mask(state.params) if objective.gate.angle_params == "encoder" else None
+      # g_ce carries its weight (1 for ACL, 1-lam for SCL); the gate adds lam * g_aux.
       grads, info = angle_gate(g_ce, g_aux, objective.weights["aux"],
                                threshold_deg=objective.gate.threshold_deg,
                                mode=objective.gate.mode, params_mask=mask)
@@ -138,8 +143,70 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
     new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
     return new_state, metrics_out
 
+  if max_traces is not None:
+    import chex  # pylint: disable=import-outside-toplevel
+    per_device = chex.assert_max_traces(per_device, n=max_traces)
   mapped = jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(AXIS)), out_specs=(P(), P()))
   return jax.jit(mapped, donate_argnums=(0,) if donate else ())
+
+
+def _split_params(params, top_names):
+  """(upper, lower) param dicts: the top encoder layers and every exit head vs the rest."""
+  enc = params["encoder"]
+  upper = {k: v for k, v in params.items() if k != "encoder"}
+  upper["encoder"] = {k: enc[k] for k in top_names}
+  lower = {"encoder": {k: v for k, v in enc.items() if k not in top_names}}
+  return upper, lower
+
+
+def _merge_params(upper, lower):
+  out = {k: v for k, v in upper.items() if k != "encoder"}
+  out["encoder"] = {**lower["encoder"], **upper["encoder"]}
+  return out
+
+
+def _top_gated_grads(model, objective: Objective, params, batch, drop_key, loss_key):
+  """ACL-Grad with the angle measured on the top layer and the heads only (fast mode).
+
+  The forward is split below the top layer. The CE and ACL gradients of the upper part
+  (top layer + exit heads, input under stop-gradient) give the angle and the gate; then a
+  `lax.cond` runs one backward of either CE or CE + lam*ACL through the upper part, and one
+  vjp carries it through the lower layers. Cost: about one forward, two small upper
+  backwards and one full backward, instead of two full backwards.
+  """
+  from acl_jax.losses import angle_gate  # pylint: disable=import-outside-toplevel
+  top = f"layer_{model.cfg.num_layers - 1}"
+  upper_p, lower_p = _split_params(params, (top,))
+  rngs = {"dropout": drop_key}
+  ids, mask = batch["input_ids"], batch["attention_mask"]
+
+  def lower_fn(lp):
+    return model.apply({"params": lp}, ids, mask, batch.get("token_type_ids"), True,
+                       method="lower", rngs=rngs)
+
+  (x, cls_lower), vjp_lower = jax.vjp(lower_fn, lower_p)
+
+  def upper_loss(names, weights=objective.weights):
+    def f(up, x_in):
+      logits, aux = model.apply({"params": up}, x_in, mask, cls_lower, True, method="upper",
+                                rngs=rngs)
+      terms, metrics = objective.terms(_merge_params(up, lower_p), logits, aux, batch, loss_key)
+      return _weighted(terms, weights, names), (terms, metrics)
+    return f
+
+  g_ce, (terms, metrics) = jax.grad(upper_loss(("ce",)), has_aux=True)(upper_p, x)
+  g_aux, _ = jax.grad(upper_loss(("aux",), None), has_aux=True)(upper_p, x)
+  g_ce, g_aux = lax.pmean((g_ce, g_aux), AXIS)
+  _, info = angle_gate(g_ce, g_aux, objective.weights["aux"],
+                       threshold_deg=objective.gate.threshold_deg)
+  names = tuple(objective.weights)
+  (g_up, g_x), _ = lax.cond(
+      info["gate"] > 0,
+      lambda: jax.grad(upper_loss(names), argnums=(0, 1), has_aux=True)(upper_p, x),
+      lambda: jax.grad(upper_loss(("ce",)), argnums=(0, 1), has_aux=True)(upper_p, x))
+  (g_low,) = vjp_lower((g_x, jnp.zeros_like(cls_lower)))
+  grads = lax.pmean(_merge_params(g_up, g_low), AXIS)
+  return grads, terms, metrics, info
 
 
 def make_eval_step(model, mesh):

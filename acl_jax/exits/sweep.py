@@ -1,0 +1,191 @@
+"""Quality-speed sweeps of an early-exit policy over thresholds.
+
+For each threshold a row reports the metric, the mean number of layers run, the layer speed-up
+M / mean layers, and the measured wall-clock speed-up of `early_exit_predict` against the full
+model on the same batches. Batches are dicts of numpy arrays as `acl_jax.data` makes them
+(input_ids, attention_mask, token_type_ids?, labels, example_mask); rows with example_mask 0
+are padding and count in the timings (both paths run them) but not in metrics or mean layers.
+"""
+import json
+import os
+import time
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+
+import jax
+import numpy as np
+
+from acl_jax.exits import policies
+from acl_jax.exits.fast import early_exit_predict
+from acl_jax.models.bert import Classifier
+from acl_jax.models.config import EncoderConfig
+
+_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+def default_full_forward(cfg: EncoderConfig) -> Callable[[Any, Mapping[str, np.ndarray]], jax.Array]:
+  """Jitted `(params, batch) -> logits [num_exits, batch, K]` of the whole model."""
+  @jax.jit
+  def forward(params, inputs):
+    logits, _ = Classifier(cfg).apply({"params": params}, inputs["input_ids"],
+                                      inputs["attention_mask"], inputs.get("token_type_ids"))
+    return logits
+  return forward
+
+
+def _inputs(batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+  return {k: batch[k] for k in _INPUTS if batch.get(k) is not None}
+
+
+def _real(batch: Mapping[str, np.ndarray]) -> np.ndarray:
+  """[b] bool, the non-padding rows."""
+  if "example_mask" in batch:
+    return np.asarray(batch["example_mask"]) > 0
+  return np.ones((len(batch["input_ids"]),), bool)
+
+
+def _median_time(fn: Callable[[], Any], repeats: int) -> float:
+  """Median wall-clock seconds of `fn()` over `repeats` runs, after one untimed warm-up."""
+  fn()  # compiles every shape the timed runs will meet: same batches, same decisions
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - start)
+  return float(np.median(times))
+
+
+def _score(metric_fn: Callable, preds: np.ndarray, labels: np.ndarray) -> tuple[float, dict]:
+  """metric_fn may return a float or a dict of floats (its first entry is the main metric)."""
+  out = metric_fn(preds, labels)
+  if isinstance(out, Mapping):
+    out = {k: float(v) for k, v in out.items()}
+    return next(iter(out.values())), out
+  return float(out), {}
+
+
+def accuracy(preds: np.ndarray, labels: np.ndarray) -> float:
+  return float(np.mean(preds == labels)) if len(labels) else 0.0
+
+
+def sweep(cfg: EncoderConfig, params: Any, batches: Iterable[Mapping[str, np.ndarray]],
+          labels: Optional[np.ndarray], policy: str, thresholds: Sequence[Any],
+          metric_fn: Optional[Callable[[np.ndarray, np.ndarray], Any]] = None,
+          full_forward_fn: Optional[Callable[[Any, Mapping[str, np.ndarray]], Any]] = None, *,
+          repeats: int = 3, buckets: Optional[Sequence[int]] = None) -> list[dict]:
+  """Runs `policy` at every threshold and measures quality and speed.
+
+  Args:
+    cfg: encoder config with `exits="all"`.
+    params: `Classifier(cfg)` params.
+    batches: dicts of numpy arrays; input_ids/attention_mask/token_type_ids [b, seq],
+      example_mask [b] (optional; 0 marks padding), labels [b] (used when `labels` is None).
+    labels: [n] gold labels of the real rows of all batches in order, or None to read them
+      from the batches.
+    policy: a key of `POLICIES`.
+    thresholds: the policy's thresholds to sweep.
+    metric_fn: (preds [n], labels [n]) -> float or dict of floats; None for accuracy.
+    full_forward_fn: (params, inputs dict) -> logits [num_exits, b, K] of the whole model;
+      None for a jitted `Classifier(cfg)`. It is the timing baseline and gives the reference
+      `select_exit` decisions that the fast path is checked against.
+    repeats: timed passes per measurement; the median is reported.
+    buckets: passed to `early_exit_predict`.
+
+  Returns:
+    One dict per threshold: policy, threshold, metric, metrics (dict, when metric_fn returns
+    one), full_metric (final exit), mean_layers, layer_speedup, time_fast_s, time_full_s
+    (seconds per pass over all batches), speedup (time_full_s / time_fast_s), agreement
+    (fraction of real examples whose exit layer and prediction equal the reference),
+    num_examples, num_layers, batch_size.
+  """
+  policies.get_policy(policy)
+  for t in thresholds:
+    policies.check_threshold(policy, t)
+  batches = list(batches)
+  if not batches:
+    raise ValueError("sweep needs at least one batch.")
+  metric_fn = metric_fn or accuracy
+  full_forward_fn = full_forward_fn or default_full_forward(cfg)
+  inputs = [_inputs(b) for b in batches]
+  real = [_real(b) for b in batches]
+  if labels is None:
+    labels = np.concatenate([np.asarray(b["labels"])[r] for b, r in zip(batches, real)])
+  labels = np.asarray(labels)
+  n = int(sum(r.sum() for r in real))
+  if labels.shape != (n,):
+    raise ValueError(f"labels must be [{n}] (one per real example), got {labels.shape}.")
+
+  def run_full():
+    return [np.asarray(jax.device_get(full_forward_fn(params, x))) for x in inputs]
+
+  time_full = _median_time(run_full, repeats)
+  full_logits = run_full()
+  policies.check_num_exits(full_logits[0].shape[0])
+  num_layers = full_logits[0].shape[0]
+  full_preds = np.concatenate([lg[-1].argmax(-1)[r] for lg, r in zip(full_logits, real)])
+  full_metric, _ = _score(metric_fn, full_preds, labels)
+
+  rows = []
+  for t in thresholds:
+    def run_fast(t=t):
+      return [early_exit_predict(cfg, params, x["input_ids"], x["attention_mask"],
+                                 x.get("token_type_ids"), policy, t, buckets) for x in inputs]
+
+    time_fast = _median_time(run_fast, repeats)
+    fast = run_fast()
+    layer = np.concatenate([e[r] for (e, _), r in zip(fast, real)])
+    preds = np.concatenate([p[r] for (_, p), r in zip(fast, real)])
+    ref = [jax.device_get(policies.select_exit(lg, policy, t)) for lg in full_logits]
+    ref_layer = np.concatenate([e[r] for (e, _), r in zip(ref, real)])
+    ref_preds = np.concatenate([p[r] for (_, p), r in zip(ref, real)])
+    metric, metrics = _score(metric_fn, preds, labels)
+    mean_layers = float(layer.mean()) if n else float(num_layers)
+    row = dict(policy=policy, threshold=policies.check_threshold(policy, t).item(), metric=metric, full_metric=full_metric,
+               mean_layers=mean_layers, layer_speedup=num_layers / mean_layers,
+               time_fast_s=time_fast, time_full_s=time_full,
+               speedup=time_full / max(time_fast, 1e-12),
+               agreement=float(np.mean((layer == ref_layer) & (preds == ref_preds))) if n else 1.0,
+               num_examples=n, num_layers=int(num_layers),
+               batch_size=int(len(batches[0]["input_ids"])))
+    if metrics:
+      row["metrics"] = metrics
+    rows.append(row)
+  return rows
+
+
+_COLUMNS = (("threshold", "threshold", "{}"), ("metric", "metric", "{:.4f}"),
+            ("full-model metric", "full_metric", "{:.4f}"),
+            ("mean layers", "mean_layers", "{:.2f}"),
+            ("layer speed-up", "layer_speedup", "{:.2f}x"),
+            ("fast (ms)", "time_fast_s", "{:.1f}"), ("full (ms)", "time_full_s", "{:.1f}"),
+            ("measured speed-up", "speedup", "{:.2f}x"), ("agreement", "agreement", "{:.3f}"))
+
+
+def write_table(rows: Sequence[Mapping[str, Any]], path_md: str,
+                label: Optional[str] = None) -> tuple[str, str]:
+  """Writes `rows` as a Markdown table at `path_md` and as JSON next to it (same stem).
+
+  Args:
+    rows: the output of `sweep`.
+    path_md: where the table goes, e.g. "workdir/exits_entropy.md".
+    label: curve name for `scripts/plot_quality_speed.py`; None for the folder's name.
+
+  Returns:
+    (markdown path, json path).
+  """
+  path_json = os.path.splitext(path_md)[0] + ".json"
+  folder = os.path.dirname(os.path.abspath(path_md))
+  os.makedirs(folder, exist_ok=True)
+  label = label or os.path.basename(folder)
+  policy = rows[0]["policy"] if rows else None
+  lines = [f"Early exit: {label}, policy {policy}", "",
+           "| " + " | ".join(c[0] for c in _COLUMNS) + " |",
+           "|" + "|".join("---" for _ in _COLUMNS) + "|"]
+  for r in rows:
+    ms = {"time_fast_s", "time_full_s"}
+    cells = [fmt.format(r[k] * 1e3 if k in ms else r[k]) for _, k, fmt in _COLUMNS]
+    lines.append("| " + " | ".join(cells) + " |")
+  with open(path_md, "w") as f:
+    f.write("\n".join(lines) + "\n")
+  with open(path_json, "w") as f:
+    json.dump({"label": label, "policy": policy, "rows": list(rows)}, f, indent=1)
+  return path_md, path_json

@@ -1,0 +1,160 @@
+"""Helpers shared by the benchmark scripts: machine info, peak memory, workers, tables.
+
+A benchmark that compares frameworks runs each one in its own worker subprocess, so imports,
+thread pools and peak memory never mix. The parent drives the workers over a tiny protocol:
+one JSON object per line on the worker's stdin, one JSON reply per line on its stdout. Only
+one worker computes at a time; the others wait blocked on a read.
+"""
+import importlib.metadata
+import json
+import os
+import platform
+import resource
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any, Sequence
+
+PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "torch", "transformers")
+
+
+def peak_rss_mib() -> float:
+  """Peak resident set size of this process so far, in MiB (Linux reports KiB)."""
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def cpu_model() -> str:
+  """The CPU's "model name" from /proc/cpuinfo ("unknown" where there is none)."""
+  try:
+    with open("/proc/cpuinfo") as f:
+      for line in f:
+        if line.startswith("model name"):
+          return line.split(":", 1)[1].strip()
+  except OSError:
+    pass
+  return platform.processor() or "unknown"
+
+
+def versions(packages: Sequence[str] = PACKAGES) -> dict[str, str]:
+  """Installed versions, read from package metadata so nothing heavy is imported."""
+  out = {}
+  for name in packages:
+    try:
+      out[name] = importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+      out[name] = "not installed"
+  return out
+
+
+def git_revision(repo: str) -> str:
+  """HEAD of the repo, with "+dirty" when the working tree has changes."""
+  def git(*args):
+    return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True,
+                          check=False).stdout.strip()
+  head = git("rev-parse", "HEAD") or "unknown"
+  return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def machine_info(repo: str) -> dict[str, Any]:
+  """What a reader needs to compare two runs of a benchmark."""
+  return {
+      "cpu_model": cpu_model(),
+      "cpu_count": os.cpu_count(),
+      "cpus_usable": len(os.sched_getaffinity(0)),
+      "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+      "platform": platform.platform(),
+      "python": platform.python_version(),
+      "versions": versions(),
+      "git": git_revision(repo),
+      "load_average_start": os.getloadavg(),
+      "time": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+  }
+
+
+def command_line() -> str:
+  """The exact command that started this process, shell-quoted."""
+  return shlex.join([sys.executable] + sys.argv)
+
+
+def summarize(times: Sequence[float]) -> dict[str, Any]:
+  """Median, min and max of repeated timings, plus the raw values."""
+  return {"median": statistics.median(times), "min": min(times), "max": max(times),
+          "n": len(times), "values": list(times)}
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+  """A GitHub Markdown table; floats are printed with 3 significant digits."""
+  def cell(x):
+    return f"{x:.3g}" if isinstance(x, float) else str(x)
+  lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+  lines += ["| " + " | ".join(cell(x) for x in row) + " |" for row in rows]
+  return "\n".join(lines)
+
+
+def write_json(path: str, obj: Any) -> None:
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with open(path, "w") as f:
+    json.dump(obj, f, indent=2)
+    f.write("\n")
+
+
+class Channel:
+  """The worker's end of the protocol.
+
+  Replies go to a private copy of the original stdout; fd 1 itself is pointed at stderr, so
+  stray prints (from Python or from C++ libraries) cannot corrupt the protocol.
+  """
+
+  def __init__(self):
+    self._out = os.fdopen(os.dup(1), "w", buffering=1)
+    sys.stdout.flush()
+    os.dup2(2, 1)
+
+  def send(self, **msg) -> None:
+    self._out.write(json.dumps(msg) + "\n")
+    self._out.flush()
+
+  def recv(self) -> dict[str, Any] | None:
+    """The next request, or None when the parent closed the pipe."""
+    line = sys.stdin.readline()
+    return json.loads(line) if line else None
+
+
+class Worker:
+  """The parent's end: a subprocess that answers JSON requests, one at a time."""
+
+  def __init__(self, argv: Sequence[str], env: dict[str, str] | None = None):
+    self.argv = list(argv)
+    self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 text=True, env=env)
+
+  def recv(self) -> dict[str, Any]:
+    line = self.proc.stdout.readline()
+    if not line:
+      rc = self.proc.wait()
+      raise RuntimeError(f"Worker exited with code {rc} before replying (its stderr is "
+                         f"above): {shlex.join(self.argv)}")
+    return json.loads(line)
+
+  def request(self, **msg) -> dict[str, Any]:
+    self.proc.stdin.write(json.dumps(msg) + "\n")
+    self.proc.stdin.flush()
+    return self.recv()
+
+  def close(self, timeout: float = 60.0) -> None:
+    """Ends the worker: EOF on its stdin, then a kill if it does not exit in time."""
+    if self.proc.poll() is None:
+      try:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=timeout)
+      except (OSError, subprocess.TimeoutExpired):
+        self.proc.kill()
+        self.proc.wait()
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.close()

@@ -1,0 +1,82 @@
+"""Plots early-exit quality-speed curves from sweep JSON files (`acl_jax.exits.write_table`).
+
+One curve per file (one file per training strategy or workdir). Left panel: metric against the
+measured wall-clock speed-up; right panel: metric against the layer speed-up M / mean layers.
+
+  python scripts/plot_quality_speed.py runs/jt/exits_entropy.json runs/acl/exits_entropy.json \
+      --labels JT ACL-CL --out quality_speed.png
+"""
+import argparse
+import json
+import os
+import sys
+from typing import Optional, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
+
+PANELS = (("speedup", "measured wall-clock speed-up (x)"),
+          ("layer_speedup", "layer speed-up, M / mean layers (x)"))
+
+
+def read_sweep(path: str) -> tuple[Optional[str], list[dict]]:
+  """(label or None, rows) of a sweep JSON: {"label", "rows"} or a bare list of rows."""
+  with open(path) as f:
+    data = json.load(f)
+  if isinstance(data, list):
+    return None, data
+  if not isinstance(data, dict) or "rows" not in data:
+    raise ValueError(f"{path}: expected a list of rows or a dict with 'rows'.")
+  return data.get("label"), data["rows"]
+
+
+def _default_label(path: str) -> str:
+  folder = os.path.basename(os.path.dirname(os.path.abspath(path)))
+  return folder or os.path.splitext(os.path.basename(path))[0]
+
+
+def plot(paths: Sequence[str], out: str, labels: Optional[Sequence[str]] = None,
+         title: Optional[str] = None, metric_name: str = "metric") -> str:
+  """Writes the two-panel PNG to `out` and returns `out`."""
+  if labels is not None and len(labels) != len(paths):
+    raise ValueError(f"Got {len(labels)} labels for {len(paths)} files.")
+  fig, axes = plt.subplots(1, len(PANELS), figsize=(11, 4.2), squeeze=False)
+  policies = set()
+  for i, path in enumerate(paths):
+    file_label, rows = read_sweep(path)
+    label = labels[i] if labels is not None else file_label or _default_label(path)
+    policies.update(r.get("policy") for r in rows if r.get("policy"))
+    for ax, (key, _) in zip(axes[0], PANELS):
+      pts = sorted((r[key], r["metric"]) for r in rows)
+      ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+  for ax, (_, xlabel) in zip(axes[0], PANELS):
+    ax.axvline(1.0, color="grey", lw=0.8, ls=":")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(metric_name)
+    ax.grid(alpha=0.3)
+    ax.legend()
+  fig.suptitle(title or f"Early-exit quality vs speed ({', '.join(sorted(policies)) or '?'})")
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+  fig.savefig(out, dpi=120)
+  plt.close(fig)
+  return out
+
+
+def main(argv: Optional[Sequence[str]] = None) -> str:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("files", nargs="+", help="sweep JSON files, one curve each")
+  parser.add_argument("--labels", nargs="+", default=None, help="one curve label per file")
+  parser.add_argument("--out", default="quality_speed.png", help="PNG to write")
+  parser.add_argument("--title", default=None)
+  parser.add_argument("--metric-name", default="metric", help="y-axis label")
+  args = parser.parse_args(argv)
+  out = plot(args.files, args.out, args.labels, args.title, args.metric_name)
+  print(f"wrote {out}")
+  return out
+
+
+if __name__ == "__main__":
+  main(sys.argv[1:])

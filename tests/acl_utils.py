@@ -1,0 +1,52 @@
+"""A tiny model and step driver for ACL-Grad tests (in-process and in workers)."""
+import jax
+import numpy as np
+
+from acl_jax.models import Classifier, EncoderConfig, init_params
+from acl_jax.train import objectives, optim, step as step_lib
+from acl_jax.train.state import TrainState
+from configs import common
+
+__all__ = ["step_lib", "tiny_setup", "one_step", "loss_cfg"]
+
+
+def tiny_setup(num_batches=4, batch=8, seq=12, dropout=0.0, seed=0):
+  cfg = EncoderConfig(vocab_size=200, hidden_size=32, num_layers=3, num_heads=4,
+                      intermediate_size=64, num_labels=3, hidden_dropout=dropout,
+                      attention_dropout=dropout)
+  params = init_params(cfg, jax.random.key(seed))
+  rng = np.random.default_rng(seed)
+  batches = []
+  for _ in range(num_batches):
+    ids = rng.integers(5, 200, (batch, seq)).astype(np.int32)
+    mask = np.ones_like(ids)
+    mask[1::2, seq // 2:] = 0
+    batches.append({"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids),
+                    "labels": rng.integers(0, 3, batch).astype(np.int32),
+                    "example_mask": np.ones(batch, np.float32)})
+  return Classifier(cfg), params, batches
+
+
+def loss_cfg(name="scl", **kw):
+  c = common.base_config()
+  c.loss.update(common.METHODS[name])
+  c.loss.update(kw)
+  return c.loss
+
+
+_STEPS = {}
+
+
+def one_step(model, params, batch, mesh, gate=False, name="scl", lr=1e-2, **kw):
+  """One train step from `params`; returns (state, host metrics). Steps are cached."""
+  key = (id(model), tuple(d.id for d in mesh.devices.flat), gate, name, lr,
+         tuple(sorted(kw.items())))
+  if key not in _STEPS:
+    lc = loss_cfg(name, gate=gate, **kw)
+    obj = objectives.build_objective(lc, num_labels=3, last_exit=model.cfg.num_layers)
+    tx = optim.make_optimizer(lr=lr, total_steps=10, warmup_ratio=0.0, clip_norm=0.0)
+    _STEPS[key] = (tx, step_lib.make_train_step(model, obj, tx, mesh, donate=False))
+  tx, fn = _STEPS[key]
+  state = step_lib.replicate(TrainState.create(params, tx, 0), mesh)
+  state, m = fn(state, step_lib.shard_batch(batch, mesh))
+  return state, {k: float(v) for k, v in jax.device_get(m).items()}

@@ -1,0 +1,75 @@
+"""ACL-Grad inside the data-parallel step: branches, fast 'top' mode, traces, 2 devices."""
+import jax
+import numpy as np
+import pytest
+
+from tests import helpers
+from tests.acl_utils import loss_cfg, one_step, step_lib, tiny_setup
+from acl_jax.train import objectives, optim
+from acl_jax.train.state import TrainState
+
+
+def _flat(state):
+  return np.concatenate([np.ravel(x) for x in jax.tree.leaves(jax.device_get(state.params))])
+
+
+@pytest.fixture(scope="module")
+def setup():
+  return tiny_setup(num_batches=2, dropout=0.1)
+
+
+@pytest.mark.parametrize("angle_params", ["all", "encoder", "top"])
+def test_gate_branches_match_ungated_updates(setup, angle_params):
+  """Threshold 180: always on == CE + lam*ACL; threshold ~0: always off == CE alone."""
+  model, params, batches = setup
+  mesh = step_lib.make_mesh(jax.devices()[:1])
+  b = batches[0]
+  summed, _ = one_step(model, params, b, mesh, name="acl")
+  ce_only, _ = one_step(model, params, b, mesh, name="acl", lam=0.0)
+  on, m_on = one_step(model, params, b, mesh, gate=True, name="acl", gate_threshold=180.0,
+                      angle_params=angle_params)
+  off, m_off = one_step(model, params, b, mesh, gate=True, name="acl", gate_threshold=1e-4,
+                        angle_params=angle_params)
+  assert m_on["gate/gate"] == 1.0 and m_off["gate/gate"] == 0.0
+  np.testing.assert_allclose(_flat(on), _flat(summed), atol=2e-6)
+  np.testing.assert_allclose(_flat(off), _flat(ce_only), atol=2e-6)
+  assert 0.0 <= m_on["gate/angle"] <= 180.0 and m_on["gate/norm_acl"] > 0
+
+
+def test_gated_step_traces_once(setup):
+  model, params, batches = setup
+  mesh = step_lib.make_mesh(jax.devices()[:1])
+  obj = objectives.build_objective(loss_cfg("acl", gate=True), num_labels=3, last_exit=3)
+  tx = optim.make_optimizer(lr=1e-3, total_steps=10)
+  state = step_lib.replicate(TrainState.create(params, tx, 0), mesh)
+  fn = step_lib.make_train_step(model, obj, tx, mesh, max_traces=1)
+  for b in batches * 2:
+    state, m = fn(state, step_lib.shard_batch(b, mesh))
+  assert int(state.step) == 4 and np.isfinite(float(m["loss"]))
+
+
+def test_gate_is_global_on_two_devices(tmp_path):
+  out = str(tmp_path / "g.npz")
+  p = helpers.run_py(["-m", "tests.workers", "gate_consistency", out],
+                     XLA_FLAGS="--xla_force_host_platform_device_count=2")
+  assert p.returncode == 0, p.stderr[-3000:]
+  d = np.load(out)
+  assert d["local"][0] != d["local"][1]  # the halves alone would branch differently
+  assert float(d["gate"]) in (0.0, 1.0)  # one branch on both replicas (pmean of 0/1 flags)
+  assert bool(d["same"])  # and bit-identical params on both devices
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(tau=0.0), "tau"), (dict(lam=-0.1), "lam"), (dict(gate_threshold=0.0), "threshold"),
+    (dict(gate_threshold=181.0), "threshold"), (dict(anchors="labels"), "anchors"),
+    (dict(gate_mode="mix"), "mode"), (dict(angle_params="top", gate_mode="project"), "top"),
+    (dict(angle_params="heads"), "angle_params")])
+def test_bad_acl_config(bad, match):
+  with pytest.raises(ValueError, match=match):
+    objectives.build_objective(loss_cfg("acl", gate=True, **bad), num_labels=3, last_exit=3)
+
+
+def test_acl_needs_a_linear_head():
+  from acl_jax.models import label_embeddings
+  with pytest.raises(ValueError, match="No linear classifier"):
+    label_embeddings({"encoder": {}}, 3)
