@@ -85,9 +85,11 @@ def summarize(times: Sequence[float]) -> dict[str, Any]:
 
 
 def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-  """A GitHub Markdown table; floats are printed with 3 significant digits."""
+  """A GitHub Markdown table; floats get 3 significant digits (whole numbers from 100 up)."""
   def cell(x):
-    return f"{x:.3g}" if isinstance(x, float) else str(x)
+    if not isinstance(x, float):
+      return str(x)
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.3g}"
   lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
   lines += ["| " + " | ".join(cell(x) for x in row) + " |" for row in rows]
   return "\n".join(lines)

@@ -20,8 +20,8 @@ What is measured:
       bucketing against padding every batch to 128. The sample is a seeded, stratified
       subset of the epoch's `train_plan` batches (every bucket of the epoch is present,
       in proportion where possible); the padded run uses the very same examples. Both pay
-      for batch building (`make_batch`, `shard_batch`). Every shape is compiled before
-      timing. The full-epoch estimate weights each bucket's median step time by its batch
+      for batch building (`make_batch`, `shard_batch`), and every step is waited for, so
+      each batch gets its own time. Every shape is compiled before timing. The full-epoch estimate weights each bucket's median step time by its batch
       count in the whole epoch.
 
 Ratios are ours/torch in examples/s: above 1 means acl-jax is faster.
@@ -309,7 +309,7 @@ def epoch_worker(args, chan: common.Channel) -> None:
   epoch_seqs = np.array([s for s, _ in plan])
   real_tokens = sum(int(cols["length"][idx].sum()) for _, idx in sample)
   out = {"task": "mr", "model": model_name, "batch_size": batch_size, "max_length": max_len,
-         "boundaries": list(boundaries), "plan": "train_plan(seed=%d, epoch=0)" % args.seed,
+         "boundaries": list(boundaries), "plan": f"train_plan(seed={args.seed}, epoch=0)",
          "epoch_batches": len(plan), "epoch_examples": len(plan) * batch_size,
          "epoch_bucket_counts": _counts(epoch_seqs), "sample_batches": len(sample),
          "sample_examples": n_sample, "sample_bucket_counts": _counts(seqs),
@@ -435,7 +435,8 @@ def report(results: dict) -> str:
              "", f"Bucketed/padded examples/s: {e['ratio_bucketed_over_padded']:.3g} on the "
              f"sample, {e['est_epoch_ratio_bucketed_over_padded']:.3g} estimated for the epoch "
              f"(epoch buckets {e['epoch_bucket_counts']}, sample {e['sample_bucket_counts']})."]
-  text += [""] + [f"NOTE: {n}" for n in results["notes"]] if results["notes"] else []
+  if results["notes"]:
+    text += [""] + [f"NOTE: {n}" for n in results["notes"]]
   return "\n".join(text)
 
 
@@ -492,9 +493,9 @@ def main():
     raise SystemExit(f"Unknown shapes {unknown}; known: {sorted(all_shapes())}.")
   machine = common.machine_info(REPO)
   notes = []
-  if machine["load_average_start"][0] > 0.25 * machine["cpus_usable"]:
+  if machine["load_average_start"][0] > 0.25 * machine["cpu_count"]:
     notes.append(f"The machine was busy at the start (1-min load average "
-                 f"{machine['load_average_start'][0]:.2f} on {machine['cpus_usable']} CPUs); "
+                 f"{machine['load_average_start'][0]:.2f} on {machine['cpu_count']} CPUs); "
                  "timings are unreliable.")
     print("NOTE: " + notes[-1], file=sys.stderr)
   if machine["cpus_usable"] != args.torch_threads:

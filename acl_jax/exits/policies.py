@@ -110,6 +110,13 @@ def get_policy(policy: str) -> Policy:
   return POLICIES[policy]
 
 
+def normalize_threshold(policy: str, threshold: Any) -> float | int:
+  """Validates a concrete `threshold` for `policy`; returns it as a Python float or int."""
+  if isinstance(threshold, (np.ndarray, jax.Array)) and np.ndim(threshold) == 0:
+    threshold = threshold.item()
+  return get_policy(policy).check(threshold)
+
+
 def check_threshold(policy: str, threshold: Any) -> jax.Array:
   """Validates `threshold` for `policy`; returns it as a scalar array of the policy's dtype.
 
@@ -117,9 +124,7 @@ def check_threshold(policy: str, threshold: Any) -> jax.Array:
   """
   pol = get_policy(policy)
   if not isinstance(threshold, jax.core.Tracer):
-    if isinstance(threshold, (np.ndarray, jax.Array)) and np.ndim(threshold) == 0:
-      threshold = threshold.item()
-    threshold = pol.check(threshold)
+    threshold = normalize_threshold(policy, threshold)
   return jnp.asarray(threshold, pol.dtype)
 
 

@@ -97,9 +97,7 @@ def sweep(cfg: EncoderConfig, params: Any, batches: Iterable[Mapping[str, np.nda
     (fraction of real examples whose exit layer and prediction equal the reference),
     num_examples, num_layers, batch_size.
   """
-  policies.get_policy(policy)
-  for t in thresholds:
-    policies.check_threshold(policy, t)
+  thresholds = [policies.normalize_threshold(policy, t) for t in thresholds]
   batches = list(batches)
   if not batches:
     raise ValueError("sweep needs at least one batch.")
@@ -139,7 +137,7 @@ def sweep(cfg: EncoderConfig, params: Any, batches: Iterable[Mapping[str, np.nda
     ref_preds = np.concatenate([p[r] for (_, p), r in zip(ref, real)])
     metric, metrics = _score(metric_fn, preds, labels)
     mean_layers = float(layer.mean()) if n else float(num_layers)
-    row = dict(policy=policy, threshold=policies.check_threshold(policy, t).item(), metric=metric, full_metric=full_metric,
+    row = dict(policy=policy, threshold=t, metric=metric, full_metric=full_metric,
                mean_layers=mean_layers, layer_speedup=num_layers / mean_layers,
                time_fast_s=time_fast, time_full_s=time_full,
                speedup=time_full / max(time_fast, 1e-12),
@@ -152,7 +150,7 @@ def sweep(cfg: EncoderConfig, params: Any, batches: Iterable[Mapping[str, np.nda
   return rows
 
 
-_COLUMNS = (("threshold", "threshold", "{}"), ("metric", "metric", "{:.4f}"),
+_COLUMNS = (("threshold", "threshold", "{:g}"), ("metric", "metric", "{:.4f}"),
             ("full-model metric", "full_metric", "{:.4f}"),
             ("mean layers", "mean_layers", "{:.2f}"),
             ("layer speed-up", "layer_speedup", "{:.2f}x"),

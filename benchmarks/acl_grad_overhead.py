@@ -1,0 +1,50 @@
+r"""Step time of ACL-Grad against the ungated CE+ACL sum and CE alone (MiniLM-L6, B32 L64).
+
+  python benchmarks/acl_grad_overhead.py [--reps 5] [--model minilm] [--batch 32] [--seq 64]
+
+Variants, timed in alternating repetitions in one process:
+  ce           CE only (one gradient)
+  acl_sum      CE + lam*ACL-Embed, one gradient of the summed loss (no gate)
+  acl_grad     ACL-Grad, angle over all params: two jax.grad calls + lax.cond
+  acl_grad_top ACL-Grad fast mode: angle on the top layer + heads, then one backward
+Targets: acl_grad <= 1.6x ce; acl_grad_top <= 1.15x acl_sum. Writes
+benchmarks/results/acl_grad_overhead.json.
+"""
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import common, variants  # noqa: E402
+
+VARIANTS = {
+    "ce": {"name": "ce"},
+    "acl_sum": {"name": "acl_embed", "lam": 0.5},
+    "acl_grad": {"name": "acl_embed", "lam": 0.5, "gate": True},
+    "acl_grad_top": {"name": "acl_embed", "lam": 0.5, "gate": True, "angle_params": "top"},
+}
+
+
+def main():
+  p = argparse.ArgumentParser()
+  p.add_argument("--model", default="minilm")
+  p.add_argument("--batch", type=int, default=32)
+  p.add_argument("--seq", type=int, default=64)
+  p.add_argument("--reps", type=int, default=5)
+  p.add_argument("--out", default=os.path.join(variants.REPO, "benchmarks", "results",
+                                               "acl_grad_overhead.json"))
+  a = p.parse_args()
+  res = variants.time_variants(a.model, a.batch, a.seq, VARIANTS, reps=a.reps)
+  rows = [[n, r["median"], r["median"] / res["ce"]["median"],
+           r["median"] / res["acl_sum"]["median"]] for n, r in res.items()]
+  table = common.markdown_table(["variant", "s/step (median)", "x CE", "x CE+ACL sum"], rows)
+  print(f"## ACL-Grad step overhead: {a.model} B{a.batch} L{a.seq}, {a.reps} alternating reps")
+  print(table)
+  common.write_json(a.out, {**variants.header(), "results": res, "table": table})
+  print(json.dumps({n: round(r["median"], 4) for n, r in res.items()}))
+
+
+if __name__ == "__main__":
+  main()

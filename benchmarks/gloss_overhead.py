@@ -1,0 +1,43 @@
+r"""Step time of CE+G-Loss against CE at batch 32, 64 and 128 (MiniLM-L6, L64).
+
+  python benchmarks/gloss_overhead.py [--batches 32,64,128] [--seq 64] [--reps 5]
+
+G-Loss builds the batch graph and solves label propagation with jnp.linalg.solve inside the
+step; the paper reports graph construction plus propagation under 2% of epoch time. Target:
+ratio <= 1.05. Writes benchmarks/results/gloss_overhead.json.
+"""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import common, variants  # noqa: E402
+
+VARIANTS = {"ce": {"name": "ce"}, "gloss": {"name": "gloss", "lam": 0.8, "sigma": 0.667}}
+
+
+def main():
+  p = argparse.ArgumentParser()
+  p.add_argument("--model", default="minilm")
+  p.add_argument("--batches", default="32,64,128")
+  p.add_argument("--seq", type=int, default=64)
+  p.add_argument("--reps", type=int, default=5)
+  p.add_argument("--out", default=os.path.join(variants.REPO, "benchmarks", "results",
+                                               "gloss_overhead.json"))
+  a = p.parse_args()
+  out, rows = {}, []
+  for b in (int(x) for x in a.batches.split(",")):
+    res = variants.time_variants(a.model, b, a.seq, VARIANTS, reps=a.reps)
+    out[b] = res
+    rows.append([b, res["ce"]["median"], res["gloss"]["median"],
+                 res["gloss"]["median"] / res["ce"]["median"]])
+    print(f"B{b}: ce {res['ce']['median']:.3f}s gloss {res['gloss']['median']:.3f}s", flush=True)
+  table = common.markdown_table(["batch", "CE s/step", "G-Loss s/step", "G-Loss / CE"], rows)
+  print(f"## G-Loss step overhead: {a.model} L{a.seq}, {a.reps} alternating reps")
+  print(table)
+  common.write_json(a.out, {**variants.header(), "results": out, "table": table})
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,88 @@
+r"""Alternating step-time comparison of loss variants on one model and batch (one process).
+
+Used by `acl_grad_overhead.py` and `gloss_overhead.py`: every variant gets its own jitted
+train step and state; after each is compiled and warmed up, timed repetitions go round-robin
+(v1, v2, ..., v1, v2, ...) so drift on the machine hits every variant alike.
+"""
+import os
+import sys
+import time
+
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+  sys.path.insert(0, REPO)
+
+from benchmarks import common  # noqa: E402  pylint: disable=wrong-import-position
+
+
+def time_variants(model_name: str, batch_size: int, seq_len: int, variants: dict, *,
+                  reps: int = 5, warmup: int = 2, seed: int = 0, num_labels: int = 2,
+                  steps_per_rep: int = 1) -> dict:
+  """Median step seconds of each variant.
+
+  Args:
+    model_name: "minilm", "bert_base" or "tiny" (see throughput.model_spec).
+    variants: name -> dict of `loss` config overrides (e.g. {"name": "acl_embed", "gate": True}).
+  Returns:
+    name -> {"median": s, ..., "compile_s": first call, "loss": last loss}.
+  """
+  import jax
+  from acl_jax.models import Classifier, config_from_hf, init_params, load_pretrained
+  from acl_jax.train import objectives, optim, step as step_lib
+  from acl_jax.train.state import TrainState
+  from benchmarks.throughput import Shape, model_spec, synthetic_batch
+  from configs.common import base_config
+
+  spec, folder = model_spec(model_name)
+  if folder:
+    model, params, _ = load_pretrained(folder, num_labels, with_tokenizer=False)
+  else:
+    cfg = config_from_hf(spec, num_labels=num_labels)
+    model, params = Classifier(cfg), init_params(cfg, jax.random.key(seed))
+  mesh = step_lib.make_mesh()
+  batch = step_lib.shard_batch(synthetic_batch(Shape(model_name, batch_size, seq_len),
+                                               spec["vocab_size"], seed), mesh)
+  tx = optim.make_optimizer(lr=2e-5, total_steps=100_000)
+  runs = {}
+  for name, over in variants.items():
+    c = base_config()
+    c.loss.update(over)
+    obj = objectives.build_objective(c.loss, num_labels=num_labels,
+                                     last_exit=model.cfg.num_layers)
+    fn = step_lib.make_train_step(model, obj, tx, mesh)
+    state = step_lib.replicate(TrainState.create(params, tx, seed), mesh)
+    runs[name] = {"fn": fn, "state": state, "times": []}
+
+  def go(name, n):
+    r = runs[name]
+    t0 = time.perf_counter()
+    for _ in range(n):
+      r["state"], m = r["fn"](r["state"], batch)
+    jax.block_until_ready(r["state"])
+    r["loss"] = float(m["loss"])
+    return (time.perf_counter() - t0) / n
+
+  for name in runs:
+    runs[name]["compile_s"] = go(name, 1)
+    for _ in range(warmup):
+      go(name, 1)
+  for _ in range(reps):
+    for name in runs:
+      runs[name]["times"].append(go(name, steps_per_rep))
+  return {name: {**common.summarize(r["times"]), "compile_s": r["compile_s"], "loss": r["loss"]}
+          for name, r in runs.items()}
+
+
+def ratio_rows(res: dict, base: str) -> list:
+  b = res[base]["median"]
+  return [[name, r["median"], r["median"] / b] for name, r in res.items()]
+
+
+def header(argv_note: str = "") -> dict:
+  return {"command": common.command_line(), "machine": common.machine_info(REPO),
+          "note": argv_note, "load_avg_start": os.getloadavg()}
+
+
+

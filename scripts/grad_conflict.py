@@ -1,0 +1,168 @@
+r"""The ACL paper's pilot: how often do the CE and contrastive gradients conflict?
+
+Fine-tunes once with CE+SCL and once with ACL-Embed (ungated). At every step it also takes, on
+the same batch and dropout key, three separate gradients (CE, SCL, ACL-Embed) and records the
+angles CE/SCL and CE/ACL over all parameters, plus over the top layer and heads only (what
+ACL-Grad's fast `angle_params="top"` mode sees), so the two gates' agreement can be counted.
+
+  python scripts/grad_conflict.py --task rte --data_dir ../shared/data/glue --steps 100 \
+      --out results/grad_conflict/rte
+  python scripts/grad_conflict.py --task mr --data_dir ../shared/data --steps 100 \
+      --max_length 64 --out results/grad_conflict/mr
+
+Writes per-step JSONL, `summary.json` (fraction of steps above 90 degrees, quantiles) and
+`angles.png` (histograms). Resumes: finished runs are skipped.
+"""
+import argparse
+import json
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from acl_jax import data as data_lib  # noqa: E402
+from acl_jax import losses  # noqa: E402
+from acl_jax.models import label_embeddings  # noqa: E402
+from acl_jax.train import loop, objectives, optim, step as step_lib  # noqa: E402
+from acl_jax.train.state import TrainState  # noqa: E402
+from configs import common  # noqa: E402
+
+
+def _angle(a, b, mask=None):
+  dot = losses.gate._tree_dot(a, b, mask)  # pylint: disable=protected-access
+  na = jnp.sqrt(losses.gate._tree_dot(a, a, mask))  # pylint: disable=protected-access
+  nb = jnp.sqrt(losses.gate._tree_dot(b, b, mask))  # pylint: disable=protected-access
+  return jnp.degrees(jnp.arccos(jnp.clip(dot / (na * nb + 1e-12), -1.0, 1.0)))
+
+
+def top_mask(params, num_layers):
+  """True on the top encoder layer and every exit head: the 'top' gate's parameters."""
+  top = f"layer_{num_layers - 1}"
+  def keep(path, _):
+    names = [getattr(k, "key", str(k)) for k in path]
+    return names[0].startswith("exit_") or (len(names) > 1 and names[1] == top)
+  return jax.tree_util.tree_map_with_path(keep, params)
+
+
+def make_probe(model, mesh, tau):
+  """Jitted (params, batch, key) -> angles CE/SCL and CE/ACL, full and top-only."""
+  last = model.cfg.num_layers
+
+  def per_device(params, batch, key):
+    key = jax.random.fold_in(key, jax.lax.axis_index(step_lib.AXIS))
+
+    def term(name):
+      def f(p):
+        logits, aux = model.apply({"params": p}, batch["input_ids"], batch["attention_mask"],
+                                  batch["token_type_ids"], train=True, rngs={"dropout": key})
+        y, f_ = batch["labels"], aux["feats"][-1]
+        if name == "ce":
+          return losses.cross_entropy(logits[-1], y)
+        if name == "scl":
+          return losses.scl_loss(f_, y, tau)
+        return losses.acl_embed_loss(f_, y, label_embeddings(p, last), tau)
+      return jax.grad(f)(params)
+
+    g = jax.lax.pmean({n: term(n) for n in ("ce", "scl", "acl")}, step_lib.AXIS)
+    mask = top_mask(params, last)
+    return {"scl": _angle(g["ce"], g["scl"]), "acl": _angle(g["ce"], g["acl"]),
+            "scl_top": _angle(g["ce"], g["scl"], mask), "acl_top": _angle(g["ce"], g["acl"], mask)}
+
+  from jax.sharding import PartitionSpec as P  # pylint: disable=import-outside-toplevel
+  return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(step_lib.AXIS), P()),
+                               out_specs=P()))
+
+
+def run(args, method, out_dir):
+  path = os.path.join(out_dir, f"{method}.jsonl")
+  if os.path.exists(path) and sum(1 for _ in open(path)) >= args.steps:
+    return [json.loads(x) for x in open(path)]
+  c = common.base_config()
+  c.task.name, c.task.data_dir, c.task.max_length = args.task, args.data_dir, args.max_length
+  c.task.max_train_examples = args.max_train_examples
+  c.loss.update(common.METHODS[method])
+  c.batch_size, c.seed, c.optim.lr = args.batch_size, args.seed, args.lr
+  setup = loop.build(c)
+  obj = objectives.build_objective(c.loss, num_labels=setup.task.num_labels,
+                                   last_exit=setup.model.cfg.num_layers)
+  tx = optim.make_optimizer(lr=c.optim.lr, total_steps=args.steps)
+  state = step_lib.replicate(TrainState.create(setup.params, tx, c.seed), setup.mesh)
+  train_step = step_lib.make_train_step(setup.model, obj, tx, setup.mesh)
+  probe = make_probe(setup.model, setup.mesh, c.loss.tau)
+  recs = []
+  for step, batch in data_lib.train_batches(setup.tok["train"], c.batch_size, c.seed, 0,
+                                            setup.boundaries):
+    if step >= args.steps:
+      break
+    batch.pop("index")
+    b = step_lib.shard_batch(batch, setup.mesh)
+    key = jax.random.fold_in(jax.random.PRNGKey(c.seed + 1), step)
+    a = {k: float(v) for k, v in jax.device_get(probe(state.params, b, key)).items()}
+    state, m = train_step(state, b)
+    recs.append({"step": step, "loss": float(m["loss"]), **a})
+    print(f"{args.task} {method} step {step}: CE/SCL {a['scl']:.1f} CE/ACL {a['acl']:.1f}",
+          flush=True)
+  with open(path, "w") as f:
+    f.writelines(json.dumps(r) + "\n" for r in recs)
+  return recs
+
+
+def summarise(recs):
+  out = {}
+  for k in ("scl", "acl"):
+    a = np.array([r[k] for r in recs])
+    top = np.array([r[k + "_top"] for r in recs])
+    out[k] = {"steps": len(a), "frac_above_90": float((a > 90).mean()),
+              "frac_75_105": float(((a >= 75) & (a <= 105)).mean()),
+              "median": float(np.median(a)), "p10": float(np.percentile(a, 10)),
+              "p90": float(np.percentile(a, 90)),
+              "top_gate_agrees_with_full": float(((a <= 90) == (top <= 90)).mean())}
+  return out
+
+
+def plot(results, path, title):
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 3.6), squeeze=False)
+  bins = np.linspace(0, 180, 37)
+  for ax, (method, recs) in zip(axes[0], results.items()):
+    for k, lab in (("scl", "CE vs SCL"), ("acl", "CE vs ACL-Embed")):
+      ax.hist([r[k] for r in recs], bins=bins, alpha=0.6, label=lab)
+    ax.axvline(90, color="k", lw=0.8, ls="--")
+    ax.set_title(f"{title}: training with {method}")
+    ax.set_xlabel("gradient angle (degrees)")
+    ax.legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+
+
+def main():
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--task", required=True)
+  p.add_argument("--data_dir", required=True)
+  p.add_argument("--steps", type=int, default=100)
+  p.add_argument("--batch_size", type=int, default=16)
+  p.add_argument("--max_length", type=int, default=128)
+  p.add_argument("--max_train_examples", type=int, default=0)
+  p.add_argument("--lr", type=float, default=2e-5)
+  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--methods", default="scl,acl_embed")
+  p.add_argument("--out", required=True)
+  args = p.parse_args()
+  os.makedirs(args.out, exist_ok=True)
+  results = {m: run(args, m, args.out) for m in args.methods.split(",")}
+  summary = {m: summarise(r) for m, r in results.items()}
+  summary["command"] = " ".join(["python"] + sys.argv)
+  with open(os.path.join(args.out, "summary.json"), "w") as f:
+    json.dump(summary, f, indent=2)
+  plot(results, os.path.join(args.out, "angles.png"), args.task)
+  print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+  main()
