@@ -18,6 +18,12 @@ METHODS = {
     "triplet": dict(name="triplet", lam=0.5),
     "cosine": dict(name="cosine", lam=0.5),
 }
+# Multi-exit presets (SPEC §3): an exit on every layer and a training strategy. ACL-CL's
+# final exit trains with CE + lambda ACL-Embed, gated by ACL-Grad.
+MULTI_EXIT = {
+    "jt": dict(strategy="jt"), "2st": dict(strategy="2st"), "alt": dict(strategy="alt"),
+    "kd": dict(strategy="kd"), "acl_cl": dict(strategy="acl_cl"),
+}
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -68,6 +74,15 @@ def base_config() -> ml_collections.ConfigDict:
   c.loss.gloss_form = "clean"  # "clean" or "official"
   c.loss.margin = 5.0  # triplet
 
+  c.multi_exit = ml_collections.ConfigDict()
+  c.multi_exit.strategy = ""  # "" (one exit) or jt, 2st, alt, kd, acl_cl (needs exits="all")
+  c.multi_exit.weights = "uniform"  # exit weights: "uniform" or "linear" (PABEE m/sum m)
+  c.multi_exit.stage1_fraction = 0.5  # 2ST: share of steps in stage 1 (backbone + last exit)
+  c.multi_exit.kd_temperature = 2.0
+  c.multi_exit.kd_alpha = 0.5  # KD: (1-alpha) CE_m + alpha T^2 KL(final || m)
+  c.multi_exit.lambda_cl = 0.5  # ACL-CL weight of the cross-layer loss on exits 1..M-1
+  c.multi_exit.teacher_grad = False  # ACL-CL: let gradients reach the teacher items
+
   c.optim = ml_collections.ConfigDict()
   c.optim.lr = 2e-5
   c.optim.warmup_ratio = 0.1
@@ -95,8 +110,14 @@ def apply_args(c: ml_collections.ConfigDict, arg: str | None) -> ml_collections.
       runlocal(c)
     elif w in METHODS:
       c.loss.update(METHODS[w])
+    elif w in MULTI_EXIT:
+      c.model.exits = "all"
+      c.multi_exit.update(MULTI_EXIT[w])
+      if w == "acl_cl":
+        c.loss.update(METHODS["acl"])
     else:
-      raise ValueError(f"Unknown config argument {w!r}; methods: {sorted(METHODS)}, or 'runlocal'.")
+      raise ValueError(f"Unknown config argument {w!r}; methods: {sorted(METHODS)}, "
+                       f"multi-exit strategies: {sorted(MULTI_EXIT)}, or 'runlocal'.")
   c.lock()  # unknown --config.x overrides now fail instead of being silently added
   return c
 

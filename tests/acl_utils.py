@@ -10,10 +10,10 @@ from configs import common
 __all__ = ["step_lib", "tiny_setup", "one_step", "loss_cfg"]
 
 
-def tiny_setup(num_batches=4, batch=8, seq=12, dropout=0.0, seed=0):
+def tiny_setup(num_batches=4, batch=8, seq=12, dropout=0.0, seed=0, exits="last"):
   cfg = EncoderConfig(vocab_size=200, hidden_size=32, num_layers=3, num_heads=4,
                       intermediate_size=64, num_labels=3, hidden_dropout=dropout,
-                      attention_dropout=dropout)
+                      attention_dropout=dropout, exits=exits)
   params = init_params(cfg, jax.random.key(seed))
   rng = np.random.default_rng(seed)
   batches = []

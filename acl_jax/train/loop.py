@@ -247,12 +247,13 @@ def train_and_evaluate(config, workdir: str) -> dict:
     sigma = meta.get("sigma") or _sigma_sqrt(setup, eval_step)
     log.info("G-Loss sigma (sqrt heuristic on pretrained train features): %.4f", sigma)
     meta["sigma"] = sigma
+  multi = objectives.multi_exit_from_config(cfg.multi_exit, len(setup.model.cfg.exit_layers),
+                                            total)
   objective = objectives.build_objective(cfg.loss, num_labels=setup.task.num_labels,
                                          last_exit=setup.model.cfg.num_layers,
-                                         class_weights=class_weights, sigma=sigma)
-  tx = optim.make_optimizer(lr=cfg.optim.lr, total_steps=total,
-                            warmup_ratio=cfg.optim.warmup_ratio,
-                            weight_decay=cfg.optim.weight_decay, clip_norm=cfg.optim.clip_norm)
+                                         class_weights=class_weights, sigma=sigma,
+                                         multi_exit=multi)
+  tx = make_tx(cfg, total, multi)
   state = TrainState.create(params, tx, cfg.seed)
   state = step_lib.replicate(state, setup.mesh)
   restored = ckpts.restore(state)
@@ -265,6 +266,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   meta.setdefault("evals_since_best", 0)
   meta["param_shapes"] = ckpt_lib.param_shapes(state.params)
   meta["num_labels"] = setup.task.num_labels
+  meta["total_steps"] = total
   main_metric = setup.task.main_metric
   writer = MetricWriter(workdir, start)
   if is_main():
@@ -349,6 +351,15 @@ def evaluate_best(setup: Setup, ckpts, state, eval_step, splits) -> dict:
   return out
 
 
+def make_tx(cfg, total_steps: int, multi=None):
+  """The optimizer of a config (multi-exit strategies get their parameter groups)."""
+  o = cfg.optim
+  return optim.make_optimizer(lr=o.lr, total_steps=total_steps, warmup_ratio=o.warmup_ratio,
+                              weight_decay=o.weight_decay, clip_norm=o.clip_norm,
+                              strategy=multi.strategy if multi else "",
+                              stage1_steps=multi.stage1_steps if multi else 0)
+
+
 def evaluate_workdir(config, workdir: str, splits) -> dict:
   """Rebuilds the model of a finished run and evaluates its best checkpoint."""
   setup = build(config)
@@ -356,7 +367,11 @@ def evaluate_workdir(config, workdir: str, splits) -> dict:
   meta = ckpts.read_meta(best=True) or ckpts.read_meta()
   if meta is None:
     raise FileNotFoundError(f"No checkpoint in {workdir}; train first.")
-  tx = optim.make_optimizer(lr=config.optim.lr, total_steps=max(int(meta["step"]), 1))
+  # The restore target needs the run's optimizer-state structure (not its values).
+  total = max(int(meta.get("total_steps", meta["step"])), 2)
+  multi = objectives.multi_exit_from_config(config.multi_exit, len(setup.model.cfg.exit_layers),
+                                            total)
+  tx = make_tx(config, total, multi)
   state = step_lib.replicate(TrainState.create(setup.params, tx, config.seed), setup.mesh)
   eval_step = step_lib.make_eval_step(setup.model, setup.mesh)
   try:

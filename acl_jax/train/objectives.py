@@ -1,14 +1,68 @@
-"""Training objectives built from the config: CE plus one auxiliary loss on exit features."""
+"""Training objectives built from the config.
+
+Single exit: CE plus at most one auxiliary loss on the final exit's feature (SPEC §2).
+Multi-exit (SPEC §3): the strategies JT, 2ST, ALT, KD and ACL-CL weight the exits' losses.
+
+Every objective returns two named terms, "ce" (everything outside the ACL-Grad gate) and,
+when there is one, "aux" (the gated auxiliary loss), plus logging metrics.
+"""
+import dataclasses
+
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from acl_jax import losses
 from acl_jax.models import label_embeddings
 from acl_jax.train.step import AXIS, GateSpec, Objective
 
-
 # What the ACL-Grad angle is measured over: every parameter, the encoder without heads,
 # LayerNorm and biases (RomeBERT), or the top layer and heads only (fast mode).
 ANGLE_PARAMS = ("all", "encoder", "top")
+STRATEGIES = ("", "jt", "2st", "alt", "kd", "acl_cl")
+EXIT_WEIGHTS = ("uniform", "linear")
+
+
+@dataclasses.dataclass(frozen=True)
+class MultiExit:
+  """Static description of a multi-exit strategy (from the config's `multi_exit` block)."""
+  strategy: str
+  weights: np.ndarray  # [num_exits], sums to 1
+  stage1_steps: int = 0  # 2ST: steps of stage 1
+  kd_temperature: float = 2.0
+  kd_alpha: float = 0.5
+  lambda_cl: float = 0.5
+  teacher_grad: bool = False
+
+
+def exit_weights(kind: str, num_exits: int) -> np.ndarray:
+  """`uniform` (1/M each) or `linear` (PABEE: m / sum(m)); both sum to 1."""
+  if kind not in EXIT_WEIGHTS:
+    raise ValueError(f"multi_exit.weights must be one of {EXIT_WEIGHTS}, got {kind!r}.")
+  w = np.ones(num_exits) if kind == "uniform" else np.arange(1, num_exits + 1, dtype=float)
+  return (w / w.sum()).astype(np.float32)
+
+
+def multi_exit_from_config(me_cfg, num_exits: int, total_steps: int) -> MultiExit | None:
+  """Validates the config's `multi_exit` block; None for single-exit training."""
+  s = me_cfg.strategy.lower()
+  if s not in STRATEGIES:
+    raise ValueError(f"Unknown multi_exit.strategy {me_cfg.strategy!r}; known: "
+                     f"{[x for x in STRATEGIES if x]} (or '' for single-exit training).")
+  if not s:
+    return None
+  if num_exits < 2:
+    raise ValueError(f"multi_exit.strategy={s!r} needs an exit on every layer: set "
+                     "model.exits='all'.")
+  if not 0 < me_cfg.stage1_fraction < 1:
+    raise ValueError(f"multi_exit.stage1_fraction must be in (0, 1), got {me_cfg.stage1_fraction}.")
+  if me_cfg.kd_temperature <= 0 or not 0 <= me_cfg.kd_alpha <= 1:
+    raise ValueError("multi_exit.kd_temperature must be > 0 and kd_alpha in [0, 1].")
+  if me_cfg.lambda_cl < 0:
+    raise ValueError(f"multi_exit.lambda_cl must be >= 0, got {me_cfg.lambda_cl}.")
+  return MultiExit(s, exit_weights(me_cfg.weights, num_exits),
+                   int(round(me_cfg.stage1_fraction * total_steps)), float(me_cfg.kd_temperature),
+                   float(me_cfg.kd_alpha), float(me_cfg.lambda_cl), bool(me_cfg.teacher_grad))
 
 
 def _weights(entry: losses.LossEntry, lam: float) -> dict[str, float]:
@@ -19,8 +73,74 @@ def _weights(entry: losses.LossEntry, lam: float) -> dict[str, float]:
   return {"ce": 1.0, "aux": lam}
 
 
+def _aux_fn(loss_cfg, num_labels, last_exit, class_weights, sigma):
+  """The auxiliary loss of the final exit: (params, feats, labels, key, mask) -> loss."""
+  name = loss_cfg.name
+  if name in ("scl", "acl_embed"):
+    losses.check_tau(loss_cfg.tau)
+  if name == "scl":
+    return lambda p, f, y, k, m: losses.scl_loss(f, y, loss_cfg.tau, example_mask=m)
+  if name == "acl_embed":
+    losses.check_anchors(loss_cfg.anchors)
+    return lambda p, f, y, k, m: losses.acl_embed_loss(
+        f, y, label_embeddings(p, last_exit), loss_cfg.tau, anchors=loss_cfg.anchors,
+        example_mask=m)
+  if name == "gloss":
+    sigma = float(loss_cfg.sigma if sigma is None else sigma)
+    losses.check_sigma(sigma)
+    keep, hide = loss_cfg.gamma_keep, loss_cfg.gamma_hide
+    gamma_keep = 0.7 if keep < 0 and hide < 0 else losses.resolve_gamma(
+        keep if keep >= 0 else None, hide if hide >= 0 else None)
+    return lambda p, f, y, k, m: losses.gloss(
+        f, y, k, num_labels, sigma=sigma, gamma_keep=gamma_keep, form=loss_cfg.gloss_form,
+        class_weights=class_weights)
+  if name == "triplet":
+    return lambda p, f, y, k, m: losses.triplet_loss(f, y, margin=loss_cfg.margin, example_mask=m)
+  if name == "cosine":
+    return lambda p, f, y, k, m: losses.cosine_loss(f, y, example_mask=m)
+  return None
+
+
+def _kd(student_logits, teacher_logits, temperature):
+  """T^2 * KL(softmax(teacher/T) || softmax(student/T)), mean over the batch."""
+  t = jax.nn.log_softmax(jax.lax.stop_gradient(teacher_logits) / temperature, -1)
+  s = jax.nn.log_softmax(student_logits / temperature, -1)
+  return temperature ** 2 * jnp.mean(jnp.sum(jnp.exp(t) * (t - s), -1))
+
+
+def _multi_exit_ce(me: MultiExit, params, logits, aux, batch, cw, step, tau):
+  """The non-gated part of a multi-exit objective: (loss, metrics). SPEC §2.5 and §3."""
+  labels, mask = batch["labels"], batch.get("example_mask")
+  ce = jnp.stack([losses.cross_entropy(lg, labels, cw, mask, axis_name=AXIS) for lg in logits])
+  w = jnp.asarray(me.weights)
+  metrics = {f"ce/exit_{i + 1}": ce[i] for i in range(len(ce))}
+  if me.strategy == "jt":
+    return jnp.sum(w * ce), metrics
+  if me.strategy == "alt":
+    # Even steps: the final exit alone; odd steps: every exit (the optimizer also leaves the
+    # lower heads untouched on even steps, see optim.exit_groups).
+    return jnp.where(step % 2 == 0, ce[-1], jnp.sum(w * ce)), metrics
+  if me.strategy == "2st":
+    lower_w = w[:-1] / jnp.sum(w[:-1])
+    return jnp.where(step < me.stage1_steps, ce[-1], jnp.sum(lower_w * ce[:-1])), metrics
+  if me.strategy == "kd":
+    kd = jnp.stack([_kd(lg, logits[-1], me.kd_temperature) for lg in logits[:-1]])
+    per_exit = jnp.concatenate([(1 - me.kd_alpha) * ce[:-1] + me.kd_alpha * kd, ce[-1:]])
+    metrics.update({f"kd/exit_{i + 1}": kd[i] for i in range(len(kd))})
+    return jnp.sum(w * per_exit), metrics
+  # ACL-CL: each lower exit's CE + lambda_cl * cross-layer contrastive loss against the top.
+  layers = sorted(int(k.split("_")[1]) for k in params if k.startswith("exit_"))
+  t_feat, t_emb = aux["feats"][-1], label_embeddings(params, layers[-1])
+  cl = jnp.stack([losses.acl_cl_loss(aux["feats"][i], label_embeddings(params, m), t_feat, t_emb,
+                                     labels, tau, teacher_grad=me.teacher_grad, example_mask=mask)
+                  for i, m in enumerate(layers[:-1])])
+  per_exit = jnp.concatenate([ce[:-1] + me.lambda_cl * cl, ce[-1:]])
+  metrics.update({f"acl_cl/exit_{i + 1}": cl[i] for i in range(len(cl))})
+  return jnp.sum(w * per_exit), metrics
+
+
 def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=None,
-                    sigma: float | None = None) -> Objective:
+                    sigma: float | None = None, multi_exit: MultiExit | None = None) -> Objective:
   """Builds the objective named by `loss_cfg.name` (a key of `acl_jax.losses.LOSSES`).
 
   Args:
@@ -29,6 +149,7 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
     last_exit: 1-based layer of the final exit (its kernel gives the label embeddings).
     class_weights: optional [K] CE class weights.
     sigma: G-Loss kernel width overriding loss_cfg.sigma (the `sqrt` heuristic's value).
+    multi_exit: a multi-exit strategy (`multi_exit_from_config`), or None for one exit.
   """
   entry = losses.get_loss(loss_cfg.name)
   lam = float(loss_cfg.lam)
@@ -39,42 +160,36 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
                      f"got {lam}.")
   name = loss_cfg.name
   cw = None if class_weights is None else jnp.asarray(class_weights, jnp.float32)
-  aux_fn = None
-  if name in ("scl", "acl_embed"):
-    losses.check_tau(loss_cfg.tau)
-  if name == "acl_embed":
-    losses.check_anchors(loss_cfg.anchors)
-  if name == "gloss":
-    sigma = float(loss_cfg.sigma if sigma is None else sigma)
-    losses.check_sigma(sigma)
-    keep, hide = loss_cfg.gamma_keep, loss_cfg.gamma_hide
-    gamma_keep = 0.7 if keep < 0 and hide < 0 else losses.resolve_gamma(
-        keep if keep >= 0 else None, hide if hide >= 0 else None)
-  if name == "scl":
-    aux_fn = lambda p, f, y, k, m: losses.scl_loss(f, y, loss_cfg.tau, example_mask=m)
-  elif name == "acl_embed":
-    aux_fn = lambda p, f, y, k, m: losses.acl_embed_loss(
-        f, y, label_embeddings(p, last_exit), loss_cfg.tau, anchors=loss_cfg.anchors,
-        example_mask=m)
-  elif name == "gloss":
-    aux_fn = lambda p, f, y, k, m: losses.gloss(
-        f, y, k, num_labels, sigma=sigma, gamma_keep=gamma_keep,
-        form=loss_cfg.gloss_form, class_weights=cw)
-  elif name == "triplet":
-    aux_fn = lambda p, f, y, k, m: losses.triplet_loss(f, y, margin=loss_cfg.margin)
-  elif name == "cosine":
-    aux_fn = lambda p, f, y, k, m: losses.cosine_loss(f, y)
+  aux_fn = _aux_fn(loss_cfg, num_labels, last_exit, cw, sigma)
+  weights = _weights(entry, lam)
+  if multi_exit is not None:
+    if multi_exit.strategy == "acl_cl":
+      losses.check_tau(loss_cfg.tau)
+    if aux_fn is not None and multi_exit.strategy != "acl_cl":
+      raise ValueError(f"loss.name={name!r} with multi_exit.strategy={multi_exit.strategy!r}: "
+                       "only ACL-CL adds a contrastive loss to multi-exit training; use "
+                       "loss.name='ce' (or 'acl_embed' with acl_cl).")
+    # Multi-exit weights are already inside the "ce" term; the final exit's aux loss is
+    # additive on top of it (SPEC §2.5: the last exit trains with CE + lambda * L_ACL).
+    weights = {"ce": 1.0, "aux": lam} if aux_fn is not None else {"ce": 1.0}
 
-  def terms(params, logits, aux, batch, key):
+  def terms(params, logits, aux, batch, key, step):
     labels = batch["labels"]
     mask = batch.get("example_mask")
-    out = {"ce": losses.cross_entropy(logits[-1], labels, cw, mask, axis_name=AXIS)}
     metrics = {"train_acc": jnp.mean((jnp.argmax(logits[-1], -1) == labels).astype(jnp.float32))}
+    if multi_exit is None:
+      out = {"ce": losses.cross_entropy(logits[-1], labels, cw, mask, axis_name=AXIS)}
+    else:
+      ce, extra = _multi_exit_ce(multi_exit, params, logits, aux, batch, cw, step, loss_cfg.tau)
+      out = {"ce": ce}
+      metrics.update(extra)
     if aux_fn is not None:
       val = aux_fn(params, aux["feats"][-1], labels, key, mask)
       if isinstance(val, tuple):
         val, extra = val
         metrics.update(extra)
+      if multi_exit is not None:
+        val = multi_exit.weights[-1] * val  # the final exit's share of sum_m w_m L_m
       out["aux"] = val
     return out, metrics
 
@@ -91,6 +206,5 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
       raise ValueError("loss.angle_params='top' supports gate_mode='drop' only: 'project' "
                        "needs the full-parameter gradients; use angle_params='all'.")
     gate = GateSpec(float(loss_cfg.gate_threshold), loss_cfg.gate_mode, loss_cfg.angle_params)
-  label = name + ("+grad" if gate else "")
-  return Objective(label, terms, _weights(entry, lam), gate)
-
+  label = (multi_exit.strategy + ":" if multi_exit else "") + name + ("+grad" if gate else "")
+  return Objective(label, terms, weights, gate)

@@ -63,7 +63,7 @@ class GateSpec:
 class Objective:
   """A training objective: named scalar loss terms and their weights in the total.
 
-  `terms(params, logits, aux, batch, key)` is pure and returns `(terms, metrics)`, dicts of
+  `terms(params, logits, aux, batch, key, step)` is pure and returns `(terms, metrics)`, dicts of
   scalars. The total loss is sum_k weights[k] * terms[k]. With `gate`, the step takes
   separate gradients of "ce" and "aux" and combines them with the angle gate.
   """
@@ -103,7 +103,7 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
 
     def terms_fn(params):
       logits, aux = _forward(model, params, batch, drop_key, True)
-      return objective.terms(params, logits, aux, batch, loss_key)
+      return objective.terms(params, logits, aux, batch, loss_key, state.step)
 
     def loss_of(names, weights=objective.weights):
       def f(params):
@@ -118,7 +118,7 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
       grads = lax.pmean(grads, AXIS)
     elif objective.gate.angle_params == "top":
       grads, terms, metrics, info = _top_gated_grads(model, objective, state.params, batch,
-                                                     drop_key, loss_key)
+                                                     drop_key, loss_key, state.step)
       metrics_out.update({f"gate/{k}": v for k, v in info.items()})
     else:
       from acl_jax.losses import angle_gate, encoder_angle_mask  # pylint: disable=import-outside-toplevel
@@ -165,7 +165,7 @@ def _merge_params(upper, lower):
   return out
 
 
-def _top_gated_grads(model, objective: Objective, params, batch, drop_key, loss_key):
+def _top_gated_grads(model, objective: Objective, params, batch, drop_key, loss_key, step):
   """ACL-Grad with the angle measured on the top layer and the heads only (fast mode).
 
   The forward is split below the top layer. The CE and ACL gradients of the upper part
@@ -190,7 +190,8 @@ def _top_gated_grads(model, objective: Objective, params, batch, drop_key, loss_
     def f(up, x_in):
       logits, aux = model.apply({"params": up}, x_in, mask, cls_lower, True, method="upper",
                                 rngs=rngs)
-      terms, metrics = objective.terms(_merge_params(up, lower_p), logits, aux, batch, loss_key)
+      terms, metrics = objective.terms(_merge_params(up, lower_p), logits, aux, batch, loss_key,
+                                       step)
       return _weighted(terms, weights, names), (terms, metrics)
     return f
 

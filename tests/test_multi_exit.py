@@ -1,0 +1,127 @@
+"""Multi-exit training strategies: loss weighting and optimizer-side freezing (SPEC §3)."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from acl_jax import losses
+from acl_jax.models import label_embeddings
+from acl_jax.train import objectives, optim, step as step_lib
+from acl_jax.train.state import TrainState
+from configs import common
+from tests.acl_utils import tiny_setup
+
+TOTAL = 6
+
+
+@pytest.fixture(scope="module")
+def setup():
+  return tiny_setup(num_batches=1, dropout=0.0, exits="all")
+
+
+def _cfg(strategy, **me):
+  c = common.base_config()
+  c.multi_exit.strategy = strategy
+  c.multi_exit.update(me)
+  if strategy == "acl_cl":
+    c.loss.update(common.METHODS["acl_embed"])
+  return c
+
+
+def _run(setup, strategy, steps, **me):
+  """Runs `steps` steps of a strategy; returns the params before each step and metrics."""
+  model, params, (batch,) = setup
+  c = _cfg(strategy, **me)
+  multi = objectives.multi_exit_from_config(c.multi_exit, 3, TOTAL)
+  obj = objectives.build_objective(c.loss, num_labels=3, last_exit=3, multi_exit=multi)
+  tx = optim.make_optimizer(lr=1e-2, total_steps=TOTAL, warmup_ratio=0.0,
+                            strategy=multi.strategy, stage1_steps=multi.stage1_steps)
+  mesh = step_lib.make_mesh(jax.devices()[:1])
+  state = step_lib.replicate(TrainState.create(params, tx, 0), mesh)
+  fn = step_lib.make_train_step(model, obj, tx, mesh, donate=False)
+  history, ms = [jax.device_get(state.params)], []
+  for _ in range(steps):
+    state, m = fn(state, step_lib.shard_batch(batch, mesh))
+    history.append(jax.device_get(state.params))
+    ms.append(jax.device_get(m))
+  return history, ms, multi
+
+
+def _same(a, b):
+  return all(np.array_equal(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+def test_alt_even_steps_touch_only_the_last_head(setup):
+  h, _, _ = _run(setup, "alt", 4)
+  for s in range(4):
+    lower_same = all(_same(h[s][f"exit_{m}"], h[s + 1][f"exit_{m}"]) for m in (1, 2))
+    assert lower_same == (s % 2 == 0), f"step {s}"
+    assert not _same(h[s]["exit_3"], h[s + 1]["exit_3"])
+    assert not _same(h[s]["encoder"], h[s + 1]["encoder"])
+
+
+def test_2st_stage2_freezes_backbone_bit_identically(setup):
+  h, _, multi = _run(setup, "2st", TOTAL)
+  s1 = multi.stage1_steps
+  assert s1 == TOTAL // 2
+  for s in range(TOTAL):
+    frozen_main = _same(h[s]["encoder"], h[s + 1]["encoder"]) and _same(h[s]["exit_3"],
+                                                                      h[s + 1]["exit_3"])
+    frozen_lower = all(_same(h[s][f"exit_{m}"], h[s + 1][f"exit_{m}"]) for m in (1, 2))
+    assert frozen_main == (s >= s1) and frozen_lower == (s < s1), f"step {s}"
+
+
+@pytest.mark.parametrize("kind,want", [("uniform", [1 / 3] * 3), ("linear", [1 / 6, 2 / 6, 3 / 6])])
+def test_jt_weights(setup, kind, want):
+  _, ms, multi = _run(setup, "jt", 1, weights=kind)
+  np.testing.assert_allclose(multi.weights, want, rtol=1e-6)
+  m = ms[0]
+  ce = [m[f"ce/exit_{i}"] for i in (1, 2, 3)]
+  np.testing.assert_allclose(m["loss"], np.dot(want, ce), rtol=1e-5)
+
+
+def test_kd_and_acl_cl_losses_match_their_formulas(setup):
+  model, params, (batch,) = setup
+  logits, aux = model.apply({"params": params}, batch["input_ids"], batch["attention_mask"])
+  y = jnp.asarray(batch["labels"])
+  w = np.full(3, 1 / 3)
+  ce = [float(losses.cross_entropy(lg, y)) for lg in logits]
+  # KD: (1-a) CE_m + a T^2 KL(p_M^T || p_m^T) on lower exits, CE on the last.
+  _, ms, _ = _run(setup, "kd", 1, kd_temperature=2.0, kd_alpha=0.5)
+  pt = jax.nn.softmax(logits[-1] / 2.0)
+  kl = [float(4.0 * jnp.mean(jnp.sum(pt * (jnp.log(pt) - jax.nn.log_softmax(lg / 2.0)), -1)))
+        for lg in logits[:2]]
+  want = sum(w[i] * (0.5 * ce[i] + 0.5 * kl[i]) for i in range(2)) + w[2] * ce[2]
+  np.testing.assert_allclose(ms[0]["loss/ce"], want, rtol=1e-4)
+  # ACL-CL: lower exits CE + lambda_cl * L_CL against the top exit; last exit CE + lam ACL.
+  _, ms, _ = _run(setup, "acl_cl", 1, lambda_cl=0.5)
+  f = aux["feats"]
+  cl = [float(losses.acl_cl_loss(f[i], label_embeddings(params, i + 1), f[2],
+                                 label_embeddings(params, 3), y, 0.3)) for i in range(2)]
+  want = sum(w[i] * (ce[i] + 0.5 * cl[i]) for i in range(2)) + w[2] * ce[2]
+  np.testing.assert_allclose(ms[0]["loss/ce"], want, rtol=1e-4)
+  acl = float(losses.acl_embed_loss(f[2], y, label_embeddings(params, 3), 0.3))
+  np.testing.assert_allclose(ms[0]["loss/aux"], w[2] * acl, rtol=1e-4)
+  np.testing.assert_allclose(ms[0]["loss"], want + 0.5 * w[2] * acl, rtol=1e-4)
+
+
+def test_multi_exit_bad_config():
+  c = _cfg("pabee")
+  with pytest.raises(ValueError, match="Unknown multi_exit.strategy 'pabee'"):
+    objectives.multi_exit_from_config(c.multi_exit, 3, 10)
+  with pytest.raises(ValueError, match="model.exits='all'"):
+    objectives.multi_exit_from_config(_cfg("jt").multi_exit, 1, 10)
+  with pytest.raises(ValueError, match="weights"):
+    objectives.multi_exit_from_config(_cfg("jt", weights="square").multi_exit, 3, 10)
+  c = _cfg("jt")
+  c.loss.update(common.METHODS["scl"])
+  with pytest.raises(ValueError, match="only ACL-CL"):
+    objectives.build_objective(c.loss, num_labels=3, last_exit=3,
+                               multi_exit=objectives.multi_exit_from_config(c.multi_exit, 3, 10))
+
+
+def test_presets_set_all_exits():
+  from configs import glue
+  c = glue.get_config("sst2,acl_cl")
+  assert c.model.exits == "all" and c.multi_exit.strategy == "acl_cl" and c.loss.gate
+  assert glue.get_config("mrpc,2st").multi_exit.strategy == "2st"
