@@ -2,6 +2,10 @@ r"""Evaluates a trained workdir's best checkpoint and writes DIR/results.json.
 
   python eval.py --workdir runs/quickstart --split dev
   python eval.py --workdir runs/mr_gloss --split test
+
+Early-exit sweep of multi-exit runs (table per workdir, one plot with a curve per workdir):
+  python eval.py --workdir runs/sst2_jt,runs/sst2_acl_cl --exit_policy entropy \
+      --thresholds 0,0.05,0.1,0.2,0.3,0.4
 """
 import json
 import logging
@@ -12,18 +16,61 @@ from absl import app, flags
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A workdir written by train.py.")
 _SPLIT = flags.DEFINE_string("split", "dev", "Comma list of splits to evaluate (dev, test, ...).")
+_POLICY = flags.DEFINE_string("exit_policy", None,
+                              "Early-exit sweep: entropy, confidence or patience.")
+_THRESHOLDS = flags.DEFINE_list("thresholds", None, "Early-exit thresholds to sweep.")
+_EXIT_BATCH = flags.DEFINE_integer("exit_batch_size", 32, "Batch size of the early-exit sweep.")
+_PLOT = flags.DEFINE_string("plot", None, "PNG of the quality-speed curves (default: in the "
+                            "first workdir).")
+
+
+def _config(workdir):
+  import ml_collections  # pylint: disable=import-outside-toplevel
+  path = os.path.join(workdir, "config.json")
+  if not os.path.isfile(path):
+    raise app.UsageError(f"{path} not found: --workdir must be a folder written by train.py.")
+  with open(path) as f:
+    return ml_collections.ConfigDict(json.load(f))
+
+
+def early_exit(workdirs):
+  """Sweeps the early-exit policy on each workdir; one curve per workdir in one plot."""
+  from acl_jax import exits  # pylint: disable=import-outside-toplevel
+  from acl_jax.train import loop  # pylint: disable=import-outside-toplevel
+  if _POLICY.value not in exits.POLICIES:
+    raise app.UsageError(f"Unknown --exit_policy {_POLICY.value!r}; known: {sorted(exits.POLICIES)}.")
+  if not _THRESHOLDS.value:
+    raise app.UsageError("--exit_policy needs --thresholds, e.g. --thresholds=0.05,0.1,0.2.")
+  cast = int if _POLICY.value == "patience" else float
+  try:
+    thresholds = [cast(t) for t in _THRESHOLDS.value]
+  except ValueError as e:
+    raise app.UsageError(f"--thresholds for {_POLICY.value} must be {cast.__name__}s: {e}") from e
+  split = _SPLIT.value.split(",")[0]
+  jsons = []
+  for wd in workdirs:
+    md, js = loop.early_exit_workdir(_config(wd), wd, split, _POLICY.value, thresholds,
+                                     batch_size=_EXIT_BATCH.value)
+    print(open(md).read())
+    print(f"wrote {md}")
+    jsons.append(js)
+  sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts"))
+  import plot_quality_speed  # pylint: disable=import-outside-toplevel
+  png = _PLOT.value or os.path.join(workdirs[0], f"quality_speed_{_POLICY.value}_{split}.png")
+  plot_quality_speed.main(jsons + ["--out", png])
+  print(f"wrote {png}")
 
 
 def main(argv):
   del argv
   logging.basicConfig(level=logging.INFO, stream=sys.stdout)
-  import ml_collections  # pylint: disable=import-outside-toplevel
   from acl_jax.train import loop  # pylint: disable=import-outside-toplevel
-  path = os.path.join(_WORKDIR.value, "config.json")
-  if not os.path.isfile(path):
-    raise app.UsageError(f"{path} not found: --workdir must be a folder written by train.py.")
-  with open(path) as f:
-    config = ml_collections.ConfigDict(json.load(f))
+  workdirs = _WORKDIR.value.split(",")
+  if _POLICY.value:
+    return early_exit(workdirs)
+  if len(workdirs) > 1:
+    raise app.UsageError("Several workdirs are only supported with --exit_policy.")
+  config = _config(_WORKDIR.value)
   results = loop.evaluate_workdir(config, _WORKDIR.value, _SPLIT.value.split(","))
   out = os.path.join(_WORKDIR.value, "results.json")
   with open(out, "w") as f:

@@ -378,3 +378,48 @@ def evaluate_workdir(config, workdir: str, splits) -> dict:
     return evaluate_best(setup, ckpts, state, eval_step, splits)
   finally:
     ckpts.close()
+
+
+def early_exit_workdir(config, workdir: str, split: str, policy: str, thresholds,
+                       batch_size: int = 32, repeats: int = 3) -> tuple[str, str]:
+  """Sweeps an early-exit policy over thresholds on a multi-exit run's best checkpoint.
+
+  Writes `early_exit_{policy}_{split}.md/.json` into the workdir (metric, mean layers, layer
+  speed-up and measured wall-clock speed-up against the full model on the same batches).
+  """
+  from acl_jax import exits  # pylint: disable=import-outside-toplevel
+  if config.model.exits != "all":
+    raise ValueError(f"{workdir} was trained with model.exits={config.model.exits!r}: "
+                     "early-exit evaluation needs a checkpoint trained with exits='all' "
+                     "(e.g. configs/glue.py:sst2,jt).")
+  from acl_jax.exits.policies import check_threshold  # pylint: disable=import-outside-toplevel
+  for t in thresholds:  # fail before loading anything
+    check_threshold(policy, t)
+  setup = build(config)
+  ckpts = ckpt_lib.Checkpoints(workdir)
+  meta = ckpts.read_meta(best=True) or ckpts.read_meta()
+  if meta is None:
+    raise FileNotFoundError(f"No checkpoint in {workdir}; train first.")
+  total = max(int(meta.get("total_steps", meta["step"])), 2)
+  multi = objectives.multi_exit_from_config(config.multi_exit, len(setup.model.cfg.exit_layers),
+                                            total)
+  tx = make_tx(config, total, multi)
+  state = TrainState.create(setup.params, tx, config.seed)
+  state = step_lib.replicate(state, setup.mesh)
+  restored = ckpts.restore(state, best=True) or ckpts.restore(state)
+  ckpts.close()
+  params = jax.device_get(restored[0].params)
+  ds = setup.tok[split]
+  batches = list(data_lib.eval_batches(ds, batch_size, setup.boundaries,
+                                       pad_id=setup.tokenizer.pad_token_id or 0))
+  names = setup.task.metrics
+  k = setup.task.num_labels
+
+  def metric_fn(preds, labels):
+    return metrics_lib.compute(preds, labels, k, names)
+
+  rows = exits.sweep(setup.model.cfg, params, batches, None, policy, thresholds,
+                     metric_fn=metric_fn, repeats=repeats)
+  label = f"{os.path.basename(os.path.normpath(workdir))}"
+  return exits.write_table(rows, os.path.join(workdir, f"early_exit_{policy}_{split}.md"),
+                           label=label)

@@ -1,0 +1,155 @@
+r"""Resumable grid sweeps over config fields, methods and seeds, with a mean +- std table.
+
+  python scripts/sweep.py --root runs/sweeps/sst2 --config configs/glue.py:sst2 \
+      --methods ce,scl,acl_embed,acl --seeds 0,1,2 \
+      --set task.data_dir=../shared/data/glue --set task.max_train_examples=2000 \
+      --grid loss.lam=0.1,0.5,0.9
+
+Every run gets its own workdir under --root, named from its settings
+(`method=acl,loss.lam=0.5,seed=1`), and is one `train.py` process, so re-running the same
+command skips finished runs (results.json present) and resumes half-finished ones from their
+checkpoints. The summary (`summary.md`, `summary.json`) gives mean +- std over seeds and the
+seed count for every metric of every evaluated split. Extra train.py flags (e.g.
+`--distributed` on a multi-host job) go after `--`.
+
+  python scripts/sweep.py --root runs/sweeps/sst2 --aggregate_only
+"""
+import argparse
+import itertools
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_name(settings: dict) -> str:
+  return ",".join(f"{k}={v}" for k, v in settings.items())
+
+
+def plan(args) -> list[dict]:
+  """Every run of the sweep as an ordered dict of settings (method, grid fields, seed)."""
+  axes = []
+  if args.methods:
+    axes.append([("method", m) for m in args.methods.split(",")])
+  for g in args.grid or []:
+    key, _, values = g.partition("=")
+    if not values:
+      raise SystemExit(f"--grid {g!r}: expected key=v1,v2,...")
+    axes.append([(key, v) for v in values.split(",")])
+  axes.append([("seed", s) for s in args.seeds.split(",")])
+  return [dict(combo) for combo in itertools.product(*axes)]
+
+
+def train_command(args, settings: dict, workdir: str) -> list[str]:
+  config = args.config
+  if "method" in settings:
+    config += ("," if ":" in config else ":") + settings["method"]
+  cmd = [sys.executable, os.path.join(REPO, "train.py"), "--config", config, "--workdir",
+         workdir, f"--config.seed={settings['seed']}", "--config.progress=False"]
+  cmd += [f"--config.{kv}" for kv in args.set or []]
+  cmd += [f"--config.{k}={v}" for k, v in settings.items() if k not in ("method", "seed")]
+  return cmd + args.extra
+
+
+def run_all(args) -> None:
+  runs = plan(args)
+  os.makedirs(args.root, exist_ok=True)
+  for i, settings in enumerate(runs):
+    wd = os.path.join(args.root, run_name(settings))
+    if os.path.exists(os.path.join(wd, "results.json")):
+      print(f"[{i + 1}/{len(runs)}] done: {wd}", flush=True)
+      continue
+    cmd = train_command(args, settings, wd)
+    print(f"[{i + 1}/{len(runs)}] run: {' '.join(cmd)}", flush=True)
+    if args.dry_run:
+      continue
+    os.makedirs(wd, exist_ok=True)
+    with open(os.path.join(wd, "train.log"), "a") as log:
+      rc = subprocess.call(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    if rc != 0:
+      print(f"  FAILED (exit {rc}); see {wd}/train.log", flush=True)
+      if not args.keep_going:
+        raise SystemExit(rc)
+
+
+def _read(root: str) -> list[tuple[dict, dict]]:
+  out = []
+  for name in sorted(os.listdir(root)):
+    path = os.path.join(root, name, "results.json")
+    if not os.path.isfile(path):
+      continue
+    settings = dict(kv.split("=", 1) for kv in name.split(","))
+    out.append((settings, json.load(open(path))))
+  return out
+
+
+def aggregate(root: str, splits=None) -> tuple[str, dict]:
+  """Mean +- std over seeds of every metric, grouped by the other settings."""
+  groups: dict[str, dict] = {}
+  for settings, res in _read(root):
+    key = run_name({k: v for k, v in settings.items() if k != "seed"})
+    g = groups.setdefault(key, {"seeds": [], "values": {}})
+    g["seeds"].append(settings.get("seed"))
+    for split, vals in res.items():
+      if not isinstance(vals, dict) or split in ("train",) or (splits and split not in splits):
+        continue
+      for m, v in vals.items():
+        if isinstance(v, (int, float)) and m != "num_examples":
+          g["values"].setdefault(f"{split}/{m}", []).append(float(v))
+    if "gate_on_fraction" in res.get("train", {}):
+      g["values"].setdefault("train/gate_on_fraction", []).append(res["train"]["gate_on_fraction"])
+  cols = sorted({c for g in groups.values() for c in g["values"]})
+  summary = {}
+  lines = ["| run | seeds | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+  for key, g in groups.items():
+    row = {}
+    cells = []
+    for c in cols:
+      v = np.asarray(g["values"].get(c, []), float)
+      if len(v):
+        row[c] = {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0,
+                  "n": int(len(v))}
+        cells.append(f"{100 * v.mean():.2f} ± {100 * row[c]['std']:.2f}")
+      else:
+        cells.append("")
+    summary[key] = {"seeds": g["seeds"], "metrics": row}
+    lines.append(f"| {key or '(all)'} | {len(g['seeds'])} | " + " | ".join(cells) + " |")
+  table = ("Values are mean ± std over seeds, in percent.\n\n" + "\n".join(lines) + "\n")
+  with open(os.path.join(root, "summary.md"), "w") as f:
+    f.write(table)
+  with open(os.path.join(root, "summary.json"), "w") as f:
+    json.dump(summary, f, indent=2)
+  return table, summary
+
+
+def main(argv=None):
+  argv = sys.argv[1:] if argv is None else argv
+  extra = argv[argv.index("--") + 1:] if "--" in argv else []
+  argv = argv[:argv.index("--")] if "--" in argv else argv
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--root", required=True, help="folder holding one workdir per run")
+  p.add_argument("--config", help="config file with its task argument, e.g. configs/glue.py:rte")
+  p.add_argument("--methods", default="", help="comma list of method presets")
+  p.add_argument("--grid", action="append", help="key=v1,v2 (repeatable): a grid axis")
+  p.add_argument("--set", action="append", help="key=value (repeatable): fixed override")
+  p.add_argument("--seeds", default="0")
+  p.add_argument("--splits", default="", help="splits to aggregate (default: all)")
+  p.add_argument("--dry_run", action="store_true")
+  p.add_argument("--keep_going", action="store_true", help="continue after a failed run")
+  p.add_argument("--aggregate_only", action="store_true")
+  args = p.parse_args(argv)
+  args.extra = extra
+  if not args.aggregate_only:
+    if not args.config:
+      raise SystemExit("--config is required unless --aggregate_only.")
+    run_all(args)
+  table, _ = aggregate(args.root, [s for s in args.splits.split(",") if s])
+  print(table)
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,45 @@
+"""eval.py's early-exit sweep on a tiny multi-exit run, and its input errors."""
+import json
+import os
+
+import pytest
+
+from tests import helpers
+
+
+@pytest.fixture(scope="module")
+def jt_workdir(tiny_model_dir, tmp_path_factory):
+  from acl_jax.train import loop
+  wd = str(tmp_path_factory.mktemp("jt"))
+  loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir, "runlocal,jt"), wd)
+  return wd
+
+
+def test_per_exit_metrics_and_sweep(jt_workdir, tmp_path):
+  res = json.load(open(os.path.join(jt_workdir, "results.json")))
+  assert {"exit_1/accuracy", "exit_2/accuracy"} <= set(res["dev"])
+  png = str(tmp_path / "curve.png")
+  p = helpers.run_py(["eval.py", "--workdir", f"{jt_workdir},{jt_workdir}", "--exit_policy",
+                      "entropy", "--thresholds", "0.01,0.7", "--exit_batch_size", "8",
+                      "--plot", png])
+  assert p.returncode == 0, p.stderr[-3000:]
+  rows = json.load(open(os.path.join(jt_workdir, "early_exit_entropy_dev.json")))["rows"]
+  assert [r["threshold"] for r in rows] == [0.01, 0.7]
+  for r in rows:
+    assert 1.0 <= r["mean_layers"] <= 2.0 and r["speedup"] > 0 and r["agreement"] == 1.0
+  assert os.path.getsize(png) > 0
+
+
+def test_early_exit_input_errors(jt_workdir, tmp_path, tiny_model_dir):
+  p = helpers.run_py(["eval.py", "--workdir", jt_workdir, "--exit_policy", "patience",
+                      "--thresholds", "1.5"])
+  assert p.returncode != 0 and "patience" in p.stderr
+  p = helpers.run_py(["eval.py", "--workdir", jt_workdir, "--exit_policy", "softmax",
+                      "--thresholds", "0.1"])
+  assert p.returncode != 0 and "Unknown --exit_policy" in p.stderr
+  from acl_jax.train import loop
+  one = str(tmp_path / "one")
+  cfg = helpers.tiny_config(tiny_model_dir, **{"num_steps": 2, "eval_every": 2})
+  loop.train_and_evaluate(cfg, one)
+  with pytest.raises(ValueError, match="exits='all'"):
+    loop.early_exit_workdir(cfg, one, "dev", "entropy", [0.1])

@@ -1,0 +1,43 @@
+"""Sweep runner: planning, naming, skipping finished runs, aggregation over seeds."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from scripts import sweep
+
+
+def _args(tmp_path, **kw):
+  a = dict(root=str(tmp_path), config="configs/glue.py:rte", methods="ce,acl", grid=None,
+           set=["task.data_dir=../shared/data/glue"], seeds="0,1", splits="", dry_run=True,
+           keep_going=False, aggregate_only=False, extra=[])
+  a.update(kw)
+  return type("A", (), a)()
+
+
+def test_plan_names_and_commands(tmp_path):
+  args = _args(tmp_path, grid=["loss.lam=0.1,0.9"])
+  runs = sweep.plan(args)
+  assert len(runs) == 2 * 2 * 2
+  assert sweep.run_name(runs[0]) == "method=ce,loss.lam=0.1,seed=0"
+  cmd = sweep.train_command(args, runs[-1], "/w")
+  assert "configs/glue.py:rte,acl" in cmd and "--config.loss.lam=0.9" in cmd
+  assert "--config.seed=1" in cmd and "--config.task.data_dir=../shared/data/glue" in cmd
+
+
+def test_aggregate_mean_std_and_skip(tmp_path, capsys):
+  vals = {("ce", "0"): 0.80, ("ce", "1"): 0.84, ("acl", "0"): 0.86, ("acl", "1"): 0.88}
+  for (m, s), acc in vals.items():
+    wd = tmp_path / f"method={m},seed={s}"
+    wd.mkdir()
+    (wd / "results.json").write_text(json.dumps(
+        {"dev": {"accuracy": acc, "num_examples": 10}, "train": {"gate_on_fraction": 0.5}}))
+  table, summary = sweep.aggregate(str(tmp_path))
+  ce = summary["method=ce"]["metrics"]["dev/accuracy"]
+  assert ce["n"] == 2 and ce["mean"] == pytest.approx(0.82)
+  assert ce["std"] == pytest.approx(np.std([0.80, 0.84], ddof=1))
+  assert "82.00 ± 2.83" in table and os.path.exists(tmp_path / "summary.md")
+  sweep.run_all(_args(tmp_path, seeds="0,1,2"))
+  out = capsys.readouterr().out
+  assert out.count("done:") == 4 and out.count("run:") == 2
