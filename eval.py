@@ -20,6 +20,8 @@ _POLICY = flags.DEFINE_string("exit_policy", None,
                               "Early-exit sweep: entropy, confidence or patience.")
 _THRESHOLDS = flags.DEFINE_list("thresholds", None, "Early-exit thresholds to sweep.")
 _EXIT_BATCH = flags.DEFINE_integer("exit_batch_size", 32, "Batch size of the early-exit sweep.")
+_DUMP = flags.DEFINE_bool("dump_features", False, "Also save DIR/features_{split}.npz (last-"
+                          "exit features, labels, predictions, label embeddings).")
 _PLOT = flags.DEFINE_string("plot", None, "PNG of the quality-speed curves (default: in the "
                             "first workdir).")
 
@@ -71,7 +73,8 @@ def main(argv):
   if len(workdirs) > 1:
     raise app.UsageError("Several workdirs are only supported with --exit_policy.")
   config = _config(_WORKDIR.value)
-  results = loop.evaluate_workdir(config, _WORKDIR.value, _SPLIT.value.split(","))
+  results = loop.evaluate_workdir(config, _WORKDIR.value, _SPLIT.value.split(","),
+                                  dump_features=_DUMP.value)
   out = os.path.join(_WORKDIR.value, "results.json")
   with open(out, "w") as f:
     json.dump(results, f, indent=2)

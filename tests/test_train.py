@@ -43,11 +43,14 @@ def test_train_eval_end_to_end(tiny_model_dir, tmp_path):
   assert all(np.isfinite(r["loss"]) for r in recs if r["kind"] == "train")
   # eval.py rebuilds the model from the workdir and writes results.json.
   os.remove(os.path.join(wd, "results.json"))
-  p = helpers.run_py(["eval.py", "--workdir", wd, "--split", "dev,test"])
+  p = helpers.run_py(["eval.py", "--workdir", wd, "--split", "dev,test", "--dump_features"])
   assert p.returncode == 0, p.stderr[-3000:]
   out = json.load(open(os.path.join(wd, "results.json")))
   assert out["dev"]["accuracy"] == pytest.approx(dev["accuracy"])
   assert out["test"]["num_examples"] == 64
+  f = np.load(os.path.join(wd, "features_dev.npz"))
+  assert f["feats"].shape == (64, 32) and f["label_emb"].shape == (2, 32)
+  assert (f["preds"] == f["labels"]).mean() == pytest.approx(dev["accuracy"])
 
 
 def test_resume_after_sigkill_is_exact(tiny_model_dir, tmp_path):

@@ -125,11 +125,14 @@ def predict(setup: Setup, eval_step, params, ds, with_features: bool = False):
   return out_preds, out_feats
 
 
-def evaluate(setup: Setup, eval_step, params, split: str, with_features: bool = False) -> dict:
+def evaluate(setup: Setup, eval_step, params, split: str, with_features: bool = False,
+             dump_path: str | None = None) -> dict:
   """Exact metrics of every exit over a whole split (padding rows masked out).
 
   Returns a dict with the task's metrics of the last exit, `exit_{m}/{metric}` for every exit
   when there are several, and silhouette scores of the last exit's features when asked.
+  With `dump_path` (needs with_features), process 0 saves the last exit's features, labels,
+  predictions and label embeddings there (npz) for plots such as t-SNE.
   """
   ds = setup.tok[split]
   k = setup.task.num_labels
@@ -145,6 +148,11 @@ def evaluate(setup: Setup, eval_step, params, split: str, with_features: bool = 
   if with_features:
     from acl_jax.losses import silhouette_scores  # pylint: disable=import-outside-toplevel
     out.update(silhouette_scores(feats, labels))
+    if dump_path and is_main():
+      from acl_jax.models import label_embeddings  # pylint: disable=import-outside-toplevel
+      np.savez(dump_path, feats=feats, labels=labels, preds=all_preds[-1],
+               label_emb=np.asarray(label_embeddings(jax.device_get(params), exits[-1])),
+               label_names=np.asarray(setup.task.label_names))
   out["num_examples"] = len(ds)
   return out
 
@@ -347,8 +355,11 @@ def train_and_evaluate(config, workdir: str) -> dict:
   return results
 
 
-def evaluate_best(setup: Setup, ckpts, state, eval_step, splits) -> dict:
-  """Evaluates the best checkpoint (the latest when none is marked best) on `splits`."""
+def evaluate_best(setup: Setup, ckpts, state, eval_step, splits, dump_dir=None) -> dict:
+  """Evaluates the best checkpoint (the latest when none is marked best) on `splits`.
+
+  With `dump_dir`, each split's features go to `dump_dir/features_{split}.npz`.
+  """
   restored = ckpts.restore(state, best=True) or ckpts.restore(state)
   if restored is None:
     raise FileNotFoundError("No checkpoint to evaluate in this workdir; train first.")
@@ -358,7 +369,9 @@ def evaluate_best(setup: Setup, ckpts, state, eval_step, splits) -> dict:
     split = split.strip()
     if split not in setup.tok:
       raise ValueError(f"Split {split!r} not in task {setup.task.name}; has {sorted(setup.tok)}.")
-    out[split] = evaluate(setup, eval_step, best_state.params, split, with_features=True)
+    dump = os.path.join(dump_dir, f"features_{split}.npz") if dump_dir else None
+    out[split] = evaluate(setup, eval_step, best_state.params, split, with_features=True,
+                          dump_path=dump)
   return out
 
 
@@ -371,7 +384,7 @@ def make_tx(cfg, total_steps: int, multi=None):
                               stage1_steps=multi.stage1_steps if multi else 0)
 
 
-def evaluate_workdir(config, workdir: str, splits) -> dict:
+def evaluate_workdir(config, workdir: str, splits, dump_features: bool = False) -> dict:
   """Rebuilds the model of a finished run and evaluates its best checkpoint."""
   setup = build(config)
   ckpts = ckpt_lib.Checkpoints(workdir)
@@ -386,7 +399,8 @@ def evaluate_workdir(config, workdir: str, splits) -> dict:
   state = step_lib.replicate(TrainState.create(setup.params, tx, config.seed), setup.mesh)
   eval_step = step_lib.make_eval_step(setup.model, setup.mesh)
   try:
-    return evaluate_best(setup, ckpts, state, eval_step, splits)
+    return evaluate_best(setup, ckpts, state, eval_step, splits,
+                         dump_dir=workdir if dump_features else None)
   finally:
     ckpts.close()
 
