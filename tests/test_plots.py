@@ -1,0 +1,32 @@
+"""The plotting scripts run on small fake inputs and write PNGs."""
+import json
+import os
+
+import numpy as np
+
+from scripts import plot_lambda, plot_per_exit, plot_tsne
+
+
+def test_per_exit_and_lambda_and_tsne(tmp_path, capsys):
+  wds = []
+  for name, accs in {"jt": [0.6, 0.7, 0.8], "acl_cl": [0.7, 0.75, 0.8]}.items():
+    wd = tmp_path / name
+    wd.mkdir()
+    res = {"dev": {f"exit_{m + 1}/accuracy": a for m, a in enumerate(accs)}}
+    (wd / "results.json").write_text(json.dumps(res))
+    rng = np.random.default_rng(0)
+    np.savez(wd / "features_dev.npz", feats=rng.normal(size=(40, 8)),
+             labels=rng.integers(0, 2, 40), preds=rng.integers(0, 2, 40),
+             label_emb=rng.normal(size=(2, 8)), label_names=np.array(["a", "b"]))
+    wds.append(str(wd))
+  plot_per_exit.main(wds + ["--out", str(tmp_path / "pe.png")])
+  assert "| acl_cl | 70.00 | 75.00 | 80.00 |" in capsys.readouterr().out
+  plot_tsne.main(wds + ["--out", str(tmp_path / "t.png"), "--max_points", "30"])
+  summary = {f"method={m},loss.lam={l}": {"metrics": {"dev/accuracy": {"mean": a, "std": 0.01,
+                                                                       "n": 3}}}
+             for m in ("scl", "acl") for l, a in ((0.1, 0.7), (0.9, 0.6 if m == "scl" else 0.71))}
+  (tmp_path / "summary.json").write_text(json.dumps(summary))
+  assert plot_lambda.curves(summary, "dev/accuracy")["scl"] == [(0.1, 0.7, 0.01), (0.9, 0.6, 0.01)]
+  plot_lambda.main([str(tmp_path), "--out", str(tmp_path / "l.png")])
+  for f in ("pe.png", "t.png", "l.png"):
+    assert os.path.getsize(tmp_path / f) > 1000
