@@ -49,6 +49,13 @@ def safe_normalize(x: jax.Array, eps: float = 1e-12) -> jax.Array:
   return x / jnp.sqrt(jnp.maximum(sq, eps * eps))
 
 
+def masked_mean(values: jax.Array, mask: jax.Array) -> jax.Array:
+  """Mean of `values` where `mask`; 0 with zero gradient when nothing is selected."""
+  count = jnp.sum(mask)
+  total = jnp.sum(jnp.where(mask, values, 0.0))
+  return jnp.where(count > 0, total / jnp.maximum(count, 1), 0.0)
+
+
 def masked_supcon(
     z: jax.Array,
     labels: jax.Array,
@@ -100,10 +107,7 @@ def masked_supcon(
 
   num_pos = jnp.sum(positive, axis=-1)
   per_anchor = -jnp.sum(log_prob, axis=-1) / jnp.maximum(num_pos, 1)
-  counted = anchor_mask & (num_pos > 0)
-  num_counted = jnp.sum(counted)
-  total = jnp.sum(jnp.where(counted, per_anchor, 0.0))
-  return jnp.where(num_counted > 0, total / jnp.maximum(num_counted, 1), 0.0)
+  return masked_mean(per_anchor, anchor_mask & (num_pos > 0))
 
 
 def scl_loss(

@@ -11,7 +11,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
-from acl_jax.losses.contrastive import safe_normalize
+from acl_jax.losses.contrastive import masked_mean, safe_normalize
 
 
 def _pairwise_distance(x: jax.Array) -> jax.Array:
@@ -62,10 +62,7 @@ def triplet_loss(
   neg_pair = pair_ok & ~same  # [a, n]; y_p = y_a != y_n also makes p != n.
   triplet_ok = pos_pair[:, :, None] & neg_pair[:, None, :]
   raw = dist[:, :, None] - dist[:, None, :] + margin
-  active = triplet_ok & (raw > 0)
-  num_active = jnp.sum(active)
-  total = jnp.sum(jnp.where(active, raw, 0.0))
-  return jnp.where(num_active > 0, total / jnp.maximum(num_active, 1), 0.0)
+  return masked_mean(raw, triplet_ok & (raw > 0))
 
 
 def cosine_loss(

@@ -384,12 +384,13 @@ def make_tx(cfg, total_steps: int, multi=None):
                               stage1_steps=multi.stage1_steps if multi else 0)
 
 
-def evaluate_workdir(config, workdir: str, splits, dump_features: bool = False) -> dict:
-  """Rebuilds the model of a finished run and evaluates its best checkpoint."""
+def _open_workdir(config, workdir: str):
+  """(setup, checkpoints, restore target) of a finished run, rebuilt from its config."""
   setup = build(config)
   ckpts = ckpt_lib.Checkpoints(workdir)
   meta = ckpts.read_meta(best=True) or ckpts.read_meta()
   if meta is None:
+    ckpts.close()
     raise FileNotFoundError(f"No checkpoint in {workdir}; train first.")
   # The restore target needs the run's optimizer-state structure (not its values).
   total = max(int(meta.get("total_steps", meta["step"])), 2)
@@ -397,6 +398,12 @@ def evaluate_workdir(config, workdir: str, splits, dump_features: bool = False) 
                                             total)
   tx = make_tx(config, total, multi)
   state = step_lib.replicate(TrainState.create(setup.params, tx, config.seed), setup.mesh)
+  return setup, ckpts, state
+
+
+def evaluate_workdir(config, workdir: str, splits, dump_features: bool = False) -> dict:
+  """Rebuilds the model of a finished run and evaluates its best checkpoint."""
+  setup, ckpts, state = _open_workdir(config, workdir)
   eval_step = step_lib.make_eval_step(setup.model, setup.mesh)
   try:
     return evaluate_best(setup, ckpts, state, eval_step, splits,
@@ -420,17 +427,7 @@ def early_exit_workdir(config, workdir: str, split: str, policy: str, thresholds
   from acl_jax.exits.policies import check_threshold  # pylint: disable=import-outside-toplevel
   for t in thresholds:  # fail before loading anything
     check_threshold(policy, t)
-  setup = build(config)
-  ckpts = ckpt_lib.Checkpoints(workdir)
-  meta = ckpts.read_meta(best=True) or ckpts.read_meta()
-  if meta is None:
-    raise FileNotFoundError(f"No checkpoint in {workdir}; train first.")
-  total = max(int(meta.get("total_steps", meta["step"])), 2)
-  multi = objectives.multi_exit_from_config(config.multi_exit, len(setup.model.cfg.exit_layers),
-                                            total)
-  tx = make_tx(config, total, multi)
-  state = TrainState.create(setup.params, tx, config.seed)
-  state = step_lib.replicate(state, setup.mesh)
+  setup, ckpts, state = _open_workdir(config, workdir)
   restored = ckpts.restore(state, best=True) or ckpts.restore(state)
   ckpts.close()
   params = jax.device_get(restored[0].params)
