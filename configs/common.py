@@ -72,6 +72,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.loss.sigma = 0.667
   c.loss.sigma_mode = "fixed"  # "fixed" or "sqrt"
   c.loss.gloss_form = "clean"  # "clean" or "official"
+  c.loss.gloss_global = False  # data parallel: one graph over the gathered global batch
   c.loss.margin = 5.0  # triplet
 
   c.multi_exit = ml_collections.ConfigDict()

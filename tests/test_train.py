@@ -99,9 +99,11 @@ def test_same_losses_on_1_2_4_devices(tiny_model_dir, tmp_path):
                      XLA_FLAGS="--xla_force_host_platform_device_count=4")
   assert p.returncode == 0, p.stderr[-3000:]
   d = np.load(out)
-  for n in (2, 4):
-    np.testing.assert_allclose(d[f"loss_{n}"], d["loss_1"], rtol=1e-5)
-    np.testing.assert_allclose(d[f"params_{n}"], d["params_1"], atol=1e-6)
+  for tag in ("ce", "gloss"):  # G-Loss with gloss_global: one graph over the global batch
+    for n in (2, 4):
+      np.testing.assert_allclose(d[f"{tag}_loss_{n}"], d[f"{tag}_loss_1"], rtol=1e-5)
+      np.testing.assert_allclose(d[f"{tag}_params_{n}"], d[f"{tag}_params_1"], atol=1e-6)
+  assert not np.allclose(d["gloss_loss_1"], d["ce_loss_1"])
 
 
 def test_two_processes_jax_distributed(tiny_model_dir, tmp_path):

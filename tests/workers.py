@@ -27,19 +27,23 @@ def data_parallel(model_dir, out):
     batches.append({"input_ids": ids, "attention_mask": mask,
                     "token_type_ids": np.zeros_like(ids), "labels": rng.integers(0, 2, 8).astype(np.int32),
                     "example_mask": np.ones(8, np.float32)})
+  gloss = tiny_config(model_dir, "runlocal,gloss").loss
+  gloss.gloss_global = True  # one graph over the gathered global batch: device-count free
   results = {}
-  for n in (1, 2, 4):
-    mesh = step_lib.make_mesh(jax.devices()[:n])
-    obj = objectives.build_objective(cfg.loss, num_labels=2, last_exit=2)
-    tx = optim.make_optimizer(lr=1e-3, total_steps=10)
-    state = step_lib.replicate(TrainState.create(params, tx, 0), mesh)
-    fn = step_lib.make_train_step(model, obj, tx, mesh)
-    losses = []
-    for b in batches:
-      state, m = fn(state, step_lib.shard_batch(b, mesh))
-      losses.append(float(m["loss"]))
-    results[f"loss_{n}"] = np.array(losses)
-    results[f"params_{n}"] = np.concatenate([np.ravel(x) for x in jax.tree.leaves(jax.device_get(state.params))])
+  for tag, loss_cfg in (("ce", cfg.loss), ("gloss", gloss)):
+    for n in (1, 2, 4):
+      mesh = step_lib.make_mesh(jax.devices()[:n])
+      obj = objectives.build_objective(loss_cfg, num_labels=2, last_exit=2)
+      tx = optim.make_optimizer(lr=1e-3, total_steps=10)
+      state = step_lib.replicate(TrainState.create(params, tx, 0), mesh)
+      fn = step_lib.make_train_step(model, obj, tx, mesh)
+      losses = []
+      for b in batches:
+        state, m = fn(state, step_lib.shard_batch(b, mesh))
+        losses.append(float(m["loss"]))
+      results[f"{tag}_loss_{n}"] = np.array(losses)
+      results[f"{tag}_params_{n}"] = np.concatenate(
+          [np.ravel(x) for x in jax.tree.leaves(jax.device_get(state.params))])
   np.savez(out, **results)
 
 

@@ -91,9 +91,15 @@ def _aux_fn(loss_cfg, num_labels, last_exit, class_weights, sigma):
     keep, hide = loss_cfg.gamma_keep, loss_cfg.gamma_hide
     gamma_keep = 0.7 if keep < 0 and hide < 0 else losses.resolve_gamma(
         keep if keep >= 0 else None, hide if hide >= 0 else None)
-    return lambda p, f, y, k, m: losses.gloss(
-        f, y, k, num_labels, sigma=sigma, gamma_keep=gamma_keep, form=loss_cfg.gloss_form,
-        class_weights=class_weights)
+    def gloss_fn(p, f, y, k, m):
+      if loss_cfg.gloss_global:
+        # One graph over the global batch: every device builds the same graph (same key).
+        f, y = jax.lax.all_gather((f, y), AXIS, tiled=True)
+      else:
+        k = jax.random.fold_in(k, jax.lax.axis_index(AXIS))  # each device its own split
+      return losses.gloss(f, y, k, num_labels, sigma=sigma, gamma_keep=gamma_keep,
+                          form=loss_cfg.gloss_form, class_weights=class_weights)
+    return gloss_fn
   if name == "triplet":
     return lambda p, f, y, k, m: losses.triplet_loss(f, y, margin=loss_cfg.margin, example_mask=m)
   if name == "cosine":

@@ -98,8 +98,11 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
   """
 
   def per_device(state: TrainState, batch):
-    key = jax.random.fold_in(jax.random.fold_in(state.rng, state.step), lax.axis_index(AXIS))
-    drop_key, loss_key = jax.random.split(key)
+    # Dropout differs per device; the loss key is the same everywhere, and a loss that wants
+    # per-device randomness (a per-device G-Loss graph) folds in the axis index itself.
+    step_key = jax.random.fold_in(state.rng, state.step)
+    drop_key = jax.random.fold_in(jax.random.fold_in(step_key, 0), lax.axis_index(AXIS))
+    loss_key = jax.random.fold_in(step_key, 1)
 
     def terms_fn(params):
       logits, aux = _forward(model, params, batch, drop_key, True)
