@@ -171,11 +171,13 @@ def _merge_params(upper, lower):
 def _top_gated_grads(model, objective: Objective, params, batch, drop_key, loss_key, step):
   """ACL-Grad with the angle measured on the top layer and the heads only (fast mode).
 
-  The forward is split below the top layer. The CE and ACL gradients of the upper part
-  (top layer + exit heads, input under stop-gradient) give the angle and the gate; then a
-  `lax.cond` runs one backward of either CE or CE + lam*ACL through the upper part, and one
-  vjp carries it through the lower layers. Cost: about one forward, two small upper
-  backwards and one full backward, instead of two full backwards.
+  The forward is split below the top layer. Two separate `jax.grad` calls give the CE and ACL
+  gradients of the upper part (top layer + exit heads) and of its input; the parameter parts,
+  averaged across devices, give the angle and the gate. A `lax.cond` then picks the upper
+  gradient and the input cotangent of CE or of CE + lam*ACL (a linear combination of the two,
+  so no third backward is needed), and one vjp carries the cotangent through the lower
+  layers. Cost: one forward, two backwards of the top layer and one of the rest, instead of
+  two full backwards.
   """
   from acl_jax.losses import angle_gate  # pylint: disable=import-outside-toplevel
   top = f"layer_{model.cfg.num_layers - 1}"
@@ -198,16 +200,16 @@ def _top_gated_grads(model, objective: Objective, params, batch, drop_key, loss_
       return _weighted(terms, weights, names), (terms, metrics)
     return f
 
-  g_ce, (terms, metrics) = jax.grad(upper_loss(("ce",)), has_aux=True)(upper_p, x)
-  g_aux, _ = jax.grad(upper_loss(("aux",), None), has_aux=True)(upper_p, x)
-  g_ce, g_aux = lax.pmean((g_ce, g_aux), AXIS)
-  _, info = angle_gate(g_ce, g_aux, objective.weights["aux"],
+  grad2 = lambda f: jax.grad(f, argnums=(0, 1), has_aux=True)(upper_p, x)
+  (g_ce, x_ce), (terms, metrics) = grad2(upper_loss(("ce",)))
+  (g_aux, x_aux), _ = grad2(upper_loss(("aux",), None))
+  lam = objective.weights["aux"]
+  _, info = angle_gate(*lax.pmean((g_ce, g_aux), AXIS), lam,
                        threshold_deg=objective.gate.threshold_deg)
-  names = tuple(objective.weights)
-  (g_up, g_x), _ = lax.cond(
+  g_up, g_x = lax.cond(
       info["gate"] > 0,
-      lambda: jax.grad(upper_loss(names), argnums=(0, 1), has_aux=True)(upper_p, x),
-      lambda: jax.grad(upper_loss(("ce",)), argnums=(0, 1), has_aux=True)(upper_p, x))
+      lambda: (jax.tree.map(lambda c, a: c + lam * a, g_ce, g_aux), x_ce + lam * x_aux),
+      lambda: (g_ce, x_ce))
   (g_low,) = vjp_lower((g_x, jnp.zeros_like(cls_lower)))
   grads = lax.pmean(_merge_params(g_up, g_low), AXIS)
   return grads, terms, metrics, info
