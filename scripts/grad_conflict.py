@@ -129,7 +129,8 @@ def plot(results, path, title):
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 3.6), squeeze=False)
-  bins = np.linspace(0, 180, 37)
+  every = [r[k] for recs in results.values() for r in recs for k in ("scl", "acl")]
+  bins = np.arange(np.floor(min(every)) - 1, np.ceil(max(every)) + 2, 1.0)  # 1-degree bins
   for ax, (method, recs) in zip(axes[0], results.items()):
     for k, lab in (("scl", "CE vs SCL"), ("acl", "CE vs ACL-Embed")):
       ax.hist([r[k] for r in recs], bins=bins, alpha=0.6, label=lab)
@@ -155,9 +156,15 @@ def main():
   p.add_argument("--out", required=True)
   args = p.parse_args()
   os.makedirs(args.out, exist_ok=True)
+  ran_before = all(os.path.exists(os.path.join(args.out, f"{m}.jsonl"))
+                   for m in args.methods.split(","))
   results = {m: run(args, m, args.out) for m in args.methods.split(",")}
   summary = {m: summarise(r) for m, r in results.items()}
-  summary["command"] = " ".join(["python"] + sys.argv)
+  # Re-plotting finished runs keeps the command that produced them.
+  prev = os.path.join(args.out, "summary.json")
+  cached = all(os.path.exists(os.path.join(args.out, f"{m}.jsonl")) for m in results)
+  summary["command"] = (json.load(open(prev))["command"] if cached and os.path.exists(prev)
+                        and ran_before else " ".join(["python"] + sys.argv))
   with open(os.path.join(args.out, "summary.json"), "w") as f:
     json.dump(summary, f, indent=2)
   plot(results, os.path.join(args.out, "angles.png"), args.task)
