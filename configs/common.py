@@ -89,6 +89,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.optim.warmup_ratio = 0.1
   c.optim.weight_decay = 0.01
   c.optim.clip_norm = 1.0
+  c.optim.head_lr_mult = 1.0  # exit heads' peak lr = lr * head_lr_mult
 
   c.batch_size = 32  # global batch, split over all devices of all processes
   c.eval_batch_size = 64

@@ -125,3 +125,19 @@ def test_presets_set_all_exits():
   c = glue.get_config("sst2,acl_cl")
   assert c.model.exits == "all" and c.multi_exit.strategy == "acl_cl" and c.loss.gate
   assert glue.get_config("mrpc,2st").multi_exit.strategy == "2st"
+
+
+def test_head_lr_mult_scales_head_updates_only():
+  params = {"encoder": {"b": {"bias": jnp.zeros(3)}}, "exit_1": {"bias": jnp.zeros(2)},
+            "exit_2": {"bias": jnp.zeros(2)}}
+  grads = jax.tree.map(jnp.ones_like, params)
+  for strategy in ("", "jt"):
+    tx = optim.make_optimizer(lr=1e-3, total_steps=10, warmup_ratio=0.0, clip_norm=0.0,
+                              head_lr_mult=10.0, strategy=strategy)
+    up, _ = tx.update(grads, tx.init(params), params)
+    enc = float(up["encoder"]["b"]["bias"][0])
+    assert enc == pytest.approx(-1e-3, rel=1e-3)
+    for k in ("exit_1", "exit_2"):
+      assert float(up[k]["bias"][0]) == pytest.approx(10 * enc, rel=1e-5)
+  with pytest.raises(ValueError, match="head_lr_mult"):
+    optim.make_optimizer(lr=1e-3, total_steps=10, head_lr_mult=0.0)

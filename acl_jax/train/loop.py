@@ -381,7 +381,8 @@ def make_tx(cfg, total_steps: int, multi=None):
   return optim.make_optimizer(lr=o.lr, total_steps=total_steps, warmup_ratio=o.warmup_ratio,
                               weight_decay=o.weight_decay, clip_norm=o.clip_norm,
                               strategy=multi.strategy if multi else "",
-                              stage1_steps=multi.stage1_steps if multi else 0)
+                              stage1_steps=multi.stage1_steps if multi else 0,
+                              head_lr_mult=o.head_lr_mult)
 
 
 def _open_workdir(config, workdir: str):

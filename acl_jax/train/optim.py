@@ -20,64 +20,76 @@ def lr_schedule(lr: float, total_steps: int, warmup_steps: int) -> optax.Schedul
       boundaries=[warmup_steps])
 
 
-def _adamw(lr_fn, clip_norm, b1, b2, eps, weight_decay):
-  parts = [optax.clip_by_global_norm(clip_norm)] if clip_norm > 0 else []
-  parts.append(optax.adamw(lr_fn, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay,
-                           mask=decay_mask))
-  return optax.chain(*parts)
+def _adamw(lr_fn, b1, b2, eps, weight_decay):
+  return optax.adamw(lr_fn, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=decay_mask)
 
 
-def lower_head_labels(params):
-  """'lower_heads' for the exit heads below the top layer, 'main' for everything else."""
+def param_groups(params):
+  """'encoder', 'head' (the final exit) or 'lower_heads' (the other exits) for every leaf."""
   exits = sorted(int(k.split("_")[1]) for k in params if k.startswith("exit_"))
   lower = {f"exit_{m}" for m in exits[:-1]}
-  return {k: jax.tree.map(lambda _, k=k: "lower_heads" if k in lower else "main", v)
-          for k, v in params.items()}
+
+  def group(k):
+    if k in lower:
+      return "lower_heads"
+    return "head" if k.startswith("exit_") else "encoder"
+  return {k: jax.tree.map(lambda _, g=group(k): g, v) for k, v in params.items()}
 
 
 def make_optimizer(*, lr: float, total_steps: int, warmup_ratio: float = 0.1,
                    weight_decay: float = 0.01, clip_norm: float = 1.0, b1: float = 0.9,
                    b2: float = 0.999, eps: float = 1e-6, strategy: str = "",
-                   stage1_steps: int = 0) -> optax.GradientTransformation:
-  """AdamW as in BERT fine-tuning recipes, with multi-exit parameter groups.
+                   stage1_steps: int = 0, head_lr_mult: float = 1.0
+                   ) -> optax.GradientTransformation:
+  """AdamW as in BERT fine-tuning recipes, with parameter groups for exit heads.
 
   Args:
-    lr: peak learning rate.
+    lr: peak learning rate of the encoder.
     total_steps: number of optimizer steps, for the decay.
     warmup_ratio: fraction of the (stage's) steps spent warming up.
     weight_decay: decoupled decay, applied to kernels and embeddings only.
-    clip_norm: global-norm gradient clipping (<= 0 disables it); per group when grouped.
+    clip_norm: global-norm gradient clipping over all gradients (<= 0 disables it).
     strategy: multi-exit strategy. Freezing is done here, in the optimizer, never by zeroing
-      gradients by hand: the groups "main" (encoder + final exit) and "lower_heads" get a
-      0/1 step-dependent scale (`optax.scale_by_schedule`, whose count is the global step
-      and is checkpointed, so a stage survives a resume):
-        2st: "main" trains for steps < stage1_steps, "lower_heads" after, each with its own
-             warmup + linear decay over its stage (DeeBERT's two stages);
-        alt: "lower_heads" update on odd steps only (BERxiT's alternation).
+      gradients by hand: the groups (`param_groups`) get a 0/1 step-dependent scale
+      (`optax.scale_by_schedule`, whose count is the global step and is checkpointed, so a
+      stage survives a resume):
+        2st: encoder + final exit train for steps < stage1_steps, the lower exits after,
+             each with its own warmup + linear decay over its stage (DeeBERT's two stages);
+        alt: the lower exits update on odd steps only (BERxiT's alternation).
     stage1_steps: 2ST's stage-1 length.
+    head_lr_mult: the exit heads' peak learning rate is lr * head_lr_mult. Fresh heads on a
+      pretrained encoder often need more than the encoder's 2e-5..5e-5 in short runs.
   """
   if lr <= 0:
     raise ValueError(f"optim.lr must be > 0, got {lr}.")
+  if head_lr_mult <= 0:
+    raise ValueError(f"optim.head_lr_mult must be > 0, got {head_lr_mult}.")
   if total_steps < 1:
     raise ValueError(f"total_steps must be >= 1, got {total_steps}; check num_epochs/num_steps.")
-  adam = dict(clip_norm=clip_norm, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
+  clip = [optax.clip_by_global_norm(clip_norm)] if clip_norm > 0 else []
+  adam = dict(b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
+  if not strategy and head_lr_mult == 1.0:
+    sched = lr_schedule(lr, total_steps, int(round(warmup_ratio * total_steps)))
+    return optax.chain(*clip, _adamw(sched, **adam))
+
+  def sched(peak, start=0, stop=total_steps):
+    s = lr_schedule(peak, stop - start, int(round(warmup_ratio * (stop - start))))
+    return s if start == 0 else optax.join_schedules([optax.constant_schedule(0.0), s], [start])
+
+  def gated(lr_fn, on=None):
+    t = _adamw(lr_fn, **adam)
+    return t if on is None else optax.chain(t, optax.scale_by_schedule(
+        lambda c: on(c).astype(jax.numpy.float32)))
+
+  head_lr = lr * head_lr_mult
   if strategy == "2st":
     s1 = max(1, min(stage1_steps, total_steps - 1))
-    stage1 = lr_schedule(lr, s1, int(round(warmup_ratio * s1)))
-    stage2 = optax.join_schedules(
-        [optax.constant_schedule(0.0),
-         lr_schedule(lr, total_steps - s1, int(round(warmup_ratio * (total_steps - s1))))], [s1])
-    return optax.multi_transform({
-        "main": optax.chain(_adamw(stage1, **adam),
-                            optax.scale_by_schedule(lambda c: (c < s1).astype(float))),
-        "lower_heads": optax.chain(_adamw(stage2, **adam),
-                                   optax.scale_by_schedule(lambda c: (c >= s1).astype(float)))},
-        lower_head_labels)
-  sched = lr_schedule(lr, total_steps, int(round(warmup_ratio * total_steps)))
-  if strategy == "alt":
-    return optax.multi_transform({
-        "main": _adamw(sched, **adam),
-        "lower_heads": optax.chain(_adamw(sched, **adam),
-                                   optax.scale_by_schedule(lambda c: (c % 2).astype(float)))},
-        lower_head_labels)
-  return _adamw(sched, **adam)
+    stage1 = lambda c: c < s1
+    groups = {"encoder": gated(sched(lr, 0, s1), stage1),
+              "head": gated(sched(head_lr, 0, s1), stage1),
+              "lower_heads": gated(sched(head_lr, s1), lambda c: c >= s1)}
+  else:
+    odd = (lambda c: c % 2 == 1) if strategy == "alt" else None
+    groups = {"encoder": gated(sched(lr)), "head": gated(sched(head_lr)),
+              "lower_heads": gated(sched(head_lr), odd)}
+  return optax.chain(*clip, optax.multi_transform(groups, param_groups))
