@@ -1,0 +1,55 @@
+r"""How informative is each layer's [CLS] state before fine-tuning? (multi-exit diagnostic)
+
+  python scripts/probe_cls.py --task sst2 --data_dir ../shared/data/glue --split dev
+
+For the pretrained model, prints per layer the spread of the [CLS] state across examples
+(mean over dimensions of the per-dimension std), its mean norm, and the accuracy of a
+logistic-regression probe trained on a seeded 70% of the split and tested on the rest.
+"""
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def main():
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--task", default="sst2")
+  p.add_argument("--data_dir", default="../shared/data/glue")
+  p.add_argument("--split", default="dev")
+  p.add_argument("--model", default="minilm-l6")
+  p.add_argument("--max_length", type=int, default=64)
+  a = p.parse_args()
+  import jax  # pylint: disable=import-outside-toplevel
+  from sklearn.linear_model import LogisticRegression  # pylint: disable=import-outside-toplevel
+  import acl_jax  # pylint: disable=import-outside-toplevel
+  from acl_jax import data  # pylint: disable=import-outside-toplevel
+  from acl_jax.train.loop import resolve_model  # pylint: disable=import-outside-toplevel
+  task = data.load_task(a.task, a.data_dir)
+  ds = task.splits[a.split]
+  model, params, tok = acl_jax.load_pretrained(resolve_model(a.model), task.num_labels)
+  fwd = jax.jit(lambda p_, i, m: model.apply({"params": p_}, i, m)[1]["cls"])
+  texts = list(ds["text"])
+  pairs = list(ds["text_pair"]) if "text_pair" in ds.column_names else None
+  cls = []
+  for s in range(0, len(texts), 128):
+    enc = tok(texts[s:s + 128], pairs[s:s + 128] if pairs else None, padding=True,
+              truncation=True, max_length=a.max_length, return_tensors="np")
+    cls.append(np.asarray(fwd(params, enc["input_ids"], enc["attention_mask"])))
+  cls = np.concatenate(cls, axis=1)
+  y = np.asarray(ds["label"])
+  idx = np.random.default_rng(0).permutation(len(y))
+  tr, te = idx[:int(0.7 * len(y))], idx[int(0.7 * len(y)):]
+  print("| layer | [CLS] spread across examples | mean norm | probe accuracy |")
+  print("|---|---|---|---|")
+  for m, x in enumerate(cls, 1):
+    acc = LogisticRegression(max_iter=2000).fit(x[tr], y[tr]).score(x[te], y[te])
+    print(f"| {m} | {x.std(0).mean():.4f} | {np.linalg.norm(x, axis=1).mean():.2f} | "
+          f"{100 * acc:.1f} |")
+
+
+if __name__ == "__main__":
+  main()
