@@ -31,7 +31,7 @@ for task in ${ME_TASKS:-sst2}; do
       --methods jt,2st,alt,kd,acl_cl --seeds 0 --set task.data_dir="$dd" $ME --keep_going
   stage early_exit "$task"
   dirs=$(ls -d "$OUT/multi_exit/$task"/method=* | paste -sd, -)
-  $PY eval.py --workdir "$dirs" --exit_policy entropy --thresholds 0.05,0.1,0.2,0.3,0.4,0.5 \
+  $PY eval.py --workdir "$dirs" --exit_policy entropy --thresholds 0.1,0.2,0.3,0.4,0.5 \
       --split dev --plot "$OUT/multi_exit/$task/quality_speed_entropy.png" | grep -v "^I1"
 done
 stage done

@@ -18,6 +18,9 @@ def jt_workdir(tiny_model_dir, tmp_path_factory):
 def test_per_exit_metrics_and_sweep(jt_workdir, tmp_path):
   res = json.load(open(os.path.join(jt_workdir, "results.json")))
   assert {"exit_1/accuracy", "exit_2/accuracy"} <= set(res["dev"])
+  d = res["dev"]
+  assert d["exit_mean/accuracy"] == pytest.approx((d["exit_1/accuracy"] + d["exit_2/accuracy"]) / 2)
+  assert res["train"]["main_metric"] == "exit_mean/accuracy"
   png = str(tmp_path / "curve.png")
   p = helpers.run_py(["eval.py", "--workdir", f"{jt_workdir},{jt_workdir}", "--exit_policy",
                       "entropy", "--thresholds", "0.01,0.7", "--exit_batch_size", "8",

@@ -145,6 +145,8 @@ def evaluate(setup: Setup, eval_step, params, split: str, with_features: bool = 
     for e, m in enumerate(exits):
       for name, v in metrics_lib.compute(all_preds[e], labels, k, names).items():
         out[f"exit_{m}/{name}"] = v
+    for name in names:  # what multi-exit runs select checkpoints on
+      out[f"exit_mean/{name}"] = float(np.mean([out[f"exit_{m}/{name}"] for m in exits]))
   if with_features:
     from acl_jax.losses import silhouette_scores  # pylint: disable=import-outside-toplevel
     out.update(silhouette_scores(feats, labels))
@@ -275,7 +277,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
   meta["param_shapes"] = ckpt_lib.param_shapes(state.params)
   meta["num_labels"] = setup.task.num_labels
   meta["total_steps"] = total
-  main_metric = setup.task.main_metric
+  # A multi-exit model is selected on the mean over its exits: the last exit alone would,
+  # e.g., keep a 2ST checkpoint from before stage 2 trained the lower exits.
+  main_metric = (f"exit_mean/{setup.task.main_metric}" if multi else setup.task.main_metric)
   writer = MetricWriter(workdir, start)
   if is_main():
     with open(os.path.join(workdir, "config.json"), "w") as f:
