@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from acl_jax import data
-from acl_jax.data import tasks
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 GLUE = os.path.join(DATA, "glue")

@@ -1,6 +1,5 @@
 """Encoder equality against HF PyTorch models, loader errors and the public signature."""
 import json
-import os
 
 import jax
 import jax.numpy as jnp

@@ -4,7 +4,6 @@ A model folder holds config.json, model.safetensors (or pytorch_model.bin) and t
 A hub id is fetched with `huggingface_hub` when online; offline it fails at once.
 """
 import os
-import re
 from typing import Any
 
 import jax
