@@ -4,7 +4,7 @@ r"""Evaluates a trained workdir's best checkpoint and writes DIR/results.json.
   python eval.py --workdir runs/mr_gloss --split test
 
 Early-exit sweep of multi-exit runs (table per workdir, one plot with a curve per workdir):
-  python eval.py --workdir runs/sst2_jt,runs/sst2_acl_cl --exit_policy entropy \
+  python eval.py --workdir runs/sst2_jt --workdir runs/sst2_acl_cl --exit_policy entropy \
       --thresholds 0,0.05,0.1,0.2,0.3,0.4
 """
 import json
@@ -14,7 +14,8 @@ import sys
 
 from absl import app, flags
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "A workdir written by train.py.")
+_WORKDIR = flags.DEFINE_multi_string("workdir", None, "A workdir written by train.py "
+                                     "(repeat the flag for several, with --exit_policy).")
 _SPLIT = flags.DEFINE_string("split", "dev", "Comma list of splits to evaluate (dev, test, ...).")
 _POLICY = flags.DEFINE_string("exit_policy", None,
                               "Early-exit sweep: entropy, confidence or patience.")
@@ -67,15 +68,16 @@ def main(argv):
   del argv
   logging.basicConfig(level=logging.INFO, stream=sys.stdout)
   from acl_jax.train import loop  # pylint: disable=import-outside-toplevel
-  workdirs = _WORKDIR.value.split(",")
+  workdirs = _WORKDIR.value
   if _POLICY.value:
     return early_exit(workdirs)
   if len(workdirs) > 1:
     raise app.UsageError("Several workdirs are only supported with --exit_policy.")
-  config = _config(_WORKDIR.value)
-  results = loop.evaluate_workdir(config, _WORKDIR.value, _SPLIT.value.split(","),
+  workdir = workdirs[0]
+  config = _config(workdir)
+  results = loop.evaluate_workdir(config, workdir, _SPLIT.value.split(","),
                                   dump_features=_DUMP.value)
-  out = os.path.join(_WORKDIR.value, "results.json")
+  out = os.path.join(workdir, "results.json")
   with open(out, "w") as f:
     json.dump(results, f, indent=2)
   print(json.dumps(results, indent=2))

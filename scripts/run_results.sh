@@ -30,8 +30,8 @@ for task in ${ME_TASKS:-sst2}; do
   $PY scripts/sweep.py --root "$OUT/multi_exit/$task" --config "$cfg" \
       --methods jt,2st,alt,kd,acl_cl --seeds 0 --set task.data_dir="$dd" $ME --keep_going
   stage early_exit "$task"
-  dirs=$(ls -d "$OUT/multi_exit/$task"/method=* | paste -sd, -)
-  $PY eval.py --workdir "$dirs" --exit_policy entropy --thresholds 0.1,0.2,0.3,0.4,0.5 \
+  dirs=$(for d in "$OUT/multi_exit/$task"/method=*; do printf -- '--workdir=%s ' "$d"; done)
+  $PY eval.py $dirs --exit_policy entropy --thresholds 0.1,0.2,0.3,0.4,0.5 \
       --split dev --plot "$OUT/multi_exit/$task/quality_speed_entropy.png" | grep -v "^I1"
 done
 stage done

@@ -22,7 +22,7 @@ def test_per_exit_metrics_and_sweep(jt_workdir, tmp_path):
   assert d["exit_mean/accuracy"] == pytest.approx((d["exit_1/accuracy"] + d["exit_2/accuracy"]) / 2)
   assert res["train"]["main_metric"] == "exit_mean/accuracy"
   png = str(tmp_path / "curve.png")
-  p = helpers.run_py(["eval.py", "--workdir", f"{jt_workdir},{jt_workdir}", "--exit_policy",
+  p = helpers.run_py(["eval.py", "--workdir", jt_workdir, "--workdir", jt_workdir, "--exit_policy",
                       "entropy", "--thresholds", "0.01,0.7", "--exit_batch_size", "8",
                       "--plot", png])
   assert p.returncode == 0, p.stderr[-3000:]
