@@ -104,6 +104,16 @@ def base_config() -> ml_collections.ConfigDict:
   return c
 
 
+def task_config(arg: str | None, default: str, tasks, kind: str):
+  """Splits `task[,words]`, checks the task, returns (base config for it, remaining words)."""
+  task, _, rest = (arg or default).partition(",")
+  if task not in tasks:
+    raise ValueError(f"Unknown {kind} {task!r}; known: {tuple(tasks)}.")
+  c = base_config()
+  c.task.name = task
+  return c, rest
+
+
 def apply_args(c: ml_collections.ConfigDict, arg: str | None) -> ml_collections.ConfigDict:
   """Applies `method` and `runlocal` words from the config-file argument."""
   words = [w for w in (arg or "").split(",") if w]

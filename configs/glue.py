@@ -18,11 +18,7 @@ EPOCHS = {"cola": 3, "sst2": 3, "mrpc": 5, "qqp": 3, "mnli": 3, "qnli": 3, "rte"
 
 
 def get_config(arg="sst2"):
-  task, _, rest = (arg or "sst2").partition(",")
-  if task not in TASKS:
-    raise ValueError(f"Unknown GLUE task {task!r}; known: {TASKS}.")
-  c = common.base_config()
-  c.task.name = task
+  c, rest = common.task_config(arg, "sst2", TASKS, "GLUE task")
   c.task.max_length = 128
-  c.num_epochs = EPOCHS[task]
+  c.num_epochs = EPOCHS[c.task.name]
   return common.apply_args(c, rest)

@@ -15,11 +15,7 @@ TASKS = ("mr", "r8", "r52", "ohsumed", "20ng")
 
 
 def get_config(arg="mr"):
-  task, _, rest = (arg or "mr").partition(",")
-  if task not in TASKS:
-    raise ValueError(f"Unknown TextGCN corpus {task!r}; known: {TASKS}.")
-  c = common.base_config()
-  c.task.name = task
+  c, rest = common.task_config(arg, "mr", TASKS, "TextGCN corpus")
   c.task.max_length = 128
   c.task.main_metric = "macro_f1"
   c.task.val_fraction = 0.1

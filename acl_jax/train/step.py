@@ -15,6 +15,7 @@ import optax
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from acl_jax.losses import angle_gate, encoder_angle_mask
 from acl_jax.train.state import TrainState
 
 AXIS = "data"
@@ -124,7 +125,6 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
                                                      drop_key, loss_key, state.step)
       metrics_out.update({f"gate/{k}": v for k, v in info.items()})
     else:
-      from acl_jax.losses import angle_gate, encoder_angle_mask  # pylint: disable=import-outside-toplevel
       # Two separate gradients with the same batch and dropout key; XLA shares the forward.
       g_ce, (terms, metrics) = jax.grad(loss_of(("ce",)), has_aux=True)(state.params)
       g_aux, _ = jax.grad(loss_of(("aux",), None), has_aux=True)(state.params)
@@ -179,7 +179,6 @@ def _top_gated_grads(model, objective: Objective, params, batch, drop_key, loss_
   layers. Cost: one forward, two backwards of the top layer and one of the rest, instead of
   two full backwards.
   """
-  from acl_jax.losses import angle_gate  # pylint: disable=import-outside-toplevel
   top = f"layer_{model.cfg.num_layers - 1}"
   upper_p, lower_p = _split_params(params, (top,))
   rngs = {"dropout": drop_key}
