@@ -53,6 +53,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.name = "minilm-l6"  # alias, local HF folder, or hub id (e.g. bert-base-uncased)
   c.model.exits = "last"  # "last" or "all"
   c.model.pooler = False
+  c.model.exit_pooling = "cls"  # "cls" (SPEC) or "mean": what each exit reads from its layer
   c.model.dtype = "float32"  # "bfloat16" on accelerators
   c.model.dropout = -1.0  # < 0 keeps the checkpoint's hidden/attention dropout
 

@@ -1,37 +1,80 @@
 #!/usr/bin/env bash
-# The measured results of RESULTS.md, in order; every stage resumes where it stopped, so
-# re-running the script after an interruption continues the work. CPU budget choices
-# (steps, max lengths, subsets) are stated here and in RESULTS.md.
+# The measured results of RESULTS.md. Every stage resumes where it stopped, so re-running the
+# script after an interruption continues the work. CPU budget choices (steps, max lengths,
+# subsets) are stated here and in RESULTS.md. Pick stages with STAGES (default: all, in order):
 #   nohup bash scripts/run_results.sh > runs/results.log 2>&1 &
+#   STAGES="single" SINGLE_TASKS="mr r8" nohup bash scripts/run_results.sh > runs/single.log 2>&1 &
+# The body is one function, so bash has parsed all of it before it starts: editing this file
+# while a run is going does not change the running job.
 set -u
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 DATA=${DATA:-../shared/data}
-OUT=runs/results
-mkdir -p "$OUT"
+OUT=${OUT:-runs/results}
 stage() { echo "=== $* $(date -u +%FT%TZ)"; }
 
-# 1. Gradient-conflict pilot (issue 3): CE/SCL and CE/ACL angles at every step.
-stage grad_conflict rte
-$PY scripts/grad_conflict.py --task rte --data_dir "$DATA/glue" --steps 100 --batch_size 16 \
-    --max_length 128 --out "$OUT/grad_conflict/rte" | tail -n 40
-stage grad_conflict mr
-$PY scripts/grad_conflict.py --task mr --data_dir "$DATA" --steps 100 --batch_size 16 \
-    --max_length 64 --out "$OUT/grad_conflict/mr" | tail -n 40
+# task -> "config data_dir"
+task_args() {
+  case "$1" in
+    mr|r8|r52|ohsumed|20ng) echo "configs/textgcn.py:$1 $DATA" ;;
+    *) echo "configs/glue.py:$1 $DATA/glue" ;;
+  esac
+}
 
-# 2. Multi-exit strategies on SST-2 (issue 4): 300 steps of B32 (9,600 of 67,349 train
-#    sentences), max length 64, MiniLM-L6 with 6 exits, seed 0, encoder lr 5e-5 and exit
-#    heads at 20x (1e-3): at 5e-5 the lower exits stayed at the majority class in 300 steps.
-ME="--set task.max_length=64 --set num_steps=300 --set eval_every=100 --set optim.lr=5e-5 --set optim.head_lr_mult=20"
-for task in ${ME_TASKS:-sst2}; do
-  if [ "$task" = sst2 ]; then cfg=configs/glue.py:sst2; dd="$DATA/glue"; else cfg=configs/textgcn.py:$task; dd="$DATA"; fi
-  stage multi_exit "$task"
-  $PY scripts/sweep.py --root "$OUT/multi_exit/$task" --config "$cfg" \
-      --methods jt,2st,alt,kd,acl_cl --seeds 0 --set task.data_dir="$dd" $ME --keep_going
-  stage early_exit "$task"
-  dirs=$(for d in "$OUT/multi_exit/$task"/method=*; do printf -- '--workdir=%s ' "$d"; done)
-  $PY eval.py $dirs --exit_policy entropy --thresholds 0.1,0.2,0.3,0.4,0.5 \
-      --split dev --plot "$OUT/multi_exit/$task/quality_speed_entropy.png" | grep -v "^I1"
-done
-stage done
+grad_conflict() {
+  # Gradient-conflict pilot (issue 3): CE/SCL and CE/ACL angles at every step.
+  stage grad_conflict rte
+  $PY scripts/grad_conflict.py --task rte --data_dir "$DATA/glue" --steps 100 --batch_size 16 \
+      --max_length 128 --out "$OUT/grad_conflict/rte" | tail -n 40
+  stage grad_conflict mr
+  $PY scripts/grad_conflict.py --task mr --data_dir "$DATA" --steps 100 --batch_size 16 \
+      --max_length 64 --out "$OUT/grad_conflict/mr" | tail -n 40
+}
+
+multi_exit() {
+  # Multi-exit strategies (issue 4): 300 steps of B32 (9,600 train examples), max length 64,
+  # MiniLM-L6 with 6 exits, seed 0, encoder lr 5e-5 and exit heads at 20x (1e-3): at 5e-5
+  # the lower exits stayed at the majority class in 300 steps.
+  local me="--set task.max_length=64 --set num_steps=300 --set eval_every=100 --set optim.lr=5e-5 --set optim.head_lr_mult=20"
+  for task in ${ME_TASKS:-sst2 mr}; do
+    read -r cfg dd <<< "$(task_args "$task")"
+    stage multi_exit "$task"
+    $PY scripts/sweep.py --root "$OUT/multi_exit/$task" --config "$cfg" \
+        --methods jt,2st,alt,kd,acl_cl --seeds 0 --set task.data_dir="$dd" $me --keep_going
+    stage early_exit "$task"
+    local dirs
+    dirs=$(for d in "$OUT/multi_exit/$task"/method=*; do printf -- '--workdir=%s ' "$d"; done)
+    $PY eval.py $dirs --exit_policy entropy --thresholds 0.1,0.2,0.3,0.4,0.5 \
+        --split dev --plot "$OUT/multi_exit/$task/quality_speed_entropy.png" | grep -v "^I1"
+  done
+}
+
+single() {
+  # Single-exit protocol (issues 5 and 6): MiniLM-L6, B32, 200 steps (6,400 train examples:
+  # 1.0 epoch of MR's train split (6,397 after the 10% dev split), 1.3 of R8's (4,936)), max length 64
+  # (MR sentences fit; R8 documents are truncated), lr 5e-5, seeds 0-2, seed-major so a
+  # partial sweep already has every method and task at seed 0. G-Loss methods and their baselines
+  # first, then the ACL methods.
+  local s="--set task.max_length=64 --set num_steps=200 --set eval_every=100 --set optim.lr=5e-5"
+  local methods=${SINGLE_METHODS:-ce,scl,gloss,gloss_sqrt,triplet,cosine,acl_embed,acl}
+  for seed in ${SINGLE_SEEDS:-0 1 2}; do
+    for task in ${SINGLE_TASKS:-mr r8}; do
+      read -r cfg dd <<< "$(task_args "$task")"
+      stage single "$task" seed "$seed"
+      $PY scripts/sweep.py --root "$OUT/single/$task" --config "$cfg" --methods "$methods" \
+          --seeds "$seed" --set task.data_dir="$dd" $s --keep_going | tail -n 12
+    done
+  done
+}
+
+main() {
+  mkdir -p "$OUT"
+  for st in ${STAGES:-grad_conflict multi_exit single}; do
+    "$st"
+  done
+  stage done
+}
+
+main "$@"
+exit

@@ -171,9 +171,13 @@ def test_one_exit_is_rejected():
 
 # --- fast path -------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("pooling", ["cls", "mean"])
 @pytest.mark.parametrize("batch", [1, 7, 32])
-def test_fast_path_equals_select_exit(model, batch):
+def test_fast_path_equals_select_exit(model, batch, pooling):
   params, forward = model
+  cfg = CFG.replace(exit_pooling=pooling)
+  if pooling != "cls":  # same params, exits read the masked token mean instead of [CLS]
+    forward = jax.jit(lambda p, i, m, t: Classifier(cfg).apply({"params": p}, i, m, t)[0])
   layers_seen = set()
   for seed in range(2 if batch > 1 else 6):
     ids, mask, tt = make_inputs(batch, seed + 10 * batch)
@@ -181,7 +185,7 @@ def test_fast_path_equals_select_exit(model, batch):
     for policy in sorted(POLICIES):
       for t in safe_thresholds(logits, policy, n=3):
         ref_layer, ref_preds = jax.device_get(select_exit(logits, policy, t))
-        layer, preds = early_exit_predict(CFG, params, ids, mask, tt, policy, t)
+        layer, preds = early_exit_predict(cfg, params, ids, mask, tt, policy, t)
         np.testing.assert_array_equal(layer, ref_layer, err_msg=f"{policy} {t} b={batch}")
         np.testing.assert_array_equal(preds, ref_preds, err_msg=f"{policy} {t} b={batch}")
         layers_seen.update(layer.tolist())

@@ -101,6 +101,30 @@ def test_bf16_compute_is_close(tmp_path):
   np.testing.assert_allclose(np.asarray(b, np.float32), np.asarray(a), atol=0.1)
 
 
+def test_mean_pooled_exits(tmp_path):
+  """exit_pooling='mean': every exit reads its layer's token mean over the mask; [CLS] states
+  in aux are unchanged, and padding (ids and hidden states) does not leak into the exits."""
+  cls, cfg = _tiny_models()["bert"]
+  torch.manual_seed(0)
+  folder = _save_hf(cls(cfg).eval(), str(tmp_path / "b"))
+  m_cls, p, _ = acl_jax.load_pretrained(folder, 2, exits="all", with_tokenizer=False)
+  m_mean, _, _ = acl_jax.load_pretrained(folder, 2, exits="all", exit_pooling="mean",
+                                         with_tokenizer=False)
+  ids, mask, types = _inputs("bert", np.random.default_rng(3))
+  _, a_cls = m_cls.apply({"params": p}, ids, mask, types)
+  logits, a = m_mean.apply({"params": p}, ids, mask, types)
+  np.testing.assert_array_equal(a["cls"], a_cls["cls"])
+  h = np.asarray(a["last_hidden"], np.float64)
+  want = (h * mask[..., None]).sum(1) / mask.sum(1, keepdims=True)
+  np.testing.assert_allclose(a["feats"][-1], want, rtol=1e-5, atol=1e-6)
+  assert not np.allclose(a["feats"][-1], a_cls["feats"][-1])
+  ids2 = np.where(mask > 0, ids, 7)  # different ids under the padding
+  logits2, _ = m_mean.apply({"params": p}, ids2, mask, types)
+  np.testing.assert_allclose(logits2, logits, atol=1e-6)
+  with pytest.raises(ValueError, match="exit_pooling must be one of"):
+    acl_jax.load_pretrained(folder, 2, exit_pooling="max", with_tokenizer=False)
+
+
 def test_dropout_needs_rng_and_changes_output(tmp_path):
   cls, cfg = _tiny_models()["bert"]
   folder = _save_hf(cls(cfg).eval(), str(tmp_path / "b"))

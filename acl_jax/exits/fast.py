@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from acl_jax.exits import policies
-from acl_jax.models.bert import Embeddings, ExitHead, TransformerLayer, attention_bias
+from acl_jax.models.bert import Embeddings, ExitHead, TransformerLayer, attention_bias, pool
 from acl_jax.models.config import EncoderConfig
 
 # How many times each compiled shape was traced, keyed by ("embed", batch, seq),
@@ -73,7 +73,7 @@ def _step_fn(cfg: EncoderConfig, policy: str):
     """x: [b, seq, hidden]; mask: [b, seq]; state: ExitState of [b]."""
     TRACES["step", policy, *mask.shape] += 1
     x = TransformerLayer(cfg).apply({"params": layer_params}, x, attention_bias(mask))
-    logits, _ = ExitHead(cfg).apply({"params": head_params}, x[:, 0])
+    logits, _ = ExitHead(cfg).apply({"params": head_params}, pool(x, mask, cfg.exit_pooling))
     done, pred, state = policies.policy_step(logits, state, policy, threshold)
     return x, done, pred, state
   return step

@@ -135,7 +135,7 @@ class TransformerLayer(nn.Module):
 
 
 class ExitHead(nn.Module):
-  """Exit classifier on a layer's [CLS] state: optional pooler, dropout, linear.
+  """Exit classifier on a layer's [CLS] state (or token mean): optional pooler, dropout, linear.
 
   Returns (logits [batch, num_labels] float32, feature [batch, d]); the feature is the
   dropout-free input of the dropout + linear layer (SPEC's f).
@@ -169,7 +169,8 @@ class Encoder(nn.Module):
 
     Returns:
       x: [batch, seq, hidden] hidden states after layer `stop`.
-      cls: [stop, batch, hidden] the [CLS] state after each layer run.
+      states: {"cls": [stop, batch, hidden]} the [CLS] state after each layer run, plus
+        "mean" (the masked token mean after each layer) when `cfg.exit_pooling == "mean"`.
     """
     x = self.embeddings(input_ids, token_type_ids, train)
     return self.run_layers(x, attention_mask, 0, self.cfg.num_layers if stop is None else stop,
@@ -177,12 +178,22 @@ class Encoder(nn.Module):
 
   def run_layers(self, x, attention_mask, start: int, stop: int, train: bool = False):
     bias = attention_bias(attention_mask)
-    cls = []
+    keys = ("cls",) if self.cfg.exit_pooling == "cls" else ("cls", self.cfg.exit_pooling)
+    states = {k: [] for k in keys}
     for i in range(start, stop):
       x = getattr(self, f"layer_{i}")(x, bias, train)
-      cls.append(x[:, 0])
-    cls = jnp.stack(cls) if cls else jnp.zeros((0,) + x[:, 0].shape, x.dtype)
-    return x, cls
+      for k in keys:
+        states[k].append(pool(x, attention_mask, k))
+    return x, {k: jnp.stack(v) if v else jnp.zeros((0,) + x[:, 0].shape, x.dtype)
+               for k, v in states.items()}
+
+
+def pool(x: jax.Array, attention_mask: jax.Array, how: str) -> jax.Array:
+  """[batch, seq, hidden] -> [batch, hidden]: the [CLS] row ("cls") or the masked token mean."""
+  if how == "cls":
+    return x[:, 0]
+  m = attention_mask.astype(x.dtype)[..., None]
+  return (x * m).sum(1) / jnp.maximum(m.sum(1), 1.0)
 
 
 class Classifier(nn.Module):
@@ -208,26 +219,31 @@ class Classifier(nn.Module):
       setattr(self, f"exit_{m}", ExitHead(self.cfg))
 
   def __call__(self, input_ids, attention_mask, token_type_ids=None, train: bool = False):
-    x, cls = self.lower(input_ids, attention_mask, token_type_ids, train)
-    return self.upper(x, attention_mask, cls, train)
+    x, states = self.lower(input_ids, attention_mask, token_type_ids, train)
+    return self.upper(x, attention_mask, states, train)
 
   def lower(self, input_ids, attention_mask, token_type_ids=None, train: bool = False,
             top_layers: int = 1):
-    """Embeddings and all but the top `top_layers` layers -> (x, cls [M - top_layers, B, H])."""
+    """Embeddings and all but the top `top_layers` layers -> (x, per-layer states).
+
+    The states are a dict of [M - top_layers, batch, hidden] arrays (see `Encoder`).
+    """
     return self.encoder(input_ids, attention_mask, token_type_ids, train,
                         stop=self.cfg.num_layers - top_layers)
 
-  def upper(self, x, attention_mask, cls_lower, train: bool = False):
+  def upper(self, x, attention_mask, states_lower, train: bool = False):
     """The remaining top layers and every exit head -> (logits, aux) as `__call__`."""
-    start = cls_lower.shape[0]
-    x, cls_top = self.encoder.run_layers(x, attention_mask, start, self.cfg.num_layers, train)
-    cls = jnp.concatenate([cls_lower, cls_top]) if start else cls_top
+    start = states_lower["cls"].shape[0]
+    x, states_top = self.encoder.run_layers(x, attention_mask, start, self.cfg.num_layers, train)
+    states = (jax.tree.map(lambda a, b: jnp.concatenate([a, b]), states_lower, states_top)
+              if start else states_top)
+    exit_in = states[self.cfg.exit_pooling]
     logits, feats = [], []
     for m in self.cfg.exit_layers:
-      lg, f = getattr(self, f"exit_{m}")(cls[m - 1], train)
+      lg, f = getattr(self, f"exit_{m}")(exit_in[m - 1], train)
       logits.append(lg)
       feats.append(f)
-    aux = {"cls": cls, "feats": jnp.stack(feats), "last_hidden": x}
+    aux = {"cls": states["cls"], "feats": jnp.stack(feats), "last_hidden": x}
     return jnp.stack(logits), aux
 
 

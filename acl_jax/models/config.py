@@ -19,6 +19,7 @@ FAMILIES = {
 }
 
 EXIT_MODES = ("last", "all")
+EXIT_POOLING = ("cls", "mean")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +38,10 @@ class EncoderConfig:
     num_labels: classes of every exit head.
     exits: "last" (one head on layer M) or "all" (a head on every layer 1..M).
     pooler: whether each exit has a dense+tanh pooler before its dropout and classifier.
+    exit_pooling: what an exit reads from its layer: "cls" (the [CLS] state, SPEC's h, the
+      default) or "mean" (the mean over non-padding tokens). "mean" goes beyond the SPEC:
+      sentence-embedding checkpoints such as all-MiniLM-L6-v2 were trained with mean pooling
+      and their lower-layer [CLS] states carry almost no signal.
     classifier_dropout: dropout before each classifier (defaults to hidden_dropout).
     dtype: compute dtype (params stay float32); "bfloat16" on accelerators.
   """
@@ -56,6 +61,7 @@ class EncoderConfig:
   num_labels: int = 2
   exits: str = "last"
   pooler: bool = False
+  exit_pooling: str = "cls"
   classifier_dropout: float | None = None
   dtype: str = "float32"
 
@@ -64,6 +70,8 @@ class EncoderConfig:
       raise ValueError(f"Unknown encoder family {self.family!r}; known: {sorted(set(FAMILIES.values()))}.")
     if self.exits not in EXIT_MODES:
       raise ValueError(f"exits must be one of {EXIT_MODES}, got {self.exits!r}.")
+    if self.exit_pooling not in EXIT_POOLING:
+      raise ValueError(f"exit_pooling must be one of {EXIT_POOLING}, got {self.exit_pooling!r}.")
     if self.hidden_size % self.num_heads:
       raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}.")
     if self.num_labels < 1:

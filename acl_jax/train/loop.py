@@ -80,9 +80,10 @@ def build(config) -> Setup:
       split_seed=t.split_seed, on_empty=t.on_empty, text_column=t.text_column,
       text_pair_column=t.text_pair_column or None, label_column=t.label_column,
       files=files or None, main_metric=t.main_metric or None)
-  overrides = {}
+  # .get: workdirs written before model.exit_pooling existed read as "cls".
+  overrides = {"exit_pooling": config.model.get("exit_pooling", "cls")}
   if config.model.dropout >= 0:
-    overrides = dict(hidden_dropout=config.model.dropout, attention_dropout=config.model.dropout)
+    overrides.update(hidden_dropout=config.model.dropout, attention_dropout=config.model.dropout)
   model, params, tokenizer = hf.load_pretrained(
       resolve_model(config.model.name), task.num_labels, exits=config.model.exits,
       pooler=config.model.pooler, dtype=config.model.dtype, seed=config.seed, **overrides)

@@ -9,7 +9,6 @@ import dataclasses
 from typing import Any, Callable
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import optax
 from jax import lax
@@ -172,9 +171,10 @@ def _top_gated_grads(model, objective: Objective, params, batch, drop_key, loss_
   """ACL-Grad with the angle measured on the top layer and the heads only (fast mode).
 
   The forward is split below the top layer. Two separate `jax.grad` calls give the CE and ACL
-  gradients of the upper part (top layer + exit heads) and of its input; the parameter parts,
+  gradients of the upper part (top layer + exit heads) and of its inputs (the hidden states and
+  the lower layers' per-layer states, read by lower exits); the parameter parts,
   averaged across devices, give the angle and the gate. A `lax.cond` then picks the upper
-  gradient and the input cotangent of CE or of CE + lam*ACL (a linear combination of the two,
+  gradient and the input cotangents of CE or of CE + lam*ACL (a linear combination of the two,
   so no third backward is needed), and one vjp carries the cotangent through the lower
   layers. Cost: one forward, two backwards of the top layer and one of the rest, instead of
   two full backwards.
@@ -188,28 +188,31 @@ def _top_gated_grads(model, objective: Objective, params, batch, drop_key, loss_
     return model.apply({"params": lp}, ids, mask, batch.get("token_type_ids"), True,
                        method="lower", rngs=rngs)
 
-  (x, cls_lower), vjp_lower = jax.vjp(lower_fn, lower_p)
+  (x, states_lower), vjp_lower = jax.vjp(lower_fn, lower_p)
 
   def upper_loss(names, weights=objective.weights):
-    def f(up, x_in):
-      logits, aux = model.apply({"params": up}, x_in, mask, cls_lower, True, method="upper",
+    def f(up, x_in, states_in):
+      logits, aux = model.apply({"params": up}, x_in, mask, states_in, True, method="upper",
                                 rngs=rngs)
       terms, metrics = objective.terms(_merge_params(up, lower_p), logits, aux, batch, loss_key,
                                        step)
       return _weighted(terms, weights, names), (terms, metrics)
     return f
 
-  grad2 = lambda f: jax.grad(f, argnums=(0, 1), has_aux=True)(upper_p, x)
-  (g_ce, x_ce), (terms, metrics) = grad2(upper_loss(("ce",)))
-  (g_aux, x_aux), _ = grad2(upper_loss(("aux",), None))
+  # Cotangents flow into the lower layers through x and through the per-layer states that
+  # the lower exits (and ACL-CL's lower-layer terms) read.
+  grad3 = lambda f: jax.grad(f, argnums=(0, 1, 2), has_aux=True)(upper_p, x, states_lower)
+  (g_ce, *ct_ce), (terms, metrics) = grad3(upper_loss(("ce",)))
+  (g_aux, *ct_aux), _ = grad3(upper_loss(("aux",), None))
   lam = objective.weights["aux"]
   _, info = angle_gate(*lax.pmean((g_ce, g_aux), AXIS), lam,
                        threshold_deg=objective.gate.threshold_deg)
-  g_up, g_x = lax.cond(
+  g_up, ct = lax.cond(
       info["gate"] > 0,
-      lambda: (jax.tree.map(lambda c, a: c + lam * a, g_ce, g_aux), x_ce + lam * x_aux),
-      lambda: (g_ce, x_ce))
-  (g_low,) = vjp_lower((g_x, jnp.zeros_like(cls_lower)))
+      lambda: (jax.tree.map(lambda c, a: c + lam * a, g_ce, g_aux),
+               jax.tree.map(lambda c, a: c + lam * a, ct_ce, ct_aux)),
+      lambda: (g_ce, ct_ce))
+  (g_low,) = vjp_lower(tuple(ct))
   grads = lax.pmean(_merge_params(g_up, g_low), AXIS)
   return grads, terms, metrics, info
 
