@@ -35,18 +35,23 @@ grad_conflict() {
 multi_exit() {
   # Multi-exit strategies (issue 4): 300 steps of B32 (9,600 train examples), max length 64,
   # MiniLM-L6 with 6 exits, seed 0, encoder lr 5e-5 and exit heads at 20x (1e-3): at 5e-5
-  # the lower exits stayed at the majority class in 300 steps.
-  local me="--set task.max_length=64 --set num_steps=300 --set eval_every=100 --set optim.lr=5e-5 --set optim.head_lr_mult=20"
+  # the lower exits stayed at the majority class in 300 steps. ME_POOLING=mean makes the
+  # exits read the token mean instead of [CLS] (model.exit_pooling; results go to
+  # multi_exit_mean/).
+  local pool=${ME_POOLING:-cls}
+  local root="$OUT/multi_exit" thr=${ME_THRESHOLDS:-0.1,0.2,0.3,0.4,0.5}
+  [ "$pool" = cls ] || root="$OUT/multi_exit_$pool"
+  local me="--set task.max_length=64 --set num_steps=300 --set eval_every=100 --set optim.lr=5e-5 --set optim.head_lr_mult=20 --set model.exit_pooling=$pool"
   for task in ${ME_TASKS:-sst2 mr}; do
     read -r cfg dd <<< "$(task_args "$task")"
-    stage multi_exit "$task"
-    $PY scripts/sweep.py --root "$OUT/multi_exit/$task" --config "$cfg" \
+    stage multi_exit "$task" "$pool"
+    $PY scripts/sweep.py --root "$root/$task" --config "$cfg" \
         --methods jt,2st,alt,kd,acl_cl --seeds 0 --set task.data_dir="$dd" $me --keep_going
-    stage early_exit "$task"
+    stage early_exit "$task" "$pool"
     local dirs
-    dirs=$(for d in "$OUT/multi_exit/$task"/method=*; do printf -- '--workdir=%s ' "$d"; done)
-    $PY eval.py $dirs --exit_policy entropy --thresholds 0.1,0.2,0.3,0.4,0.5 \
-        --split dev --plot "$OUT/multi_exit/$task/quality_speed_entropy.png" | grep -v "^I1"
+    dirs=$(for d in "$root/$task"/method=*; do printf -- '--workdir=%s ' "$d"; done)
+    $PY eval.py $dirs --exit_policy entropy --thresholds "$thr" \
+        --split dev --plot "$root/$task/quality_speed_entropy.png" | grep -v "^I1"
   done
 }
 
