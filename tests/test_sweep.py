@@ -41,3 +41,18 @@ def test_aggregate_mean_std_and_skip(tmp_path, capsys):
   sweep.run_all(_args(tmp_path, seeds="0,1,2"))
   out = capsys.readouterr().out
   assert out.count("done:") == 4 and out.count("run:") == 2
+
+
+def test_cross_task_table(tmp_path):
+  from scripts import results_tables
+  vals = {("mr", "ce", "0"): 0.80, ("mr", "ce", "1"): 0.82, ("mr", "gloss", "0"): 0.81,
+          ("r8", "ce", "0"): 0.95}
+  for (t, m, s), acc in vals.items():
+    wd = tmp_path / t / f"method={m},seed={s}"
+    wd.mkdir(parents=True)
+    (wd / "results.json").write_text(json.dumps({"test": {"accuracy": acc}}))
+  text = results_tables.table(str(tmp_path), ["mr", "r8"], "test/accuracy", None)
+  rows = {r.split(" | ")[0].lstrip("| "): r for r in text.splitlines() if r.startswith("| C")}
+  assert "81.00 ± 1.41 (n=2)" in rows["CE"] and "95.00 (n=1)" in rows["CE"]
+  assert rows["CE"].endswith("| 84.85 | 97.48 |")  # paper columns (SPEC §1)
+  assert "81.00 (n=1)" in rows["CE+G-Loss (sigma fixed)"] and "| — |" in rows["CE+G-Loss (sigma fixed)"]

@@ -1,0 +1,81 @@
+r"""Cross-task tables from sweep roots: one row per method, one column per task.
+
+  python scripts/results_tables.py --root runs/results/single --tasks mr,r8 \
+      --metrics test/accuracy,test/macro_f1,test/silhouette_macro --out results/single/tables.md
+
+Each `<root>/<task>` is a `scripts/sweep.py` root; its runs are re-aggregated here (mean +- std
+over seeds, n = seeds), so the table always matches the `results.json` files on disk. Paper
+numbers (SPEC §1, DistilBERT, CE and CE+G-Loss) are shown beside accuracy columns where the
+paper has them.
+"""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sweep  # noqa: E402  pylint: disable=wrong-import-position
+
+# G-Loss paper, DistilBERT, 3 seeds: test accuracy of CE and CE+G-Loss (SPEC §1).
+PAPER = {
+    "mr": {"ce": 84.85, "gloss": 85.10},
+    "r8": {"ce": 97.48, "gloss": 97.71},
+    "r52": {"ce": 95.78, "gloss": 96.07},
+    "20ng": {"ce": 83.15, "gloss": 83.64},
+    "ohsumed": {"ce": 69.50, "gloss": 70.16},
+}
+LABELS = {"ce": "CE", "scl": "CE+SCL", "gloss": "CE+G-Loss (sigma fixed)",
+          "gloss_sqrt": "CE+G-Loss (sigma sqrt)", "triplet": "CE+triplet", "cosine": "CE+cosine",
+          "acl_embed": "CE+ACL-Embed", "acl": "ACL (Embed+Grad)", "scl_grad": "CE+SCL+Grad"}
+
+
+def cell(m) -> str:
+  if not m:
+    return "—"
+  if m["n"] < 2:
+    return f"{100 * m['mean']:.2f} (n=1)"
+  return f"{100 * m['mean']:.2f} ± {100 * m['std']:.2f} (n={m['n']})"
+
+
+def table(root: str, tasks: list[str], metric: str, methods: list[str] | None) -> str:
+  per_task = {}
+  for t in tasks:
+    path = os.path.join(root, t)
+    per_task[t] = sweep.aggregate(path)[1] if os.path.isdir(path) else {}
+  keys = methods or sorted({k for s in per_task.values() for k in s},
+                           key=lambda k: list(LABELS).index(k.split(",")[0].split("=")[1])
+                           if k.split(",")[0].split("=")[1] in LABELS else 99)
+  keys = [k if "=" in k else f"method={k}" for k in keys]
+  paper_cols = [t for t in tasks if t in PAPER] if metric.endswith("accuracy") else []
+  head = ["method"] + [t.upper() for t in tasks] + [f"{t.upper()} paper" for t in paper_cols]
+  unit = "x100" if "silhouette" in metric else "%"
+  lines = [f"**{metric}** ({unit}, mean ± std over seeds)", "",
+           "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for k in keys:
+    name = k.split(",")[0].split("=", 1)[1]
+    row = [LABELS.get(name, name) + ("" if "," not in k else f" [{k.split(',', 1)[1]}]")]
+    row += [cell(per_task[t].get(k, {}).get("metrics", {}).get(metric)) for t in tasks]
+    row += [f"{PAPER[t][name]:.2f}" if name in PAPER[t] else "" for t in paper_cols]
+    lines.append("| " + " | ".join(row) + " |")
+  return "\n".join(lines) + "\n"
+
+
+def main():
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--root", required=True)
+  p.add_argument("--tasks", required=True, help="comma list of task folders under --root")
+  p.add_argument("--metrics", default="test/accuracy,test/macro_f1,test/silhouette_macro")
+  p.add_argument("--methods", default="", help="row order (default: every method found)")
+  p.add_argument("--out", default="")
+  a = p.parse_args()
+  tasks = a.tasks.split(",")
+  methods = [m for m in a.methods.split(",") if m] or None
+  text = "\n".join(table(a.root, tasks, m, methods) for m in a.metrics.split(","))
+  print(text)
+  if a.out:
+    os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
+    with open(a.out, "w") as f:
+      f.write(text)
+
+
+if __name__ == "__main__":
+  main()
