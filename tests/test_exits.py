@@ -205,8 +205,9 @@ def test_fast_path_bounded_shapes_and_custom_buckets(model):
       for policy, t in runs if seq == SEQ else runs[:2]:
         early_exit_predict(CFG, params, ids, mask, tt, policy, t)
   buckets = fast.default_buckets(batch)
-  assert buckets == (1, 2, 4, 8, 16, 32)
+  assert buckets == (1, 2, 4, 8, 16, 24, 32)
   assert fast.default_buckets(7) == (1, 2, 4, 7) and fast.default_buckets(1) == (1,)
+  assert fast.default_buckets(128) == (1, 2, 4, 8, 16) + tuple(range(32, 129, 16))
   assert all(v == 1 for v in fast.TRACES.values()), "a shape was traced twice"
   for policy in POLICIES:
     steps = {k for k in fast.TRACES if k[:2] == ("step", policy)}
@@ -224,6 +225,17 @@ def test_fast_path_bounded_shapes_and_custom_buckets(model):
     got = early_exit_predict(CFG, params, ids, mask, tt, "entropy", t, buckets=(24, 6))
     np.testing.assert_array_equal(got[0], ref[0])
     np.testing.assert_array_equal(got[1], ref[1])
+    # stats: padded rows run per layer, against what the real examples needed
+    stats = {}
+    early_exit_predict(CFG, params, ids, mask, tt, "entropy", t, buckets=(24, 6), stats=stats)
+    assert stats["example_layers"] == int(ref[0].sum())
+    want, live = 0, 20
+    for m in range(1, 5):  # the bucket a layer runs = smallest bucket >= examples still live
+      want += 24 if live > 6 else 6
+      live = int((ref[0] > m).sum())
+      if live == 0:
+        break
+    assert stats["row_layers"] == want
   assert {k[2] for k in fast.TRACES if k[0] == "step"} <= {6, 24}
   with pytest.raises(ValueError, match="largest bucket"):
     early_exit_predict(CFG, params, ids, mask, tt, "entropy", 0.5, buckets=(4, 8))
@@ -246,13 +258,14 @@ def test_sweep_and_table(model, tmp_path):
                lambda p, y: {"accuracy": float(np.mean(p == y))}, repeats=2)
   assert len(rows) == 2
   keys = {"policy", "threshold", "metric", "full_metric", "mean_layers", "layer_speedup",
-          "time_fast_s", "time_full_s", "speedup", "agreement", "num_examples", "num_layers",
+          "row_speedup", "time_fast_s", "time_full_s", "speedup", "agreement", "num_examples", "num_layers",
           "batch_size", "metrics"}
   for r in rows:
     assert keys <= set(r)
     assert r["num_examples"] == 13 and r["num_layers"] == 4 and r["batch_size"] == 8
     assert 1 <= r["mean_layers"] <= 4 and r["speedup"] >= 0 and r["time_fast_s"] > 0
     assert r["layer_speedup"] == pytest.approx(4 / r["mean_layers"])
+    assert 1 <= r["row_speedup"] <= 4  # padded rows count, so it can only be lower
     assert r["agreement"] == 1.0 and 0 <= r["metric"] <= 1
   assert rows[0]["mean_layers"] >= rows[1]["mean_layers"]  # a looser rule exits earlier
 

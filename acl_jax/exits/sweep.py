@@ -92,7 +92,8 @@ def sweep(cfg: EncoderConfig, params: Any, batches: Iterable[Mapping[str, np.nda
 
   Returns:
     One dict per threshold: policy, threshold, metric, metrics (dict, when metric_fn returns
-    one), full_metric (final exit), mean_layers, layer_speedup, time_fast_s, time_full_s
+    one), full_metric (final exit), mean_layers, layer_speedup, row_speedup (full-model rows x
+    layers over the padded rows the fast path ran), time_fast_s, time_full_s
     (seconds per pass over all batches), speedup (time_full_s / time_fast_s), agreement
     (fraction of real examples whose exit layer and prediction equal the reference),
     num_examples, num_layers, batch_size.
@@ -129,7 +130,10 @@ def sweep(cfg: EncoderConfig, params: Any, batches: Iterable[Mapping[str, np.nda
                                  x.get("token_type_ids"), policy, t, buckets) for x in inputs]
 
     time_fast = _median_time(run_fast, repeats)
-    fast = run_fast()
+    stats = {}
+    fast = [early_exit_predict(cfg, params, x["input_ids"], x["attention_mask"],
+                               x.get("token_type_ids"), policy, t, buckets, stats=stats)
+            for x in inputs]
     layer = np.concatenate([e[r] for (e, _), r in zip(fast, real)])
     preds = np.concatenate([p[r] for (_, p), r in zip(fast, real)])
     ref = [jax.device_get(policies.select_exit(lg, policy, t)) for lg in full_logits]
@@ -139,6 +143,8 @@ def sweep(cfg: EncoderConfig, params: Any, batches: Iterable[Mapping[str, np.nda
     mean_layers = float(layer.mean()) if n else float(num_layers)
     row = dict(policy=policy, threshold=t, metric=metric, full_metric=full_metric,
                mean_layers=mean_layers, layer_speedup=num_layers / mean_layers,
+               row_speedup=num_layers * sum(len(x["input_ids"]) for x in inputs)
+               / max(stats["row_layers"], 1),
                time_fast_s=time_fast, time_full_s=time_full,
                speedup=time_full / max(time_fast, 1e-12),
                agreement=float(np.mean((layer == ref_layer) & (preds == ref_preds))) if n else 1.0,
@@ -154,6 +160,7 @@ _COLUMNS = (("threshold", "threshold", "{:g}"), ("metric", "metric", "{:.4f}"),
             ("full-model metric", "full_metric", "{:.4f}"),
             ("mean layers", "mean_layers", "{:.2f}"),
             ("layer speed-up", "layer_speedup", "{:.2f}x"),
+            ("row speed-up", "row_speedup", "{:.2f}x"),
             ("fast (ms)", "time_fast_s", "{:.1f}"), ("full (ms)", "time_full_s", "{:.1f}"),
             ("measured speed-up", "speedup", "{:.2f}x"), ("agreement", "agreement", "{:.3f}"))
 
