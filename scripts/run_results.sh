@@ -4,6 +4,7 @@
 # subsets) are stated here and in RESULTS.md. Pick stages with STAGES (default: all, in order):
 #   nohup bash scripts/run_results.sh > runs/results.log 2>&1 &
 #   STAGES="single" SINGLE_TASKS="mr r8" nohup bash scripts/run_results.sh > runs/single.log 2>&1 &
+# Stages: grad_conflict multi_exit single lambda_sens gloss_ablation.
 # The body is one function, so bash has parsed all of it before it starts: editing this file
 # while a run is going does not change the running job.
 set -u
@@ -73,9 +74,42 @@ single() {
   done
 }
 
+lambda_sens() {
+  # lambda sensitivity (issue 6): CE+SCL against ACL (ACL-Embed + ACL-Grad) over
+  # loss.lam on MR, single-exit protocol, seed-major.
+  local s="--set task.max_length=64 --set num_steps=200 --set eval_every=100 --set optim.lr=5e-5"
+  for seed in ${LAM_SEEDS:-0 1 2}; do
+    for task in ${LAM_TASKS:-mr}; do
+      read -r cfg dd <<< "$(task_args "$task")"
+      stage lambda "$task" seed "$seed"
+      $PY scripts/sweep.py --root "$OUT/lambda/$task" --config "$cfg" --methods scl,acl \
+          --grid loss.lam=${LAM_VALUES:-0.1,0.3,0.5,0.7,0.9} --seeds "$seed" \
+          --set task.data_dir="$dd" $s --keep_going | tail -n 14
+    done
+  done
+}
+
+gloss_ablation() {
+  # G-Loss ablations (issue 6): gamma_keep and a fixed sigma grid on MR (sqrt sigma is in
+  # the single stage), single-exit protocol, seed-major.
+  local s="--set task.max_length=64 --set num_steps=200 --set eval_every=100 --set optim.lr=5e-5"
+  for seed in ${GA_SEEDS:-0 1 2}; do
+    for task in ${GA_TASKS:-mr}; do
+      read -r cfg dd <<< "$(task_args "$task")"
+      stage gloss_ablation "$task" seed "$seed"
+      $PY scripts/sweep.py --root "$OUT/gloss_gamma/$task" --config "$cfg" --methods gloss \
+          --grid loss.gamma_keep=0.3,0.5,0.7,0.9 --seeds "$seed" --set task.data_dir="$dd" $s \
+          --keep_going | tail -n 8
+      $PY scripts/sweep.py --root "$OUT/gloss_sigma/$task" --config "$cfg" --methods gloss \
+          --grid loss.sigma=0.1,0.3,0.667,1.5,5.0 --seeds "$seed" --set task.data_dir="$dd" $s \
+          --keep_going | tail -n 9
+    done
+  done
+}
+
 main() {
   mkdir -p "$OUT"
-  for st in ${STAGES:-grad_conflict multi_exit single}; do
+  for st in ${STAGES:-grad_conflict multi_exit single lambda_sens gloss_ablation}; do
     "$st"
   done
   stage done
