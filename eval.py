@@ -78,8 +78,16 @@ def main(argv):
   results = loop.evaluate_workdir(config, workdir, _SPLIT.value.split(","),
                                   dump_features=_DUMP.value)
   out = os.path.join(workdir, "results.json")
-  with open(out, "w") as f:
-    json.dump(results, f, indent=2)
+  # Merge: splits evaluated now replace their entries; other splits and the training record
+  # written by train.py stay. Written to a temp file and renamed, so a crash keeps the old one.
+  merged = {}
+  if os.path.isfile(out):
+    with open(out) as f:
+      merged = json.load(f)
+  merged.update(results)
+  with open(out + ".tmp", "w") as f:
+    json.dump(merged, f, indent=2)
+  os.replace(out + ".tmp", out)
   print(json.dumps(results, indent=2))
   print(f"wrote {out}")
 

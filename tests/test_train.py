@@ -41,11 +41,18 @@ def test_train_eval_end_to_end(tiny_model_dir, tmp_path):
   recs = [json.loads(x) for x in open(os.path.join(wd, "metrics.jsonl"))]
   assert [r["step"] for r in recs if r["kind"] == "dev"] == [3, 6]
   assert all(np.isfinite(r["loss"]) for r in recs if r["kind"] == "train")
-  # eval.py rebuilds the model from the workdir and writes results.json.
-  os.remove(os.path.join(wd, "results.json"))
+  # eval.py rebuilds the model from the workdir and merges its splits into results.json:
+  # what it did not evaluate (here the training record and a stale split) stays.
+  path = os.path.join(wd, "results.json")
+  before = json.load(open(path))
+  before["old_split"] = {"accuracy": 0.5}
+  before["dev"] = {"accuracy": -1.0}
+  json.dump(before, open(path, "w"))
   p = helpers.run_py(["eval.py", "--workdir", wd, "--split", "dev,test", "--dump_features"])
   assert p.returncode == 0, p.stderr[-3000:]
-  out = json.load(open(os.path.join(wd, "results.json")))
+  out = json.load(open(path))
+  assert out["train"] == res["train"] and out["old_split"] == {"accuracy": 0.5}
+  assert not os.path.exists(path + ".tmp")
   assert out["dev"]["accuracy"] == pytest.approx(dev["accuracy"])
   assert out["test"]["num_examples"] == 64
   f = np.load(os.path.join(wd, "features_dev.npz"))
