@@ -4,7 +4,7 @@
 # subsets) are stated here and in RESULTS.md. Pick stages with STAGES (default: all, in order):
 #   nohup bash scripts/run_results.sh > runs/results.log 2>&1 &
 #   STAGES="single" SINGLE_TASKS="mr r8" nohup bash scripts/run_results.sh > runs/single.log 2>&1 &
-# Stages: grad_conflict multi_exit single lambda_sens gloss_ablation.
+# Stages: grad_conflict multi_exit single tsne lambda_sens gloss_ablation.
 # The body is one function, so bash has parsed all of it before it starts: editing this file
 # while a run is going does not change the running job.
 set -u
@@ -107,9 +107,24 @@ gloss_ablation() {
   done
 }
 
+tsne() {
+  # t-SNE of dev features (issue 6): CE, CE+SCL and ACL of the single stage, seed 0.
+  for task in ${TSNE_TASKS:-mr}; do
+    stage tsne "$task"
+    local dirs=()
+    for m in ce scl acl; do
+      local wd="$OUT/single/$task/method=$m,seed=0"
+      [ -f "$wd/features_dev.npz" ] || $PY eval.py --workdir="$wd" --split dev --dump_features > /dev/null
+      dirs+=("$wd")
+    done
+    mkdir -p "results/tsne"
+    $PY scripts/plot_tsne.py "${dirs[@]}" --labels CE CE+SCL ACL --out "results/tsne/$task.png"
+  done
+}
+
 main() {
   mkdir -p "$OUT"
-  for st in ${STAGES:-grad_conflict multi_exit single lambda_sens gloss_ablation}; do
+  for st in ${STAGES:-grad_conflict multi_exit single tsne lambda_sens gloss_ablation}; do
     "$st"
   done
   stage done
