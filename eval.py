@@ -80,11 +80,11 @@ def main(argv):
   out = os.path.join(workdir, "results.json")
   # Merge: splits evaluated now replace their entries; other splits and the training record
   # written by train.py stay. Written to a temp file and renamed, so a crash keeps the old one.
-  merged = {}
+  old = {}
   if os.path.isfile(out):
     with open(out) as f:
-      merged = json.load(f)
-  merged.update(results)
+      old = json.load(f)
+  merged = loop.merge_results(old, results)
   with open(out + ".tmp", "w") as f:
     json.dump(merged, f, indent=2)
   os.replace(out + ".tmp", out)

@@ -36,25 +36,45 @@ def cell(m) -> str:
   return f"{100 * m['mean']:.2f} ± {100 * m['std']:.2f} (n={m['n']})"
 
 
+def _settings(key: str) -> dict:
+  return dict(kv.split("=", 1) for kv in key.split(",") if kv)
+
+
+def _row_name(key: str) -> str:
+  s = _settings(key)
+  name = s.pop("method", "")
+  label = LABELS.get(name, name)
+  extra = ", ".join(f"{k}={v}" for k, v in s.items())
+  return (f"{label} [{extra}]" if label else extra) if extra else (label or "(all)")
+
+
+def _order(key: str):
+  name = _settings(key).get("method", "")
+  return (list(LABELS).index(name) if name in LABELS else len(LABELS), key)
+
+
 def table(root: str, tasks: list[str], metric: str, methods: list[str] | None) -> str:
   per_task = {}
   for t in tasks:
     path = os.path.join(root, t)
     per_task[t] = sweep.aggregate(path)[1] if os.path.isdir(path) else {}
-  keys = methods or sorted({k for s in per_task.values() for k in s},
-                           key=lambda k: list(LABELS).index(k.split(",")[0].split("=")[1])
-                           if k.split(",")[0].split("=")[1] in LABELS else 99)
-  keys = [k if "=" in k else f"method={k}" for k in keys]
-  paper_cols = [t for t in tasks if t in PAPER] if metric.endswith("accuracy") else []
+  if methods:
+    keys = [m if "=" in m else f"method={m}" for m in methods]
+  else:
+    keys = sorted({k for s in per_task.values() for k in s}, key=_order)
+  paper_cols = ([t for t in tasks if t in PAPER] if metric.startswith("test/")
+                and metric.endswith("accuracy") else [])
   head = ["method"] + [t.upper() for t in tasks] + [f"{t.upper()} paper" for t in paper_cols]
   unit = "x100" if "silhouette" in metric else "%"
   lines = [f"**{metric}** ({unit}, mean ± std over seeds)", "",
            "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for k in keys:
-    name = k.split(",")[0].split("=", 1)[1]
-    row = [LABELS.get(name, name) + ("" if "," not in k else f" [{k.split(',', 1)[1]}]")]
+    row = [_row_name(k)]
     row += [cell(per_task[t].get(k, {}).get("metrics", {}).get(metric)) for t in tasks]
-    row += [f"{PAPER[t][name]:.2f}" if name in PAPER[t] else "" for t in paper_cols]
+    name = _settings(k).get("method", "")
+    only_method = set(_settings(k)) <= {"method"}
+    row += [f"{PAPER[t][name]:.2f}" if only_method and name in PAPER[t] else ""
+            for t in paper_cols]
     lines.append("| " + " | ".join(row) + " |")
   return "\n".join(lines) + "\n"
 

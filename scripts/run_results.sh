@@ -5,8 +5,8 @@
 #   nohup bash scripts/run_results.sh > runs/results.log 2>&1 &
 #   STAGES="single" SINGLE_TASKS="mr r8" nohup bash scripts/run_results.sh > runs/single.log 2>&1 &
 # Stages: grad_conflict multi_exit single tsne lambda_sens gloss_ablation.
-# The body is one function, so bash has parsed all of it before it starts: editing this file
-# while a run is going does not change the running job.
+# The body is functions and `main "$@"; exit $?` is one line, so bash has read all of it
+# before the work starts: editing this file while a run is going does not change that run.
 set -u
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
@@ -49,10 +49,13 @@ multi_exit() {
     $PY scripts/sweep.py --root "$root/$task" --config "$cfg" \
         --methods jt,2st,alt,kd,acl_cl --seeds 0 --set task.data_dir="$dd" $me --keep_going
     stage early_exit "$task" "$pool"
-    local dirs
-    dirs=$(for d in "$root/$task"/method=*; do printf -- '--workdir=%s ' "$d"; done)
-    $PY eval.py $dirs --exit_policy entropy --thresholds "$thr" \
-        --split dev --plot "$root/$task/quality_speed_entropy.png" | grep -v "^I1"
+    local dirs=() d
+    for d in "$root/$task"/method=*; do  # finished runs only: a failed one has no checkpoint
+      [ -f "$d/results.json" ] && dirs+=("--workdir=$d")
+    done
+    if [ ${#dirs[@]} -eq 0 ]; then echo "no finished runs under $root/$task"; continue; fi
+    $PY eval.py "${dirs[@]}" --exit_policy entropy --thresholds "$thr" \
+        --split dev --plot "$root/$task/quality_speed_entropy.png" | grep -v "^I[0-9]\{4\} "
   done
 }
 
@@ -130,5 +133,4 @@ main() {
   stage done
 }
 
-main "$@"
-exit
+main "$@"; exit $?

@@ -56,3 +56,12 @@ def test_cross_task_table(tmp_path):
   assert "81.00 ± 1.41 (n=2)" in rows["CE"] and "95.00 (n=1)" in rows["CE"]
   assert rows["CE"].endswith("| 84.85 | 97.48 |")  # paper columns (SPEC §1)
   assert "81.00 (n=1)" in rows["CE+G-Loss (sigma fixed)"] and "| — |" in rows["CE+G-Loss (sigma fixed)"]
+  # grid roots: one row per setting, in a stable order, no paper column on a grid row
+  for lam, acc in (("0.9", 0.7), ("0.1", 0.8)):
+    wd = tmp_path / "g" / "mr" / f"method=scl,loss.lam={lam},seed=0"
+    wd.mkdir(parents=True)
+    (wd / "results.json").write_text(json.dumps({"test": {"accuracy": acc}}))
+  text = results_tables.table(str(tmp_path / "g"), ["mr"], "test/accuracy", None)
+  body = [r for r in text.splitlines() if r.startswith("| CE")]
+  assert body == ["| CE+SCL [loss.lam=0.1] | 80.00 (n=1) |  |",
+                  "| CE+SCL [loss.lam=0.9] | 70.00 (n=1) |  |"]

@@ -60,6 +60,16 @@ def test_train_eval_end_to_end(tiny_model_dir, tmp_path):
   assert (f["preds"] == f["labels"]).mean() == pytest.approx(dev["accuracy"])
 
 
+def test_merge_results_keeps_other_splits_and_drops_stale_ones():
+  from acl_jax.train.loop import merge_results
+  old = {"checkpoint_step": 6, "dev": {"a": 1}, "test": {"a": 2}, "train": {"final_step": 6}}
+  same = merge_results(old, {"checkpoint_step": 6, "dev": {"a": 3}})
+  assert same == {"checkpoint_step": 6, "dev": {"a": 3}, "test": {"a": 2},
+                  "train": {"final_step": 6}}
+  other = merge_results(old, {"checkpoint_step": 4, "dev": {"a": 3}})
+  assert other == {"checkpoint_step": 4, "dev": {"a": 3}, "train": {"final_step": 6}}
+
+
 def test_resume_after_sigkill_is_exact(tiny_model_dir, tmp_path):
   """Train N steps straight; separately SIGKILL mid-run and resume: final params equal."""
   args = ["train.py", "--config", "configs/quickstart.py:runlocal",

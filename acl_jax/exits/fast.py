@@ -35,7 +35,7 @@ def default_buckets(batch_size: int) -> tuple[int, ...]:
 
   7 -> (1, 2, 4, 7); 32 -> (1, 2, 4, 8, 16, 24, 32); 128 -> (1, 2, 4, 8, 16, 32, 48, ..., 128).
   Power-of-two buckets alone would run up to twice the live rows (17 live -> 32); linear steps
-  keep the padding under one step, for at most about 13 compiled sizes.
+  keep the padding under one step, for about 11 + log2(B / 64) compiled sizes.
   """
   step = max(8, batch_size // 8)
   sizes = [2 ** i for i in range(step.bit_length()) if 2 ** i < min(step, batch_size)]
@@ -120,8 +120,8 @@ def early_exit_predict(cfg: EncoderConfig, params: Any, input_ids, attention_mas
     buckets: padded batch sizes the live examples are packed into; None for
       `default_buckets(batch)`. The largest must be >= batch.
     stats: if a dict, "row_layers" (padded rows run, summed over layers) and "example_layers"
-      (layers run by real examples) are added to it: their ratio is the compute the
-      bucketing wastes.
+      (the layers each of the `batch` input rows needed, summed) are added to it: their
+      ratio is the compute the bucketing wastes.
 
   Returns:
     exit_layer: [batch] int32 numpy, 1-based layer each example left at.

@@ -192,8 +192,9 @@ def pool(x: jax.Array, attention_mask: jax.Array, how: str) -> jax.Array:
   """[batch, seq, hidden] -> [batch, hidden]: the [CLS] row ("cls") or the masked token mean."""
   if how == "cls":
     return x[:, 0]
-  m = attention_mask.astype(x.dtype)[..., None]
-  return (x * m).sum(1) / jnp.maximum(m.sum(1), 1.0)
+  m = (attention_mask > 0).astype(jnp.float32)[..., None]  # same test as attention_bias
+  mean = (x.astype(jnp.float32) * m).sum(1) / jnp.maximum(m.sum(1), 1.0)  # float32 even in bf16
+  return mean.astype(x.dtype)
 
 
 class Classifier(nn.Module):

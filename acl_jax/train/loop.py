@@ -407,6 +407,17 @@ def _open_workdir(config, workdir: str):
   return setup, ckpts, state
 
 
+def merge_results(old: dict, new: dict) -> dict:
+  """results.json after re-evaluating some splits: `new` replaces its entries, the rest stays.
+
+  When `new` comes from another checkpoint than `old`, the old split metrics are stale and
+  only the training record ("train") is kept.
+  """
+  if old.get("checkpoint_step") != new.get("checkpoint_step"):
+    old = {k: v for k, v in old.items() if k == "train"}
+  return {**old, **new}
+
+
 def evaluate_workdir(config, workdir: str, splits, dump_features: bool = False) -> dict:
   """Rebuilds the model of a finished run and evaluates its best checkpoint."""
   setup, ckpts, state = _open_workdir(config, workdir)
