@@ -65,14 +65,23 @@ single() {
   # (MR sentences fit; R8 documents are truncated), lr 5e-5, seeds 0-2, seed-major so a
   # partial sweep already has every method and task at seed 0. G-Loss methods and their baselines
   # first, then the ACL methods.
-  local s="--set task.max_length=64 --set num_steps=200 --set eval_every=100 --set optim.lr=5e-5"
-  local methods=${SINGLE_METHODS:-ce,scl,gloss,gloss_sqrt,triplet,cosine,acl_embed,acl}
+  local s="--set num_steps=200 --set eval_every=100 --set optim.lr=5e-5"
+  # TextGCN corpora get the G-Loss baselines too (issue 5); GLUE tasks the five methods of
+  # issue 6: SINGLE_TASKS="sst2 cola mrpc rte". Sentence-pair tasks use max length 128.
+  local methods len
   for seed in ${SINGLE_SEEDS:-0 1 2}; do
     for task in ${SINGLE_TASKS:-mr r8}; do
       read -r cfg dd <<< "$(task_args "$task")"
+      case "$task" in
+        mr|r8|r52|ohsumed|20ng) methods=ce,scl,gloss,gloss_sqrt,triplet,cosine,acl_embed,acl ;;
+        *) methods=ce,scl,acl_embed,acl,gloss ;;
+      esac
+      methods=${SINGLE_METHODS:-$methods}
+      case "$task" in mrpc|rte|qnli|mnli|qqp) len=128 ;; *) len=64 ;; esac
       stage single "$task" seed "$seed"
       $PY scripts/sweep.py --root "$OUT/single/$task" --config "$cfg" --methods "$methods" \
-          --seeds "$seed" --set task.data_dir="$dd" $s --keep_going | tail -n 12
+          --seeds "$seed" --set task.data_dir="$dd" --set task.max_length=$len $s \
+          --keep_going | tail -n 12
     done
   done
 }
