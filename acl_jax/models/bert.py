@@ -43,11 +43,13 @@ def _layer_norm(cfg: EncoderConfig, name: str = "LayerNorm") -> nn.LayerNorm:
 
 
 class Dropout(nn.Module):
-  """Inverted dropout drawing 16 random bits per element (flax's draws 32 via a float).
+  """Inverted dropout on 16 random bits per element (flax's draws a 32-bit float).
 
-  Random-bit generation is a large share of a CPU train step (the attention-probability
-  masks are [batch, heads, seq, seq]); 16 bits halve it. The drop rate is rounded to a
-  multiple of 2^-16 (0.1 -> 0.100006) and the kept values are rescaled by that exact rate.
+  The bits are compared with an integer threshold, so no float uniform is built, and a
+  kept mask is half the size of a 32-bit one. (With jax's default partitionable threefry,
+  16-bit draws still cost one hash per element: drawing one 32-bit hash per 4 elements was
+  measured and did not change the step time, see BENCHMARKS.md.) The drop rate is rounded
+  to a multiple of 2^-16 (0.1 -> 0.100006); kept values are rescaled by that exact rate.
   """
   rate: float
 
