@@ -21,6 +21,8 @@ _POLICY = flags.DEFINE_string("exit_policy", None,
                               "Early-exit sweep: entropy, confidence or patience.")
 _THRESHOLDS = flags.DEFINE_list("thresholds", None, "Early-exit thresholds to sweep.")
 _EXIT_BATCH = flags.DEFINE_integer("exit_batch_size", 32, "Batch size of the early-exit sweep.")
+_EXIT_REPEATS = flags.DEFINE_integer("exit_repeats", 3, "Timed passes per threshold (full model "
+                                     "and early exit alternate); the median is reported.")
 _DUMP = flags.DEFINE_bool("dump_features", False, "Also save DIR/features_{split}.npz (last-"
                           "exit features, labels, predictions, label embeddings).")
 _PLOT = flags.DEFINE_string("plot", None, "PNG of the quality-speed curves (default: in the "
@@ -53,7 +55,8 @@ def early_exit(workdirs):
   jsons = []
   for wd in workdirs:
     md, js = loop.early_exit_workdir(_config(wd), wd, split, _POLICY.value, thresholds,
-                                     batch_size=_EXIT_BATCH.value)
+                                     batch_size=_EXIT_BATCH.value,
+                                     repeats=_EXIT_REPEATS.value)
     print(open(md).read())
     print(f"wrote {md}")
     jsons.append(js)

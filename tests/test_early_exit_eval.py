@@ -24,12 +24,14 @@ def test_per_exit_metrics_and_sweep(jt_workdir, tmp_path):
   png = str(tmp_path / "curve.png")
   p = helpers.run_py(["eval.py", "--workdir", jt_workdir, "--workdir", jt_workdir, "--exit_policy",
                       "entropy", "--thresholds", "0.01,0.7", "--exit_batch_size", "8",
-                      "--plot", png])
+                      "--exit_repeats", "2", "--plot", png])
   assert p.returncode == 0, p.stderr[-3000:]
   rows = json.load(open(os.path.join(jt_workdir, "early_exit_entropy_dev.json")))["rows"]
   assert [r["threshold"] for r in rows] == [0.01, 0.7]
   for r in rows:
     assert 1.0 <= r["mean_layers"] <= 2.0 and r["speedup"] > 0 and r["agreement"] == 1.0
+    # the full model is timed beside each threshold's early-exit passes (paired timing)
+    assert r["speedup"] == pytest.approx(r["time_full_s"] / r["time_fast_s"])
   assert os.path.getsize(png) > 0
 
 

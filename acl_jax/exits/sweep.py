@@ -43,15 +43,22 @@ def _real(batch: Mapping[str, np.ndarray]) -> np.ndarray:
   return np.ones((len(batch["input_ids"]),), bool)
 
 
-def _median_time(fn: Callable[[], Any], repeats: int) -> float:
-  """Median wall-clock seconds of `fn()` over `repeats` runs, after one untimed warm-up."""
-  fn()  # compiles every shape the timed runs will meet: same batches, same decisions
-  times = []
+def _paired_times(full: Callable[[], Any], fast: Callable[[], Any],
+                  repeats: int) -> tuple[float, float]:
+  """Median seconds of `full()` and `fast()`, timed in alternation after one warm-up each.
+
+  Alternating puts machine drift on both sides of the ratio alike (timing the full model
+  once for the whole sweep let minutes of drift land on the speed-up).
+  """
+  full()
+  fast()  # compiles every shape the timed runs will meet: same batches, same decisions
+  t_full, t_fast = [], []
   for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return float(np.median(times))
+    for fn, out in ((full, t_full), (fast, t_fast)):
+      start = time.perf_counter()
+      fn()
+      out.append(time.perf_counter() - start)
+  return float(np.median(t_full)), float(np.median(t_fast))
 
 
 def _score(metric_fn: Callable, preds: np.ndarray, labels: np.ndarray) -> tuple[float, dict]:
@@ -116,7 +123,6 @@ def sweep(cfg: EncoderConfig, params: Any, batches: Iterable[Mapping[str, np.nda
   def run_full():
     return [np.asarray(jax.device_get(full_forward_fn(params, x))) for x in inputs]
 
-  time_full = _median_time(run_full, repeats)
   full_logits = run_full()
   policies.check_num_exits(full_logits[0].shape[0])
   num_layers = full_logits[0].shape[0]
@@ -129,7 +135,7 @@ def sweep(cfg: EncoderConfig, params: Any, batches: Iterable[Mapping[str, np.nda
       return [early_exit_predict(cfg, params, x["input_ids"], x["attention_mask"],
                                  x.get("token_type_ids"), policy, t, buckets) for x in inputs]
 
-    time_fast = _median_time(run_fast, repeats)
+    time_full, time_fast = _paired_times(run_full, run_fast, repeats)
     stats = {}
     fast = [early_exit_predict(cfg, params, x["input_ids"], x["attention_mask"],
                                x.get("token_type_ids"), policy, t, buckets, stats=stats)
