@@ -59,64 +59,68 @@ multi_exit() {
   done
 }
 
-single() {
-  # Single-exit protocol (issues 5 and 6): MiniLM-L6, B32, 200 steps (6,400 train examples:
-  # 1.0 epoch of MR's train split (6,397 after the 10% dev split), 1.3 of R8's (4,936)), max length 64
-  # (MR sentences fit; R8 documents are truncated), lr 5e-5, seeds 0-2, seed-major so a
-  # partial sweep already has every method and task at seed 0. G-Loss methods and their baselines
-  # first, then the ACL methods.
-  local s="--set num_steps=200 --set eval_every=100 --set optim.lr=5e-5"
-  # TextGCN corpora get the G-Loss baselines too (issue 5); GLUE tasks the five methods of
-  # issue 6: SINGLE_TASKS="sst2 cola mrpc rte". Sentence-pair tasks use max length 128.
-  local methods len
-  for seed in ${SINGLE_SEEDS:-0 1 2}; do
-    for task in ${SINGLE_TASKS:-mr r8}; do
+# The single-exit protocol's fixed settings (the max length follows the task, below).
+PROTO="--set num_steps=200 --set eval_every=100 --set optim.lr=5e-5"
+
+# each_seed_task FN SEEDS TASKS: FN seed task config data_dir max_length, seed-major so a
+# partial sweep already has every task at the first seeds.
+each_seed_task() {
+  local fn=$1 seed task cfg dd len
+  for seed in $2; do
+    for task in $3; do
       read -r cfg dd <<< "$(task_args "$task")"
-      case "$task" in
-        mr|r8|r52|ohsumed|20ng) methods=ce,scl,gloss,gloss_sqrt,triplet,cosine,acl_embed,acl ;;
-        *) methods=ce,scl,acl_embed,acl,gloss ;;
-      esac
-      methods=${SINGLE_METHODS:-$methods}
       case "$task" in mrpc|rte|qnli|mnli|qqp) len=128 ;; *) len=64 ;; esac
-      stage single "$task" seed "$seed"
-      $PY scripts/sweep.py --root "$OUT/single/$task" --config "$cfg" --methods "$methods" \
-          --seeds "$seed" --set task.data_dir="$dd" --set task.max_length=$len $s \
-          --keep_going | tail -n 12
+      "$fn" "$seed" "$task" "$cfg" "$dd" "$len"
     done
   done
+}
+
+# protocol_sweep ROOT SEED TASK CONFIG DATA_DIR MAX_LEN SWEEP_ARGS...: one sweep.py call.
+protocol_sweep() {
+  $PY scripts/sweep.py --root "$1" --config "$4" --seeds "$2" --set task.data_dir="$5" \
+      --set task.max_length="$6" $PROTO --keep_going "${@:7}"
+}
+
+single() {
+  # Single-exit protocol (issues 5 and 6): MiniLM-L6, B32, 200 steps (6,400 train examples:
+  # 1.0 epoch of MR's train split (6,397 after the 10% dev split), 1.3 of R8's (4,936)), max
+  # length 64 (MR sentences fit; R8 documents are truncated; sentence pairs get 128), lr 5e-5,
+  # seeds 0-2. TextGCN corpora get the G-Loss baselines too (issue 5); GLUE tasks the five
+  # methods of issue 6: SINGLE_TASKS="sst2 cola mrpc rte".
+  each_seed_task single_one "${SINGLE_SEEDS:-0 1 2}" "${SINGLE_TASKS:-mr r8}"
+}
+single_one() {
+  local methods
+  case "$2" in
+    mr|r8|r52|ohsumed|20ng) methods=ce,scl,gloss,gloss_sqrt,triplet,cosine,acl_embed,acl ;;
+    *) methods=ce,scl,acl_embed,acl,gloss ;;
+  esac
+  stage single "$2" seed "$1"
+  protocol_sweep "$OUT/single/$2" "$@" --methods "${SINGLE_METHODS:-$methods}" | tail -n 12
 }
 
 lambda_sens() {
-  # lambda sensitivity (issue 6): CE+SCL against ACL (ACL-Embed + ACL-Grad) over
-  # loss.lam on MR, single-exit protocol, seed-major.
-  local s="--set task.max_length=64 --set num_steps=200 --set eval_every=100 --set optim.lr=5e-5"
-  for seed in ${LAM_SEEDS:-0 1 2}; do
-    for task in ${LAM_TASKS:-mr}; do
-      read -r cfg dd <<< "$(task_args "$task")"
-      stage lambda "$task" seed "$seed"
-      $PY scripts/sweep.py --root "$OUT/lambda/$task" --config "$cfg" --methods scl,acl \
-          --grid loss.lam=${LAM_VALUES:-0.1,0.3,0.5,0.7,0.9} --seeds "$seed" \
-          --set task.data_dir="$dd" $s --keep_going | tail -n 14
-    done
-  done
+  # lambda sensitivity (issue 6): CE+SCL against ACL (ACL-Embed + ACL-Grad) over loss.lam,
+  # single-exit protocol.
+  each_seed_task lambda_one "${LAM_SEEDS:-0 1 2}" "${LAM_TASKS:-mr}"
+}
+lambda_one() {
+  stage lambda "$2" seed "$1"
+  protocol_sweep "$OUT/lambda/$2" "$@" --methods scl,acl \
+      --grid loss.lam="${LAM_VALUES:-0.1,0.3,0.5,0.7,0.9}" | tail -n 14
 }
 
 gloss_ablation() {
-  # G-Loss ablations (issue 6): gamma_keep and a fixed sigma grid on MR (sqrt sigma is in
-  # the single stage), single-exit protocol, seed-major.
-  local s="--set task.max_length=64 --set num_steps=200 --set eval_every=100 --set optim.lr=5e-5"
-  for seed in ${GA_SEEDS:-0 1 2}; do
-    for task in ${GA_TASKS:-mr}; do
-      read -r cfg dd <<< "$(task_args "$task")"
-      stage gloss_ablation "$task" seed "$seed"
-      $PY scripts/sweep.py --root "$OUT/gloss_gamma/$task" --config "$cfg" --methods gloss \
-          --grid loss.gamma_keep=0.3,0.5,0.7,0.9 --seeds "$seed" --set task.data_dir="$dd" $s \
-          --keep_going | tail -n 8
-      $PY scripts/sweep.py --root "$OUT/gloss_sigma/$task" --config "$cfg" --methods gloss \
-          --grid loss.sigma=0.1,0.3,0.667,1.5,5.0 --seeds "$seed" --set task.data_dir="$dd" $s \
-          --keep_going | tail -n 9
-    done
-  done
+  # G-Loss ablations (issue 6): gamma_keep and a fixed sigma grid (sqrt sigma is in the single
+  # stage), single-exit protocol.
+  each_seed_task gloss_ablation_one "${GA_SEEDS:-0 1 2}" "${GA_TASKS:-mr}"
+}
+gloss_ablation_one() {
+  stage gloss_ablation "$2" seed "$1"
+  protocol_sweep "$OUT/gloss_gamma/$2" "$@" --methods gloss \
+      --grid loss.gamma_keep=0.3,0.5,0.7,0.9 | tail -n 8
+  protocol_sweep "$OUT/gloss_sigma/$2" "$@" --methods gloss \
+      --grid loss.sigma=0.1,0.3,0.667,1.5,5.0 | tail -n 9
 }
 
 tsne() {
