@@ -131,15 +131,14 @@ def sweep(cfg: EncoderConfig, params: Any, batches: Iterable[Mapping[str, np.nda
 
   rows = []
   for t in thresholds:
-    def run_fast(t=t):
+    def run_fast(t=t, stats=None):
       return [early_exit_predict(cfg, params, x["input_ids"], x["attention_mask"],
-                                 x.get("token_type_ids"), policy, t, buckets) for x in inputs]
+                                 x.get("token_type_ids"), policy, t, buckets, stats=stats)
+              for x in inputs]
 
     time_full, time_fast = _paired_times(run_full, run_fast, repeats)
     stats = {}
-    fast = [early_exit_predict(cfg, params, x["input_ids"], x["attention_mask"],
-                               x.get("token_type_ids"), policy, t, buckets, stats=stats)
-            for x in inputs]
+    fast = run_fast(stats=stats)
     layer = np.concatenate([e[r] for (e, _), r in zip(fast, real)])
     preds = np.concatenate([p[r] for (_, p), r in zip(fast, real)])
     ref = [jax.device_get(policies.select_exit(lg, policy, t)) for lg in full_logits]
