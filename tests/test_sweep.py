@@ -65,3 +65,12 @@ def test_cross_task_table(tmp_path):
   body = [r for r in text.splitlines() if r.startswith("| CE")]
   assert body == ["| CE+SCL [loss.lam=0.1] | 80.00 (n=1) |  |",
                   "| CE+SCL [loss.lam=0.9] | 70.00 (n=1) |  |"]
+
+
+def test_runs_share_a_compilation_cache(tmp_path, monkeypatch):
+  monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+  env = sweep.child_env(_args(tmp_path))
+  assert env["JAX_COMPILATION_CACHE_DIR"] == os.path.join(str(tmp_path), ".jax_cache")
+  assert "JAX_COMPILATION_CACHE_DIR" not in sweep.child_env(_args(tmp_path, compile_cache="none"))
+  monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "/elsewhere")  # the user's setting wins
+  assert sweep.child_env(_args(tmp_path))["JAX_COMPILATION_CACHE_DIR"] == "/elsewhere"
