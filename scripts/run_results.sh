@@ -15,6 +15,26 @@ DATA=${DATA:-../shared/data}
 OUT=${OUT:-runs/results}
 stage() { echo "=== $* $(date -u +%FT%TZ)"; }
 
+# reuse RUN SOURCE...: a grid point that is the very same run as a finished run of another
+# stage (same protocol, config and seed: e.g. the lambda stage's SCL at lambda 0.9 is the
+# single stage's SCL) becomes a link to it instead of a second training run. RUN is left
+# alone when it exists; the first SOURCE with a results.json is used.
+reuse() {
+  local run=$1 src
+  [ -e "$run" ] && return 0
+  for src in "${@:2}"; do
+    if [ -f "$src/results.json" ]; then
+      mkdir -p "$(dirname "$run")"
+      ln -s "$(realpath --relative-to="$(dirname "$run")" "$src")" "$run"
+      echo "reuse: $run -> $src"
+      return 0
+    fi
+  done
+}
+
+# in_list VALUE COMMA_LIST: whether VALUE is one of the list's items.
+in_list() { case ",$2," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+
 # task -> "config data_dir"
 task_args() {
   case "$1" in
@@ -35,8 +55,9 @@ grad_conflict() {
 
 multi_exit() {
   # Multi-exit strategies (issue 4): 300 steps of B32 (9,600 train examples), max length 64,
-  # MiniLM-L6 with 6 exits, seed 0, encoder lr 5e-5 and exit heads at 20x (1e-3): at 5e-5
-  # the lower exits stayed at the majority class in 300 steps. ME_POOLING=mean makes the
+  # MiniLM-L6 with 6 exits, seeds ME_SEEDS (default 0; ME_SEEDS=0,1,2 for issue 6), encoder
+  # lr 5e-5 and exit heads at 20x (1e-3): at 5e-5 the lower exits stayed at the majority
+  # class in 300 steps. ME_POOLING=mean makes the
   # exits read the token mean instead of [CLS] (model.exit_pooling; results go to
   # multi_exit_mean/).
   local pool=${ME_POOLING:-cls}
@@ -47,7 +68,7 @@ multi_exit() {
     read -r cfg dd <<< "$(task_args "$task")"
     stage multi_exit "$task" "$pool"
     $PY scripts/sweep.py --root "$root/$task" --config "$cfg" \
-        --methods jt,2st,alt,kd,acl_cl --seeds 0 --set task.data_dir="$dd" $me --keep_going
+        --methods jt,2st,alt,kd,acl_cl --seeds "${ME_SEEDS:-0}" --set task.data_dir="$dd" $me --keep_going
     stage early_exit "$task" "$pool"
     local dirs=() d
     for d in "$root/$task"/method=*; do  # finished runs only: a failed one has no checkpoint
@@ -96,6 +117,11 @@ single_one() {
     *) methods=ce,scl,acl_embed,acl,gloss ;;
   esac
   stage single "$2" seed "$1"
+  local lam=$OUT/lambda/$2 ga=$OUT/gloss_gamma/$2 gs=$OUT/gloss_sigma/$2
+  reuse "$OUT/single/$2/method=scl,seed=$1" "$lam/method=scl,loss.lam=0.9,seed=$1"
+  reuse "$OUT/single/$2/method=acl,seed=$1" "$lam/method=acl,loss.lam=0.5,seed=$1"
+  reuse "$OUT/single/$2/method=gloss,seed=$1" "$ga/method=gloss,loss.gamma_keep=0.7,seed=$1" \
+      "$gs/method=gloss,loss.sigma=0.667,seed=$1"
   protocol_sweep "$OUT/single/$2" "$@" --methods "${SINGLE_METHODS:-$methods}" | tail -n 12
 }
 
@@ -105,9 +131,14 @@ lambda_sens() {
   each_seed_task lambda_one "${LAM_SEEDS:-0 1 2}" "${LAM_TASKS:-mr}"
 }
 lambda_one() {
+  local lams=${LAM_VALUES:-0.1,0.3,0.5,0.7,0.9}
   stage lambda "$2" seed "$1"
-  protocol_sweep "$OUT/lambda/$2" "$@" --methods scl,acl \
-      --grid loss.lam="${LAM_VALUES:-0.1,0.3,0.5,0.7,0.9}" | tail -n 14
+  # The presets' own lambdas (SCL 0.9, ACL 0.5) are the single stage's runs.
+  in_list 0.9 "$lams" && reuse "$OUT/lambda/$2/method=scl,loss.lam=0.9,seed=$1" \
+      "$OUT/single/$2/method=scl,seed=$1"
+  in_list 0.5 "$lams" && reuse "$OUT/lambda/$2/method=acl,loss.lam=0.5,seed=$1" \
+      "$OUT/single/$2/method=acl,seed=$1"
+  protocol_sweep "$OUT/lambda/$2" "$@" --methods scl,acl --grid loss.lam="$lams" | tail -n 14
 }
 
 gloss_ablation() {
@@ -117,6 +148,11 @@ gloss_ablation() {
 }
 gloss_ablation_one() {
   stage gloss_ablation "$2" seed "$1"
+  # gamma_keep 0.7 and sigma 0.667 are the G-Loss preset: the single stage's run.
+  reuse "$OUT/gloss_gamma/$2/method=gloss,loss.gamma_keep=0.7,seed=$1" \
+      "$OUT/single/$2/method=gloss,seed=$1"
+  reuse "$OUT/gloss_sigma/$2/method=gloss,loss.sigma=0.667,seed=$1" \
+      "$OUT/single/$2/method=gloss,seed=$1" "$OUT/gloss_gamma/$2/method=gloss,loss.gamma_keep=0.7,seed=$1"
   protocol_sweep "$OUT/gloss_gamma/$2" "$@" --methods gloss \
       --grid loss.gamma_keep=0.3,0.5,0.7,0.9 | tail -n 8
   protocol_sweep "$OUT/gloss_sigma/$2" "$@" --methods gloss \
