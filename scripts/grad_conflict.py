@@ -65,7 +65,8 @@ def make_probe(model, mesh, tau):
         if name == "scl":
           return losses.scl_loss(f_, y, tau)
         return losses.acl_embed_loss(f_, y, label_embeddings(p, last), tau)
-      return jax.grad(f)(params)
+      # Varying params: each device's local gradient, then one pmean (see acl_jax.train.step).
+      return jax.grad(f)(jax.lax.pcast(params, step_lib.AXIS, to="varying"))
 
     g = jax.lax.pmean({n: term(n) for n in ("ce", "scl", "acl")}, step_lib.AXIS)
     mask = top_mask(params, last)

@@ -29,19 +29,28 @@ def data_parallel(model_dir, out):
                     "example_mask": np.ones(8, np.float32)})
   gloss = tiny_config(model_dir, "runlocal,gloss").loss
   gloss.gloss_global = True  # one graph over the gathered global batch: device-count free
+  # ACL's gated step (two grads, pmean, lax.cond; all-params and split "top" modes). Its
+  # contrastive term is per device, so lambda 0 keeps the total device-count free while the
+  # gradient still goes through the whole gated path.
+  acl = tiny_config(model_dir, "runlocal,acl", **{"loss.lam": 0.0}).loss
+  acl_top = tiny_config(model_dir, "runlocal,acl",
+                        **{"loss.lam": 0.0, "loss.angle_params": "top"}).loss
   results = {}
-  for tag, loss_cfg in (("ce", cfg.loss), ("gloss", gloss)):
+  for tag, loss_cfg in (("ce", cfg.loss), ("gloss", gloss), ("acl", acl), ("acl_top", acl_top)):
     for n in (1, 2, 4):
       mesh = step_lib.make_mesh(jax.devices()[:n])
       obj = objectives.build_objective(loss_cfg, num_labels=2, last_exit=2)
       tx = optim.make_optimizer(lr=1e-3, total_steps=10)
       state = step_lib.replicate(TrainState.create(params, tx, 0), mesh)
       fn = step_lib.make_train_step(model, obj, tx, mesh)
-      losses = []
+      losses, norms = [], []
       for b in batches:
         state, m = fn(state, step_lib.shard_batch(b, mesh))
         losses.append(float(m["loss"]))
+        # the averaged gradient itself, before clipping (the gate's g_CE norm when gated)
+        norms.append(float(m["gate/norm_ce"] if "gate/norm_ce" in m else m["grad_norm"]))
       results[f"{tag}_loss_{n}"] = np.array(losses)
+      results[f"{tag}_grad_norm_{n}"] = np.array(norms)
       results[f"{tag}_params_{n}"] = np.concatenate(
           [np.ravel(x) for x in jax.tree.leaves(jax.device_get(state.params))])
   np.savez(out, **results)

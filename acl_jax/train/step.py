@@ -103,6 +103,12 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
     step_key = jax.random.fold_in(state.rng, state.step)
     drop_key = jax.random.fold_in(jax.random.fold_in(step_key, 0), lax.axis_index(AXIS))
     loss_key = jax.random.fold_in(step_key, 1)
+    # Mark the replicated params as device-varying before differentiating. Under shard_map's
+    # varying-axes typing, jax.grad with respect to an unvarying input already sums its
+    # cotangent over the axis (the transpose of the implicit pvary is a psum), which would
+    # make every gradient N_devices times the global-batch gradient and the pmeans below
+    # no-ops. With varying params each device gets its local gradient, and pmean averages.
+    params = lax.pcast(state.params, AXIS, to="varying")
 
     def terms_fn(params):
       logits, aux = _forward(model, params, batch, drop_key, True)
@@ -117,16 +123,16 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
     names = tuple(objective.weights)
     metrics_out = {}
     if objective.gate is None:
-      grads, (terms, metrics) = jax.grad(loss_of(names), has_aux=True)(state.params)
+      grads, (terms, metrics) = jax.grad(loss_of(names), has_aux=True)(params)
       grads = lax.pmean(grads, AXIS)
     elif objective.gate.angle_params == "top":
-      grads, terms, metrics, info = _top_gated_grads(model, objective, state.params, batch,
+      grads, terms, metrics, info = _top_gated_grads(model, objective, params, batch,
                                                      drop_key, loss_key, state.step)
       metrics_out.update({f"gate/{k}": v for k, v in info.items()})
     else:
       # Two separate gradients with the same batch and dropout key; XLA shares the forward.
-      g_ce, (terms, metrics) = jax.grad(loss_of(("ce",)), has_aux=True)(state.params)
-      g_aux, _ = jax.grad(loss_of(("aux",), None), has_aux=True)(state.params)
+      g_ce, (terms, metrics) = jax.grad(loss_of(("ce",)), has_aux=True)(params)
+      g_aux, _ = jax.grad(loss_of(("aux",), None), has_aux=True)(params)
       # Average first, so the gate sees global gradients and every replica branches alike.
       g_ce, g_aux = lax.pmean((g_ce, g_aux), AXIS)
       mask = encoder_angle_mask(state.params) if objective.gate.angle_params == "encoder" else None
@@ -136,13 +142,13 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
                                mode=objective.gate.mode, params_mask=mask)
       metrics_out.update({f"gate/{k}": v for k, v in info.items()})
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
+    new_params = optax.apply_updates(state.params, updates)
     metrics_out.update({f"loss/{k}": v for k, v in terms.items()})
     metrics_out.update(metrics)
     metrics_out["loss"] = _weighted(terms, objective.weights, names)
     metrics_out = lax.pmean(metrics_out, AXIS)
     metrics_out["grad_norm"] = optax.global_norm(grads)
-    new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
+    new_state = state.replace(step=state.step + 1, params=new_params, opt_state=opt_state)
     return new_state, metrics_out
 
   if max_traces is not None:
