@@ -87,10 +87,7 @@ def main(argv):
   if os.path.isfile(out):
     with open(out) as f:
       old = json.load(f)
-  merged = loop.merge_results(old, results)
-  with open(out + ".tmp", "w") as f:
-    json.dump(merged, f, indent=2)
-  os.replace(out + ".tmp", out)
+  loop.write_atomic(out, json.dumps(loop.merge_results(old, results), indent=2))
   print(json.dumps(results, indent=2))
   print(f"wrote {out}")
 

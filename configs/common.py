@@ -60,7 +60,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.loss = ml_collections.ConfigDict()
   c.loss.name = "ce"
   c.loss.class_weights = ""  # "" or "balanced" (sklearn)
-  c.loss.lam = 0.5
+  # -1: the loss's SPEC default (SCL 0.9, ACL-Embed 0.5, G-Loss 0.8); triplet and cosine
+  # have none, so their presets set 0.5.
+  c.loss.lam = -1.0
   c.loss.tau = 0.3
   c.loss.anchors = "all"  # ACL-Embed: "all" or "samples"
   c.loss.gate = False  # ACL-Grad angle gate on the auxiliary term

@@ -163,6 +163,9 @@ def main(argv=None):
                  help="JAX compilation cache folder shared by the runs (default "
                  "<root>/.jax_cache; 'none' turns it off)")
   args = p.parse_args(argv)
+  # train.py runs with cwd=REPO: an absolute root keeps its workdirs where this process
+  # looks for finished runs, whatever the caller's working directory.
+  args.root = os.path.abspath(args.root)
   args.extra = extra
   if not args.aggregate_only:
     if not args.config:

@@ -73,3 +73,16 @@ def test_acl_needs_a_linear_head():
   from acl_jax.models import label_embeddings
   with pytest.raises(ValueError, match="No linear classifier"):
     label_embeddings({"encoder": {}}, 3)
+
+
+def test_unset_lambda_takes_the_spec_default():
+  from configs import common
+  for name, lam in (("scl", 0.9), ("acl_embed", 0.5), ("gloss", 0.8)):
+    c = common.base_config().loss
+    c.name = name  # no preset: --config.loss.name=... alone
+    obj = objectives.build_objective(c, num_labels=3, last_exit=3)
+    assert obj.weights["aux"] == pytest.approx(lam), name
+  c = common.base_config().loss
+  c.name = "triplet"
+  with pytest.raises(ValueError, match="no default lambda"):
+    objectives.build_objective(c, num_labels=3, last_exit=3)

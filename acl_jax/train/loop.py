@@ -172,8 +172,7 @@ class MetricWriter:
     if os.path.exists(self.path):
       with open(self.path) as f:
         kept = [ln for ln in f if ln.strip() and json.loads(ln).get("step", 0) <= resume_step]
-      with open(self.path, "w") as f:
-        f.writelines(kept)
+      write_atomic(self.path, "".join(kept))
     try:
       from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
       self.tb = SummaryWriter(os.path.join(workdir, "tb"))
@@ -222,15 +221,29 @@ def _sigma_sqrt(setup: Setup, eval_step) -> float:
   return float(sigma_sqrt_heuristic(feats))
 
 
+def _check_before_loading(cfg) -> None:
+  """Config errors that need no data or model, raised before the slow loading starts."""
+  for key in ("batch_size", "eval_batch_size"):
+    if cfg[key] % jax.device_count():
+      raise ValueError(f"{key} {cfg[key]} must be divisible by the device count "
+                       f"{jax.device_count()}: set --config.{key} to a multiple of it.")
+  if cfg.loss.class_weights not in ("", "balanced"):
+    raise ValueError(f"loss.class_weights must be '' or 'balanced', got {cfg.loss.class_weights!r}.")
+  if cfg.loss.sigma_mode not in ("fixed", "sqrt"):
+    raise ValueError(f"loss.sigma_mode must be 'fixed' or 'sqrt', got {cfg.loss.sigma_mode!r}.")
+  # The loss name and its hyperparameters (tau, gamma, gate, ...), on stand-in sizes; the
+  # real objective is built once the task's label count is known.
+  objectives.build_objective(cfg.loss, num_labels=2, last_exit=1,
+                             sigma=1.0 if cfg.loss.sigma_mode == "sqrt" else None)
+
+
 def train_and_evaluate(config, workdir: str) -> dict:
   """Trains per `config` in `workdir` (resuming if it holds a checkpoint); returns results."""
   os.makedirs(workdir, exist_ok=True)
-  setup = build(config)
   cfg = config
+  _check_before_loading(cfg)
+  setup = build(config)
   n_train = len(setup.tok["train"])
-  if cfg.batch_size % jax.device_count():
-    raise ValueError(f"batch_size {cfg.batch_size} must be divisible by the device count "
-                     f"{jax.device_count()}.")
   steps_per_epoch = data_lib.num_train_batches(n_train, cfg.batch_size)
   if steps_per_epoch < 1:
     raise ValueError(f"{n_train} training examples make no batch of {cfg.batch_size}.")
@@ -243,8 +256,6 @@ def train_and_evaluate(config, workdir: str) -> dict:
     from acl_jax.losses import balanced_class_weights  # pylint: disable=import-outside-toplevel
     class_weights = balanced_class_weights(np.asarray(setup.tok["train"]["label"]),
                                            setup.task.num_labels)
-  elif cfg.loss.class_weights:
-    raise ValueError(f"loss.class_weights must be '' or 'balanced', got {cfg.loss.class_weights!r}.")
 
   eval_step = step_lib.make_eval_step(setup.model, setup.mesh)
   params = step_lib.replicate(setup.params, setup.mesh)
@@ -252,8 +263,6 @@ def train_and_evaluate(config, workdir: str) -> dict:
   ckpts = ckpt_lib.Checkpoints(workdir)
   meta = ckpts.read_meta() or {}
   sigma = None
-  if cfg.loss.sigma_mode not in ("fixed", "sqrt"):
-    raise ValueError(f"loss.sigma_mode must be 'fixed' or 'sqrt', got {cfg.loss.sigma_mode!r}.")
   if cfg.loss.name == "gloss" and cfg.loss.sigma_mode == "sqrt":
     sigma = meta.get("sigma") or _sigma_sqrt(setup, eval_step)
     log.info("G-Loss sigma (sqrt heuristic on pretrained train features): %.4f", sigma)
@@ -283,8 +292,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   main_metric = (f"exit_mean/{setup.task.main_metric}" if multi else setup.task.main_metric)
   writer = MetricWriter(workdir, start)
   if is_main():
-    with open(os.path.join(workdir, "config.json"), "w") as f:
-      f.write(cfg.to_json_best_effort(indent=2))
+    write_atomic(os.path.join(workdir, "config.json"), cfg.to_json_best_effort(indent=2))
     log.info("%s: %d train examples, %d steps/epoch, %d steps, objective %s, %d device(s).",
              setup.task.name, n_train, steps_per_epoch, total, objective.name,
              jax.device_count())
@@ -355,8 +363,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   results["train"] = summary
   ckpts.close()
   if is_main():
-    with open(os.path.join(workdir, "results.json"), "w") as f:
-      json.dump(results, f, indent=2)
+    write_atomic(os.path.join(workdir, "results.json"), json.dumps(results, indent=2))
   return results
 
 
@@ -405,6 +412,18 @@ def _open_workdir(config, workdir: str):
   tx = make_tx(config, total, multi)
   state = step_lib.replicate(TrainState.create(setup.params, tx, config.seed), setup.mesh)
   return setup, ckpts, state
+
+
+def write_atomic(path: str, text: str) -> None:
+  """Writes `path` through a temp file and a rename, so a crash leaves the old file or none.
+
+  results.json doubles as the "run finished" marker of scripts/sweep.py, so it must never be
+  seen half-written.
+  """
+  tmp = f"{path}.tmp{os.getpid()}"
+  with open(tmp, "w") as f:
+    f.write(text)
+  os.replace(tmp, path)
 
 
 def merge_results(old: dict, new: dict) -> dict:

@@ -16,6 +16,8 @@ from acl_jax import losses
 from acl_jax.models import label_embeddings
 from acl_jax.train.step import AXIS, GateSpec, Objective
 
+# loss.lam's "unset" value: the loss's SPEC default (SCL 0.9, ACL-Embed 0.5, G-Loss 0.8).
+LAM_DEFAULT = -1.0
 # What the ACL-Grad angle is measured over: every parameter, the encoder without heads,
 # LayerNorm and biases (RomeBERT), or the top layer and heads only (fast mode).
 ANGLE_PARAMS = ("all", "encoder", "top")
@@ -159,6 +161,11 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
   """
   entry = losses.get_loss(loss_cfg.name)
   lam = float(loss_cfg.lam)
+  if lam == LAM_DEFAULT and entry.combine != "none":
+    if "lam" not in entry.defaults:
+      raise ValueError(f"loss {loss_cfg.name!r} has no default lambda (SPEC fixes none): set "
+                       f"one, e.g. --config.loss.lam=0.5, or use its method preset.")
+    lam = float(entry.defaults["lam"])
   if entry.combine != "none" and lam < 0:
     raise ValueError(f"loss.lam must be >= 0, got {lam}.")
   if entry.combine == "convex" and lam > 1:
