@@ -71,6 +71,28 @@ def test_2st_stage2_freezes_backbone_bit_identically(setup):
     assert frozen_main == (s >= s1) and frozen_lower == (s < s1), f"step {s}"
 
 
+def test_2st_stage2_clips_on_the_lower_heads_alone(setup):
+  """The frozen backbone's gradient is zeroed before clipping (its norm would shrink the
+  lower heads' step); the logged grad_norm is the clipped-over gradient."""
+  import optax
+  model, _, (batch,) = setup
+  h, ms, multi = _run(setup, "2st", TOTAL)
+  s = multi.stage1_steps  # the first stage-2 step
+  obj = objectives.build_objective(_cfg("2st").loss, num_labels=3, last_exit=3, multi_exit=multi)
+
+  def stage2_loss(p):
+    def one(b):
+      logits, aux = model.apply({"params": p}, b["input_ids"], b["attention_mask"],
+                                b.get("token_type_ids"), train=False)
+      return obj.terms(p, logits, aux, b, jax.random.PRNGKey(0), s)[0]["ce"]
+    return jax.vmap(one, axis_name=step_lib.AXIS)(jax.tree.map(lambda x: x[None], batch))[0]
+
+  g = jax.grad(stage2_loss)(h[s])
+  lower = float(optax.global_norm({k: g[k] for k in ("exit_1", "exit_2")}))
+  assert float(optax.global_norm(g)) > 1.01 * lower  # the backbone gradient is not zero
+  np.testing.assert_allclose(float(ms[s]["grad_norm"]), lower, rtol=1e-4)
+
+
 @pytest.mark.parametrize("kind,want", [("uniform", [1 / 3] * 3), ("linear", [1 / 6, 2 / 6, 3 / 6])])
 def test_jt_weights(setup, kind, want):
   _, ms, multi = _run(setup, "jt", 1, weights=kind)

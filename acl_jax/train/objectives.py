@@ -63,8 +63,31 @@ def multi_exit_from_config(me_cfg, num_exits: int, total_steps: int) -> MultiExi
   if me_cfg.lambda_cl < 0:
     raise ValueError(f"multi_exit.lambda_cl must be >= 0, got {me_cfg.lambda_cl}.")
   return MultiExit(s, exit_weights(me_cfg.weights, num_exits),
-                   int(round(me_cfg.stage1_fraction * total_steps)), float(me_cfg.kd_temperature),
+                   stage1_length(me_cfg.stage1_fraction, total_steps), float(me_cfg.kd_temperature),
                    float(me_cfg.kd_alpha), float(me_cfg.lambda_cl), bool(me_cfg.teacher_grad))
+
+
+def stage1_length(fraction: float, total_steps: int) -> int:
+  """2ST's stage-1 steps: round(fraction * total), kept in [1, total - 1] so both stages run."""
+  return max(1, min(int(round(fraction * total_steps)), total_steps - 1))
+
+
+def two_stage_freeze(stage1_steps: int):
+  """2ST's gradient mask: (grads, step) -> grads with the frozen groups' gradients zeroed.
+
+  The optimizer already leaves a frozen group's params unchanged; zeroing its gradients too
+  keeps them out of the global-norm clipping, so stage 2's lower heads are clipped on their
+  own gradients alone, as when the backbone is truly frozen (DeeBERT).
+  """
+  from acl_jax.train.optim import param_groups  # pylint: disable=import-outside-toplevel
+
+  def freeze(grads, step):
+    stage1 = step < stage1_steps
+    def mask(g, group):
+      on = jnp.logical_not(stage1) if group == "lower_heads" else stage1
+      return g * on.astype(g.dtype)
+    return jax.tree.map(mask, grads, param_groups(grads))
+  return freeze
 
 
 def _weights(entry: losses.LossEntry, lam: float) -> dict[str, float]:
@@ -220,4 +243,6 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
                        "needs the full-parameter gradients; use angle_params='all'.")
     gate = GateSpec(float(loss_cfg.gate_threshold), loss_cfg.gate_mode, loss_cfg.angle_params)
   label = (multi_exit.strategy + ":" if multi_exit else "") + name + ("+grad" if gate else "")
-  return Objective(label, terms, weights, gate)
+  freeze = (two_stage_freeze(multi_exit.stage1_steps)
+            if multi_exit is not None and multi_exit.strategy == "2st" else None)
+  return Objective(label, terms, weights, gate, freeze)

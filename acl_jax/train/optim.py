@@ -49,8 +49,9 @@ def make_optimizer(*, lr: float, total_steps: int, warmup_ratio: float = 0.1,
     warmup_ratio: fraction of the (stage's) steps spent warming up.
     weight_decay: decoupled decay, applied to kernels and embeddings only.
     clip_norm: global-norm gradient clipping over all gradients (<= 0 disables it).
-    strategy: multi-exit strategy. Freezing is done here, in the optimizer, never by zeroing
-      gradients by hand: the groups (`param_groups`) get a 0/1 step-dependent scale
+    strategy: multi-exit strategy. Freezing is done here, in the optimizer (for 2ST the train
+      step also zeroes the frozen groups' gradients before clipping, see
+      `objectives.two_stage_freeze`): the groups (`param_groups`) get a 0/1 step-dependent scale
       (`optax.scale_by_schedule`, whose count is the global step and is checkpointed, so a
       stage survives a resume):
         2st: encoder + final exit train for steps < stage1_steps, the lower exits after,
@@ -83,7 +84,7 @@ def make_optimizer(*, lr: float, total_steps: int, warmup_ratio: float = 0.1,
 
   head_lr = lr * head_lr_mult
   if strategy == "2st":
-    s1 = max(1, min(stage1_steps, total_steps - 1))
+    s1 = max(1, min(stage1_steps, total_steps - 1))  # objectives.stage1_length already is
     stage1 = lambda c: c < s1
     groups = {"encoder": gated(sched(lr, 0, s1), stage1),
               "head": gated(sched(head_lr, 0, s1), stage1),

@@ -71,6 +71,9 @@ class Objective:
   terms: Callable[..., tuple[dict[str, jax.Array], dict[str, jax.Array]]]
   weights: dict[str, float]
   gate: GateSpec | None = None
+  # (grads, step) -> grads: zeroes the gradients of parameters frozen at this step (2ST),
+  # after the cross-device mean and before clipping.
+  freeze: Callable[[Any, jax.Array], Any] | None = None
 
 
 def _forward(model, params, batch, key, train):
@@ -141,6 +144,8 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
                                threshold_deg=objective.gate.threshold_deg,
                                mode=objective.gate.mode, params_mask=mask)
       metrics_out.update({f"gate/{k}": v for k, v in info.items()})
+    if objective.freeze is not None:
+      grads = objective.freeze(grads, state.step)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     new_params = optax.apply_updates(state.params, updates)
     metrics_out.update({f"loss/{k}": v for k, v in terms.items()})
