@@ -83,7 +83,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.multi_exit.weights = "uniform"  # exit weights: "uniform" or "linear" (PABEE m/sum m)
   c.multi_exit.stage1_fraction = 0.5  # 2ST: share of steps in stage 1 (backbone + last exit)
   c.multi_exit.kd_temperature = 2.0
-  c.multi_exit.kd_alpha = 0.5  # KD: (1-alpha) CE_m + alpha T^2 KL(final || m)
+  # KD on exits m < M: "add" = CE_m + alpha T^2 KL(final || m), JT plus KL as SPEC §3;
+  # "convex" = (1-alpha) CE_m + alpha T^2 KL (Hinton's mix; what the session-1/2 runs used).
+  c.multi_exit.kd_form = "add"
+  c.multi_exit.kd_alpha = 0.5
   c.multi_exit.lambda_cl = 0.5  # ACL-CL weight of the cross-layer loss on exits 1..M-1
   c.multi_exit.teacher_grad = False  # ACL-CL: let gradients reach the teacher items
 

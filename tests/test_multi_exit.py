@@ -108,13 +108,15 @@ def test_kd_and_acl_cl_losses_match_their_formulas(setup):
   y = jnp.asarray(batch["labels"])
   w = np.full(3, 1 / 3)
   ce = [float(losses.cross_entropy(lg, y)) for lg in logits]
-  # KD: (1-a) CE_m + a T^2 KL(p_M^T || p_m^T) on lower exits, CE on the last.
-  _, ms, _ = _run(setup, "kd", 1, kd_temperature=2.0, kd_alpha=0.5)
+  # KD on lower exits, CE on the last: "add" (default, SPEC's JT plus KL) is
+  # CE_m + a T^2 KL(p_M^T || p_m^T); "convex" is (1-a) CE_m + a T^2 KL.
   pt = jax.nn.softmax(logits[-1] / 2.0)
   kl = [float(4.0 * jnp.mean(jnp.sum(pt * (jnp.log(pt) - jax.nn.log_softmax(lg / 2.0)), -1)))
         for lg in logits[:2]]
-  want = sum(w[i] * (0.5 * ce[i] + 0.5 * kl[i]) for i in range(2)) + w[2] * ce[2]
-  np.testing.assert_allclose(ms[0]["loss/ce"], want, rtol=1e-4)
+  for form, ce_share in (("add", 1.0), ("convex", 0.7)):
+    _, ms, _ = _run(setup, "kd", 1, kd_temperature=2.0, kd_alpha=0.3, kd_form=form)
+    want = sum(w[i] * (ce_share * ce[i] + 0.3 * kl[i]) for i in range(2)) + w[2] * ce[2]
+    np.testing.assert_allclose(ms[0]["loss/ce"], want, rtol=1e-4, err_msg=form)
   # ACL-CL: lower exits CE + lambda_cl * L_CL against the top exit; last exit CE + lam ACL.
   _, ms, _ = _run(setup, "acl_cl", 1, lambda_cl=0.5)
   f = aux["feats"]

@@ -23,6 +23,7 @@ LAM_DEFAULT = -1.0
 ANGLE_PARAMS = ("all", "encoder", "top")
 STRATEGIES = ("", "jt", "2st", "alt", "kd", "acl_cl")
 EXIT_WEIGHTS = ("uniform", "linear")
+KD_FORMS = ("add", "convex")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +36,7 @@ class MultiExit:
   kd_alpha: float = 0.5
   lambda_cl: float = 0.5
   teacher_grad: bool = False
+  kd_form: str = "add"  # "add": CE_m + alpha T^2 KL (SPEC §3, JT plus KL); "convex": Hinton
 
 
 def exit_weights(kind: str, num_exits: int) -> np.ndarray:
@@ -60,11 +62,15 @@ def multi_exit_from_config(me_cfg, num_exits: int, total_steps: int) -> MultiExi
     raise ValueError(f"multi_exit.stage1_fraction must be in (0, 1), got {me_cfg.stage1_fraction}.")
   if me_cfg.kd_temperature <= 0 or not 0 <= me_cfg.kd_alpha <= 1:
     raise ValueError("multi_exit.kd_temperature must be > 0 and kd_alpha in [0, 1].")
+  kd_form = me_cfg.get("kd_form", "convex")  # workdirs from before the field: what ran then
+  if kd_form not in KD_FORMS:
+    raise ValueError(f"multi_exit.kd_form must be one of {KD_FORMS}, got {kd_form!r}.")
   if me_cfg.lambda_cl < 0:
     raise ValueError(f"multi_exit.lambda_cl must be >= 0, got {me_cfg.lambda_cl}.")
   return MultiExit(s, exit_weights(me_cfg.weights, num_exits),
                    stage1_length(me_cfg.stage1_fraction, total_steps), float(me_cfg.kd_temperature),
-                   float(me_cfg.kd_alpha), float(me_cfg.lambda_cl), bool(me_cfg.teacher_grad))
+                   float(me_cfg.kd_alpha), float(me_cfg.lambda_cl), bool(me_cfg.teacher_grad),
+                   kd_form)
 
 
 def stage1_length(fraction: float, total_steps: int) -> int:
@@ -156,7 +162,8 @@ def _multi_exit_ce(me: MultiExit, params, logits, aux, batch, cw, step, tau):
     return jnp.where(step < me.stage1_steps, ce[-1], jnp.sum(lower_w * ce[:-1])), metrics
   if me.strategy == "kd":
     kd = jnp.stack([_kd(lg, logits[-1], me.kd_temperature) for lg in logits[:-1]])
-    per_exit = jnp.concatenate([(1 - me.kd_alpha) * ce[:-1] + me.kd_alpha * kd, ce[-1:]])
+    ce_share = 1.0 - me.kd_alpha if me.kd_form == "convex" else 1.0
+    per_exit = jnp.concatenate([ce_share * ce[:-1] + me.kd_alpha * kd, ce[-1:]])
     metrics.update({f"kd/exit_{i + 1}": kd[i] for i in range(len(kd))})
     return jnp.sum(w * per_exit), metrics
   # ACL-CL: each lower exit's CE + lambda_cl * cross-layer contrastive loss against the top.
