@@ -56,6 +56,7 @@ def base_config() -> ml_collections.ConfigDict:
   c.model.exit_pooling = "cls"  # "cls" (SPEC) or "mean": what each exit reads from its layer
   c.model.dtype = "float32"  # "bfloat16" on accelerators
   c.model.dropout = -1.0  # < 0 keeps the checkpoint's hidden/attention dropout
+  c.model.ignore_head = False  # start a fresh head on a checkpoint fine-tuned for other labels
 
   c.loss = ml_collections.ConfigDict()
   c.loss.name = "ce"

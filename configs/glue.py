@@ -21,4 +21,6 @@ def get_config(arg="sst2"):
   c, rest = common.task_config(arg, "sst2", TASKS, "GLUE task")
   c.task.max_length = 128
   c.num_epochs = EPOCHS[c.task.name]
+  if c.task.name == "mnli":
+    c.eval_splits = "dev,dev_mm"  # matched and mismatched (SPEC §4: acc m/mm)
   return common.apply_args(c, rest)

@@ -104,7 +104,7 @@ protocol_sweep() {
 
 single() {
   # Single-exit protocol (issues 5 and 6): MiniLM-L6, B32, 200 steps (6,400 train examples:
-  # 1.0 epoch of MR's train split (6,397 after the 10% dev split), 1.3 of R8's (4,936)), max
+  # 1.0 epoch of MR's train split (6,397 after the 10% dev split), 1.3 of R8's (4,937)), max
   # length 64 (MR sentences fit; R8 documents are truncated; sentence pairs get 128), lr 5e-5,
   # seeds 0-2. TextGCN corpora get the G-Loss baselines too (issue 5); GLUE tasks the five
   # methods of issue 6: SINGLE_TASKS="sst2 cola mrpc rte".

@@ -183,3 +183,16 @@ def test_nan_loss_names_step_and_term():
   check_finite(3, {"loss": 1.0, "loss/ce": 1.0, "grad_norm": float("nan")})
   with pytest.raises(FloatingPointError, match=r"step 7: .*loss/aux=nan"):
     check_finite(7, {"loss": float("nan"), "loss/ce": 0.5, "loss/aux": float("nan")})
+
+
+def test_resume_with_a_changed_config_is_logged(tmp_path, caplog):
+  import logging
+  from acl_jax.train import loop
+  from configs import quickstart
+  c = quickstart.get_config()
+  (tmp_path / "config.json").write_text(c.to_json_best_effort())
+  c.num_steps = 480
+  c.loss.tau = 0.1
+  with caplog.at_level(logging.WARNING):
+    loop._warn_config_changes(str(tmp_path / "config.json"), c)  # pylint: disable=protected-access
+  assert "num_steps: 240 -> 480" in caplog.text and "loss.tau: 0.3 -> 0.1" in caplog.text

@@ -149,7 +149,7 @@ def convert_state_dict(sd: dict[str, np.ndarray], cfg: EncoderConfig) -> tuple[d
       raise ValueError(
           f"The checkpoint's classifier head has {w.shape[0]} labels but num_labels="
           f"{cfg.num_labels}. Pass num_labels={w.shape[0]}, or drop the head with "
-          "ignore_head=True to start a new one.")
+          "ignore_head=True (train.py: --config.model.ignore_head=True) to start a new one.")
     head["classifier"] = r.dense("classifier")
   if head:
     params[last] = head

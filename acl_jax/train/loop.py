@@ -86,7 +86,8 @@ def build(config) -> Setup:
     overrides.update(hidden_dropout=config.model.dropout, attention_dropout=config.model.dropout)
   model, params, tokenizer = hf.load_pretrained(
       resolve_model(config.model.name), task.num_labels, exits=config.model.exits,
-      pooler=config.model.pooler, dtype=config.model.dtype, seed=config.seed, **overrides)
+      pooler=config.model.pooler, dtype=config.model.dtype, seed=config.seed,
+      ignore_head=config.model.get("ignore_head", False), **overrides)
   tok = {}
   for split, ds in task.splits.items():
     n = t.max_train_examples if split == "train" else t.max_eval_examples
@@ -221,6 +222,29 @@ def _sigma_sqrt(setup: Setup, eval_step) -> float:
   return float(sigma_sqrt_heuristic(feats))
 
 
+def _flatten(d: dict, prefix: str = "") -> dict:
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(_flatten(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = v
+  return out
+
+
+def _warn_config_changes(path: str, cfg) -> None:
+  """Resuming a workdir with other settings than it was started with is allowed (e.g. more
+  steps), but never silent: the changed fields are logged."""
+  with open(path) as f:
+    old = _flatten(json.load(f))
+  new = _flatten(json.loads(cfg.to_json_best_effort()))
+  changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+  if changed:
+    log.warning("Resuming with a config that differs from the one this workdir started with: "
+                "%s. config.json now records the new one.",
+                ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed))
+
+
 def _check_before_loading(cfg) -> None:
   """Config errors that need no data or model, raised before the slow loading starts."""
   for key in ("batch_size", "eval_batch_size"):
@@ -292,7 +316,10 @@ def train_and_evaluate(config, workdir: str) -> dict:
   main_metric = (f"exit_mean/{setup.task.main_metric}" if multi else setup.task.main_metric)
   writer = MetricWriter(workdir, start)
   if is_main():
-    write_atomic(os.path.join(workdir, "config.json"), cfg.to_json_best_effort(indent=2))
+    cfg_path = os.path.join(workdir, "config.json")
+    if restored is not None and os.path.isfile(cfg_path):
+      _warn_config_changes(cfg_path, cfg)
+    write_atomic(cfg_path, cfg.to_json_best_effort(indent=2))
     log.info("%s: %d train examples, %d steps/epoch, %d steps, objective %s, %d device(s).",
              setup.task.name, n_train, steps_per_epoch, total, objective.name,
              jax.device_count())
