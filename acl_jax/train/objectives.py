@@ -214,6 +214,10 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
                        "loss.name='ce' (or 'acl_embed' with acl_cl).")
     # Multi-exit weights are already inside the "ce" term; the final exit's aux loss is
     # additive on top of it (SPEC §2.5: the last exit trains with CE + lambda * L_ACL).
+    # With the ACL-Grad gate, the angle is taken between the gradient of that whole "ce"
+    # term (every exit's CE and the lower exits' cross-layer terms) and the final exit's
+    # ACL gradient, not grad(CE_M) alone as SPEC §2.4 reads for one exit: CE_M alone would
+    # need a third backward pass. The gate's update is the same, g_ce + lambda * g_acl or g_ce.
     weights = {"ce": 1.0, "aux": lam} if aux_fn is not None else {"ce": 1.0}
 
   def terms(params, logits, aux, batch, key, step):
