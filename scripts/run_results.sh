@@ -32,6 +32,20 @@ reuse() {
   done
 }
 
+# retire_pre_s3 DIR: KD and 2ST runs trained before session 3 changed them (KD's default
+# became SPEC's additive form, 2ST's frozen gradients stopped counting in the clipping) have
+# no multi_exit.kd_form in their config.json. They move to DIR/pre_s3/ (kept, out of the
+# tables), so a rerun trains them with the current code instead of mixing the two in a row.
+retire_pre_s3() {
+  local d
+  for d in "$1"/method=kd,* "$1"/method=2st,*; do
+    [ -f "$d/config.json" ] || continue
+    grep -q '"kd_form"' "$d/config.json" && continue
+    mkdir -p "$1/pre_s3"
+    mv "$d" "$1/pre_s3/" && echo "retired (pre-session-3 code): $d"
+  done
+}
+
 # in_list VALUE COMMA_LIST: whether VALUE is one of the list's items.
 in_list() { case ",$2," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
@@ -67,6 +81,7 @@ multi_exit() {
   for task in ${ME_TASKS:-sst2 mr}; do
     read -r cfg dd <<< "$(task_args "$task")"
     stage multi_exit "$task" "$pool"
+    retire_pre_s3 "$root/$task"
     $PY scripts/sweep.py --root "$root/$task" --config "$cfg" \
         --methods jt,2st,alt,kd,acl_cl --seeds "${ME_SEEDS:-0}" --set task.data_dir="$dd" $me --keep_going
     stage early_exit "$task" "$pool"

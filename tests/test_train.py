@@ -196,3 +196,12 @@ def test_resume_with_a_changed_config_is_logged(tmp_path, caplog):
   with caplog.at_level(logging.WARNING):
     loop._warn_config_changes(str(tmp_path / "config.json"), c)  # pylint: disable=protected-access
   assert "num_steps: 240 -> 480" in caplog.text and "loss.tau: 0.3 -> 0.1" in caplog.text
+
+
+def test_resume_drops_a_half_written_metrics_line(tmp_path):
+  from acl_jax.train import loop
+  lines = ['{"step": 10, "kind": "train"}\n', '{"step": 20, "kind": "train"}\n',
+           '{"step": 30, "kind": "train"}\n', '{"step": 40, "ki']  # crashed mid-write
+  (tmp_path / "metrics.jsonl").write_text("".join(lines))
+  loop.MetricWriter(str(tmp_path), resume_step=20)
+  assert (tmp_path / "metrics.jsonl").read_text() == "".join(lines[:2])

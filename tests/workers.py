@@ -47,8 +47,7 @@ def data_parallel(model_dir, out):
       for b in batches:
         state, m = fn(state, step_lib.shard_batch(b, mesh))
         losses.append(float(m["loss"]))
-        # the averaged gradient itself, before clipping (the gate's g_CE norm when gated)
-        norms.append(float(m["gate/norm_ce"] if "gate/norm_ce" in m else m["grad_norm"]))
+        norms.append(float(m["grad_norm"]))  # the averaged gradient itself, before clipping
       results[f"{tag}_loss_{n}"] = np.array(losses)
       results[f"{tag}_grad_norm_{n}"] = np.array(norms)
       results[f"{tag}_params_{n}"] = np.concatenate(

@@ -161,6 +161,14 @@ def evaluate(setup: Setup, eval_step, params, split: str, with_features: bool = 
   return out
 
 
+def _jsonl_step(line: str):
+  """The step of one metrics.jsonl line; None for a blank or half-written (crashed) line."""
+  try:
+    return json.loads(line).get("step", 0) if line.strip() else None
+  except ValueError:
+    return None
+
+
 class MetricWriter:
   """JSONL + TensorBoard on process 0. On resume, drops records past the restored step."""
 
@@ -172,7 +180,7 @@ class MetricWriter:
       return
     if os.path.exists(self.path):
       with open(self.path) as f:
-        kept = [ln for ln in f if ln.strip() and json.loads(ln).get("step", 0) <= resume_step]
+        kept = [ln for ln in f if _jsonl_step(ln) is not None and _jsonl_step(ln) <= resume_step]
       write_atomic(self.path, "".join(kept))
     try:
       from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
@@ -235,10 +243,15 @@ def _flatten(d: dict, prefix: str = "") -> dict:
 def _warn_config_changes(path: str, cfg) -> None:
   """Resuming a workdir with other settings than it was started with is allowed (e.g. more
   steps), but never silent: the changed fields are logged."""
-  with open(path) as f:
-    old = _flatten(json.load(f))
+  try:
+    with open(path) as f:
+      old = _flatten(json.load(f))
+  except ValueError:
+    log.warning("Could not read the workdir's %s; it is rewritten with the current config.", path)
+    return
   new = _flatten(json.loads(cfg.to_json_best_effort()))
-  changed = sorted(k for k in old.keys() | new.keys() if old.get(k) != new.get(k))
+  # Fields added to the config after the workdir started are not changes.
+  changed = sorted(k for k in old.keys() & new.keys() if old[k] != new[k])
   if changed:
     log.warning("Resuming with a config that differs from the one this workdir started with: "
                 "%s. config.json now records the new one.",

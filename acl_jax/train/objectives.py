@@ -88,10 +88,10 @@ def two_stage_freeze(stage1_steps: int):
   from acl_jax.train.optim import param_groups  # pylint: disable=import-outside-toplevel
 
   def freeze(grads, step):
-    stage1 = step < stage1_steps
+    stage1 = jnp.asarray(step) < stage1_steps
     def mask(g, group):
       on = jnp.logical_not(stage1) if group == "lower_heads" else stage1
-      return g * on.astype(g.dtype)
+      return jnp.where(on, g, jnp.zeros_like(g))  # a select: a frozen inf/NaN stays out
     return jax.tree.map(mask, grads, param_groups(grads))
   return freeze
 
