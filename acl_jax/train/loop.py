@@ -180,7 +180,7 @@ class MetricWriter:
       return
     if os.path.exists(self.path):
       with open(self.path) as f:
-        kept = [ln for ln in f if _jsonl_step(ln) is not None and _jsonl_step(ln) <= resume_step]
+        kept = [ln for ln in f if (st := _jsonl_step(ln)) is not None and st <= resume_step]
       write_atomic(self.path, "".join(kept))
     try:
       from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
