@@ -74,3 +74,19 @@ def test_runs_share_a_compilation_cache(tmp_path, monkeypatch):
   assert "JAX_COMPILATION_CACHE_DIR" not in sweep.child_env(_args(tmp_path, compile_cache="none"))
   monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "/elsewhere")  # the user's setting wins
   assert sweep.child_env(_args(tmp_path))["JAX_COMPILATION_CACHE_DIR"] == "/elsewhere"
+
+
+def test_headline_table_uses_each_tasks_metric(tmp_path):
+  from scripts import results_tables
+  runs = {"cola": {"dev": {"mcc": 0.30, "accuracy": 0.75}},
+          "sst2": {"dev": {"accuracy": 0.88}},
+          "mr": {"dev": {"accuracy": 0.90}, "test": {"accuracy": 0.79}}}
+  for t, res in runs.items():
+    wd = tmp_path / t / "method=scl,seed=0"
+    wd.mkdir(parents=True)
+    (wd / "results.json").write_text(json.dumps(res))
+  text = results_tables.table(str(tmp_path), ["cola", "sst2", "mr"], "headline", ["scl"])
+  head, _, row = [r for r in text.splitlines() if r.startswith("|")]
+  assert head == ("| method | COLA (dev/mcc) | SST2 (dev/accuracy) | MR (test/accuracy) "
+                  "| SST2 paper | MR paper |")
+  assert row == "| CE+SCL | 30.00 (n=1) | 88.00 (n=1) | 79.00 (n=1) | 92.10 |  |"
