@@ -12,6 +12,11 @@ checkpoints. The summary (`summary.md`, `summary.json`) gives mean +- std over s
 seed count for every metric of every evaluated split. Extra train.py flags (e.g.
 `--distributed` on a multi-host job) go after `--`.
 
+On a multi-host job (TPU pod, GPU cluster) every host runs the same sweep command with
+`-- --distributed` and a --root that all hosts share (as Orbax's multi-host checkpoints need
+anyway). Process 0 writes results.json; every host reads the same files, so all hosts skip and
+resume the same runs and enter each train.py together.
+
 The runs share JAX's persistent compilation cache (`--compile_cache`, default
 `<root>/.jax_cache`; an already set `JAX_COMPILATION_CACHE_DIR` wins): runs that differ only
 in seed or loss weights compile the same step, so every run after the first loads it from disk
