@@ -144,6 +144,12 @@ lambda_sens() {
   # lambda sensitivity (issue 6): CE+SCL against ACL (ACL-Embed + ACL-Grad) over loss.lam,
   # single-exit protocol.
   each_seed_task lambda_one "${LAM_SEEDS:-0 1 2}" "${LAM_TASKS:-mr}"
+  local task
+  for task in ${LAM_TASKS:-mr}; do
+    mkdir -p results/lambda
+    $PY scripts/plot_lambda.py "$OUT/lambda/$task" --metric test/accuracy \
+        --baseline "$OUT/single/$task/summary.json" --out "results/lambda/$task.png"
+  done
 }
 lambda_one() {
   local lams=${LAM_VALUES:-0.1,0.3,0.5,0.7,0.9}

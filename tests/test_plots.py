@@ -27,6 +27,12 @@ def test_per_exit_and_lambda_and_tsne(tmp_path, capsys):
              for m in ("scl", "acl") for l, a in ((0.1, 0.7), (0.9, 0.6 if m == "scl" else 0.71))}
   (tmp_path / "summary.json").write_text(json.dumps(summary))
   assert plot_lambda.curves(summary, "dev/accuracy")["scl"] == [(0.1, 0.7, 0.01), (0.9, 0.6, 0.01)]
-  plot_lambda.main([str(tmp_path), "--out", str(tmp_path / "l.png")])
+  (tmp_path / "ce.json").write_text(json.dumps(
+      {"method=ce": {"metrics": {"dev/accuracy": {"mean": 0.65, "std": 0.02, "n": 3}}}}))
+  plot_lambda.main([str(tmp_path), "--out", str(tmp_path / "l.png"),
+                    "--baseline", str(tmp_path / "ce.json")])
+  out = capsys.readouterr().out
+  assert "| scl | 70.00 | 60.00 | 10.00 | 0.9 | 3 |" in out  # spread = best - worst mean
+  assert "| acl | 70.00 | 71.00 | 1.00 | 0.1 | 3 |" in out
   for f in ("pe.png", "t.png", "l.png"):
     assert os.path.getsize(tmp_path / f) > 1000
