@@ -84,14 +84,28 @@ multi_exit() {
     retire_pre_s3 "$root/$task"
     $PY scripts/sweep.py --root "$root/$task" --config "$cfg" \
         --methods jt,2st,alt,kd,acl_cl --seeds "${ME_SEEDS:-0}" --set task.data_dir="$dd" $me --keep_going
-    stage early_exit "$task" "$pool"
+    # Committed copies go to results/<root name>/<task>/: the per-exit table and plot over
+    # every seed, and the seed-0 runs' results and early-exit sweeps.
+    local pub
+    pub="results/$(basename "$root")/$task"
+    mkdir -p "$pub"
+    cp "$root/$task/summary.md" "$pub/summary.md"
+    $PY scripts/plot_per_exit.py --root "$root/$task" --out "$pub/per_exit.png" > "$pub/per_exit.md"
+    stage early_exit "$task" "$pool" seed 0
     local dirs=() d
-    for d in "$root/$task"/method=*; do  # finished runs only: a failed one has no checkpoint
+    for d in "$root/$task"/method=*,seed=0; do  # finished runs only: a failed one has no checkpoint
       [ -f "$d/results.json" ] && dirs+=("--workdir=$d")
     done
     if [ ${#dirs[@]} -eq 0 ]; then echo "no finished runs under $root/$task"; continue; fi
     $PY eval.py "${dirs[@]}" --exit_policy entropy --thresholds "$thr" \
-        --split dev --plot "$root/$task/quality_speed_entropy.png" | grep -v "^I[0-9]\{4\} "
+        --split dev --plot "$pub/quality_speed_entropy.png" | grep -v "^I[0-9]\{4\} "
+    for d in "${dirs[@]#--workdir=}"; do
+      local m=${d##*/method=}
+      m=${m%%,*}
+      cp "$d/results.json" "$pub/results_$m.json"
+      cp "$d/early_exit_entropy_dev.md" "$pub/early_exit_entropy_$m.md"
+      cp "$d/early_exit_entropy_dev.json" "$pub/early_exit_entropy_$m.json"
+    done
   done
 }
 

@@ -36,3 +36,20 @@ def test_per_exit_and_lambda_and_tsne(tmp_path, capsys):
   assert "| acl | 70.00 | 71.00 | 1.00 | 0.1 | 3 |" in out
   for f in ("pe.png", "t.png", "l.png"):
     assert os.path.getsize(tmp_path / f) > 1000
+
+
+def test_per_exit_over_seeds(tmp_path, capsys):
+  summary = {
+      "method=acl_cl": {"metrics": {"dev/exit_1/accuracy": {"mean": 0.7, "std": 0.02, "n": 3},
+                                    "dev/exit_2/accuracy": {"mean": 0.8, "std": 0.01, "n": 3},
+                                    "dev/accuracy": {"mean": 0.8, "std": 0.01, "n": 3}}},
+      "method=jt": {"metrics": {"dev/exit_1/accuracy": {"mean": 0.6, "std": 0.0, "n": 1},
+                                "dev/exit_2/accuracy": {"mean": 0.9, "std": 0.0, "n": 1}}},
+      "method=ce": {"metrics": {"dev/accuracy": {"mean": 0.8, "std": 0.0, "n": 1}}}}
+  (tmp_path / "summary.json").write_text(json.dumps(summary))
+  plot_per_exit.main(["--root", str(tmp_path), "--out", str(tmp_path / "p" / "pe.png")])
+  rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| ")]
+  # SPEC order (JT before ACL-CL), runs without exits left out, no ± for a single seed
+  assert rows[1:] == ["| jt | 1 | 60.00 | 90.00 | 75.00 |",
+                      "| acl_cl | 3 | 70.00 ± 2.00 | 80.00 ± 1.00 | 75.00 |"]
+  assert os.path.getsize(tmp_path / "p" / "pe.png") > 1000
