@@ -138,6 +138,19 @@ single() {
   # seeds 0-2. TextGCN corpora get the G-Loss baselines too (issue 5); GLUE tasks the five
   # methods of issue 6: SINGLE_TASKS="sst2 cola mrpc rte".
   each_seed_task single_one "${SINGLE_SEEDS:-0 1 2}" "${SINGLE_TASKS:-mr r8}"
+  # Tables over every task with runs: the headline metrics of the five issue-6 methods, and
+  # the TextGCN corpora's full method set.
+  local t glue=() tg=()
+  for t in sst2 cola mrpc rte mr r8; do [ -d "$OUT/single/$t" ] && glue+=("$t"); done
+  for t in mr r8 r52 ohsumed 20ng; do [ -d "$OUT/single/$t" ] && tg+=("$t"); done
+  local IFS=,
+  [ ${#glue[@]} -gt 0 ] && $PY scripts/results_tables.py --root "$OUT/single" \
+      --tasks "${glue[*]}" --metrics headline --methods ce,scl,acl_embed,acl,gloss \
+      --out results/single/headline.md > /dev/null
+  [ ${#tg[@]} -gt 0 ] && $PY scripts/results_tables.py --root "$OUT/single" --tasks "${tg[*]}" \
+      --metrics test/accuracy,test/macro_f1,test/silhouette_macro,dev/macro_f1 \
+      --out results/single/tables.md > /dev/null
+  return 0
 }
 single_one() {
   local methods
@@ -180,6 +193,12 @@ gloss_ablation() {
   # G-Loss ablations (issue 6): gamma_keep and a fixed sigma grid (sqrt sigma is in the single
   # stage), single-exit protocol.
   each_seed_task gloss_ablation_one "${GA_SEEDS:-0 1 2}" "${GA_TASKS:-mr}"
+  local tasks=${GA_TASKS:-mr} axis
+  for axis in gamma sigma; do
+    $PY scripts/results_tables.py --root "$OUT/gloss_$axis" --tasks "${tasks// /,}" \
+        --metrics test/accuracy,test/macro_f1,test/silhouette_macro,dev/macro_f1 \
+        --out "results/gloss_ablation/$axis.md" > /dev/null
+  done
 }
 gloss_ablation_one() {
   stage gloss_ablation "$2" seed "$1"
