@@ -48,17 +48,10 @@ def versions(packages: Sequence[str] = PACKAGES) -> dict[str, str]:
   return out
 
 
-def git_revision(repo: str) -> str:
-  """HEAD of the repo, with "+dirty" when the working tree has changes."""
-  def git(*args):
-    return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True,
-                          check=False).stdout.strip()
-  head = git("rev-parse", "HEAD") or "unknown"
-  return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
-
-
 def machine_info(repo: str) -> dict[str, Any]:
   """What a reader needs to compare two runs of a benchmark."""
+  # Imported here: acl_jax pulls in jax, which a worker timing another framework must not load.
+  from acl_jax import provenance  # pylint: disable=import-outside-toplevel
   return {
       "cpu_model": cpu_model(),
       "cpu_count": os.cpu_count(),
@@ -67,7 +60,7 @@ def machine_info(repo: str) -> dict[str, Any]:
       "platform": platform.platform(),
       "python": platform.python_version(),
       "versions": versions(),
-      "git": git_revision(repo),
+      "git": provenance.git_revision(repo),
       "load_average_start": os.getloadavg(),
       "time": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
   }

@@ -35,6 +35,8 @@ def test_train_eval_end_to_end(tiny_model_dir, tmp_path):
   wd = str(tmp_path / "run")
   res = loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir), wd)
   assert res["train"]["final_step"] == 6
+  from acl_jax import provenance
+  assert res["train"]["code_versions"] == [provenance.git_revision()]  # which code trained it
   dev = res["dev"]
   assert 0.0 <= dev["accuracy"] <= 1.0 and dev["num_examples"] == 64
   assert {"macro_f1", "silhouette_micro", "silhouette_macro"} <= set(dev)
@@ -205,3 +207,11 @@ def test_resume_drops_a_half_written_metrics_line(tmp_path):
   (tmp_path / "metrics.jsonl").write_text("".join(lines))
   loop.MetricWriter(str(tmp_path), resume_step=20)
   assert (tmp_path / "metrics.jsonl").read_text() == "".join(lines[:2])
+
+
+def test_git_revision(tmp_path):
+  from acl_jax import provenance
+  assert provenance.git_revision(str(tmp_path)) == "unknown"  # not a checkout
+  rev = provenance.git_revision()
+  head = rev.removesuffix("+dirty")
+  assert rev == "unknown" or (len(head) == 40 and int(head, 16) >= 0)

@@ -17,6 +17,7 @@ import numpy as np
 
 from acl_jax import data as data_lib
 from acl_jax import metrics as metrics_lib
+from acl_jax import provenance
 from acl_jax.models import hf
 from acl_jax.train import checkpoint as ckpt_lib
 from acl_jax.train import objectives, optim, step as step_lib
@@ -321,6 +322,14 @@ def train_and_evaluate(config, workdir: str) -> dict:
   meta.setdefault("best_metric", None)
   meta.setdefault("best_step", None)
   meta.setdefault("evals_since_best", 0)
+  # Every code revision that trained this run (a resume may come from newer code): results
+  # that mix revisions can be told apart later.
+  rev = provenance.git_revision()
+  revs = meta.setdefault("code_versions", [])
+  if revs and rev not in revs:
+    log.warning("%s was trained by code %s and resumes with %s.", workdir, revs[-1], rev)
+  if rev not in revs:
+    revs.append(rev)
   meta["param_shapes"] = ckpt_lib.param_shapes(state.params)
   meta["num_labels"] = setup.task.num_labels
   meta["total_steps"] = total
@@ -394,7 +403,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
   writer.close()
   summary = {"final_step": int(state.step), "best_step": meta["best_step"],
              "best_dev": meta["best_metric"], "main_metric": main_metric,
-             "params_sha256": params_fingerprint(state.params)}
+             "params_sha256": params_fingerprint(state.params),
+             "code_versions": meta["code_versions"]}
   if meta["gated_steps"]:
     summary["gate_on_fraction"] = meta["gate_on_steps"] / meta["gated_steps"]
   if "early_stopped_at" in meta:

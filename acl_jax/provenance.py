@@ -1,0 +1,18 @@
+"""Which code produced a result: the git revision of the checkout acl_jax runs from."""
+import os
+import subprocess
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def git_revision(repo: str = REPO) -> str:
+  """HEAD of `repo`, with "+dirty" when tracked files have changes; "unknown" outside git."""
+  def git(*args):
+    try:
+      return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True,
+                            check=False, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+      return ""
+  head = git("rev-parse", "HEAD") or "unknown"
+  dirty = head != "unknown" and git("status", "--porcelain", "--untracked-files=no")
+  return head + ("+dirty" if dirty else "")
