@@ -21,7 +21,7 @@ stage() { echo "=== $* $(date -u +%FT%TZ)"; }
 # alone when it exists; the first SOURCE with a results.json is used.
 reuse() {
   local run=$1 src
-  [ -e "$run" ] && return 0
+  [ -e "$run" ] || [ -L "$run" ] && return 0  # a dangling link too: sweep.py reports it
   for src in "${@:2}"; do
     if [ -f "$src/results.json" ]; then
       mkdir -p "$(dirname "$run")"

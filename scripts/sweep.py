@@ -86,6 +86,12 @@ def run_all(args) -> None:
     if os.path.exists(os.path.join(wd, "results.json")):
       print(f"[{i + 1}/{len(runs)}] done: {wd}", flush=True)
       continue
+    if os.path.islink(wd) and not os.path.exists(wd):
+      print(f"[{i + 1}/{len(runs)}] FAILED: {wd} is a link to a missing run "
+            f"({os.readlink(wd)}); remove the link to train this run here.", flush=True)
+      if not args.keep_going:
+        raise SystemExit(1)
+      continue
     cmd = train_command(args, settings, wd)
     print(f"[{i + 1}/{len(runs)}] run: {' '.join(cmd)}", flush=True)
     if args.dry_run:
@@ -110,13 +116,55 @@ def _read(root: str) -> list[tuple[dict, dict]]:
   return out
 
 
+def _flat_config(workdir: str) -> dict:
+  """config.json flattened to dotted keys, without the fields that differ run to run anyway."""
+  path = os.path.join(workdir, "config.json")
+  if not os.path.isfile(path):
+    return {}
+  out = {}
+
+  def walk(d, prefix):
+    for k, v in d.items():
+      if isinstance(v, dict):
+        walk(v, f"{prefix}{k}.")
+      else:
+        out[prefix + k] = v
+  try:
+    walk(json.load(open(path)), "")
+  except (OSError, ValueError):
+    return {}
+  for k in ("seed", "workdir"):
+    out.pop(k, None)
+  return out
+
+
+def config_differences(configs: list[dict]) -> list[str]:
+  """Fields whose value is not the same in every config ("<absent>" where a config lacks it)."""
+  configs = [c for c in configs if c]
+  keys = sorted({k for c in configs for k in c})
+  return [k for k in keys if len({json.dumps(c.get(k, "<absent>")) for c in configs}) > 1]
+
+
+def fmt_cell(values: np.ndarray) -> str:
+  """Mean ± std in percent; a single value has no spread to show."""
+  if len(values) < 2:
+    return f"{100 * values.mean():.2f} (n=1)"
+  return f"{100 * values.mean():.2f} ± {100 * values.std(ddof=1):.2f}"
+
+
 def aggregate(root: str, splits=None) -> tuple[str, dict]:
-  """Mean +- std over seeds of every metric, grouped by the other settings."""
+  """Mean +- std over seeds of every metric, grouped by the other settings.
+
+  The seeds of a group should differ in the seed alone. Fields of their config.json files that
+  differ too (e.g. a run trained before a config field was added) are listed under the table
+  and in summary.json ("config_differs"), so a reader can judge whether the group is sound.
+  """
   groups: dict[str, dict] = {}
   for settings, res in _read(root):
     key = run_name({k: v for k, v in settings.items() if k != "seed"})
-    g = groups.setdefault(key, {"seeds": [], "values": {}})
+    g = groups.setdefault(key, {"seeds": [], "values": {}, "configs": []})
     g["seeds"].append(settings.get("seed"))
+    g["configs"].append(_flat_config(os.path.join(root, run_name(settings))))
     for split, vals in res.items():
       if not isinstance(vals, dict) or split in ("train",) or (splits and split not in splits):
         continue
@@ -128,6 +176,7 @@ def aggregate(root: str, splits=None) -> tuple[str, dict]:
   cols = sorted({c for g in groups.values() for c in g["values"]})
   summary = {}
   lines = ["| run | seeds | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
+  notes = []
   for key, g in groups.items():
     row = {}
     cells = []
@@ -136,12 +185,18 @@ def aggregate(root: str, splits=None) -> tuple[str, dict]:
       if len(v):
         row[c] = {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0,
                   "n": int(len(v))}
-        cells.append(f"{100 * v.mean():.2f} ± {100 * row[c]['std']:.2f}")
+        cells.append(fmt_cell(v))
       else:
         cells.append("")
     summary[key] = {"seeds": g["seeds"], "metrics": row}
+    differs = config_differences(g["configs"])
+    if differs:
+      summary[key]["config_differs"] = differs
+      notes.append(f"- {key or '(all)'}: the seeds' configs also differ in {', '.join(differs)}")
     lines.append(f"| {key or '(all)'} | {len(g['seeds'])} | " + " | ".join(cells) + " |")
   table = ("Values are mean ± std over seeds, in percent.\n\n" + "\n".join(lines) + "\n")
+  if notes:
+    table += "\nConfig fields that differ between the seeds of a row:\n" + "\n".join(notes) + "\n"
   with open(os.path.join(root, "summary.md"), "w") as f:
     f.write(table)
   with open(os.path.join(root, "summary.json"), "w") as f:
@@ -176,6 +231,8 @@ def main(argv=None):
     if not args.config:
       raise SystemExit("--config is required unless --aggregate_only.")
     run_all(args)
+  if not os.path.isdir(args.root):
+    raise SystemExit(f"--root {args.root} does not exist: nothing to aggregate.")
   table, _ = aggregate(args.root, [s for s in args.splits.split(",") if s])
   print(table)
 

@@ -90,3 +90,30 @@ def test_headline_table_uses_each_tasks_metric(tmp_path):
   assert head == ("| method | COLA (dev/mcc) | SST2 (dev/accuracy) | MR (test/accuracy) "
                   "| SST2 paper | MR paper |")
   assert row == "| CE+SCL | 30.00 (n=1) | 88.00 (n=1) | 79.00 (n=1) | 92.10 |  |"
+
+
+def test_aggregate_flags_seeds_whose_configs_differ(tmp_path):
+  for seed, cfg in (("0", {"seed": 0, "loss": {"lam": 0.5}}),
+                    ("1", {"seed": 1, "loss": {"lam": 0.5}, "model": {"pool": "cls"}}),
+                    ("2", {"seed": 2, "loss": {"lam": 0.9}, "model": {"pool": "cls"}})):
+    wd = tmp_path / f"method=scl,seed={seed}"
+    wd.mkdir()
+    (wd / "results.json").write_text(json.dumps({"dev": {"accuracy": 0.8}}))
+    (wd / "config.json").write_text(json.dumps(cfg))
+  wd = tmp_path / "method=ce,seed=0"
+  wd.mkdir()
+  (wd / "results.json").write_text(json.dumps({"dev": {"accuracy": 0.7}}))
+  table, summary = sweep.aggregate(str(tmp_path))
+  assert summary["method=scl"]["config_differs"] == ["loss.lam", "model.pool"]  # not seed
+  assert "config_differs" not in summary["method=ce"]
+  assert "| method=ce | 1 | 70.00 (n=1) |" in table  # one seed: no ± 0.00
+  assert "method=scl: the seeds' configs also differ in loss.lam, model.pool" in table
+
+
+def test_dangling_reuse_link_is_reported(tmp_path, capsys):
+  os.symlink(str(tmp_path / "gone"), str(tmp_path / "method=ce,seed=0"))
+  with pytest.raises(SystemExit):
+    sweep.run_all(_args(tmp_path, methods="ce", seeds="0"))
+  assert "is a link to a missing run" in capsys.readouterr().out
+  sweep.run_all(_args(tmp_path, methods="ce", seeds="0,1", keep_going=True))  # goes on
+  assert "run:" in capsys.readouterr().out
