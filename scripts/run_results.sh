@@ -58,13 +58,14 @@ task_args() {
 }
 
 grad_conflict() {
-  # Gradient-conflict pilot (issue 3): CE/SCL and CE/ACL angles at every step.
+  # Gradient-conflict pilot (issue 3): CE/SCL and CE/ACL angles at every step. Its outputs
+  # are small (angles per step, summary, histograms): they go straight to results/.
   stage grad_conflict rte
   $PY scripts/grad_conflict.py --task rte --data_dir "$DATA/glue" --steps 100 --batch_size 16 \
-      --max_length 128 --out "$OUT/grad_conflict/rte" | tail -n 40
+      --max_length 128 --out results/grad_conflict/rte | tail -n 40
   stage grad_conflict mr
   $PY scripts/grad_conflict.py --task mr --data_dir "$DATA" --steps 100 --batch_size 16 \
-      --max_length 64 --out "$OUT/grad_conflict/mr" | tail -n 40
+      --max_length 64 --out results/grad_conflict/mr | tail -n 40
 }
 
 multi_exit() {
@@ -92,20 +93,28 @@ multi_exit() {
     cp "$root/$task/summary.md" "$pub/summary.md"
     $PY scripts/plot_per_exit.py --root "$root/$task" --out "$pub/per_exit.png" > "$pub/per_exit.md"
     stage early_exit "$task" "$pool" seed 0
-    local dirs=() d
+    local dirs=() todo=() d m
     for d in "$root/$task"/method=*,seed=0; do  # finished runs only: a failed one has no checkpoint
-      [ -f "$d/results.json" ] && dirs+=("--workdir=$d")
+      [ -f "$d/results.json" ] || continue
+      dirs+=("$d")
+      # Resumable: a run whose early-exit sweep is newer than its training is not re-timed.
+      [ "$d/early_exit_entropy_dev.json" -nt "$d/results.json" ] || todo+=("--workdir=$d")
     done
     if [ ${#dirs[@]} -eq 0 ]; then echo "no finished runs under $root/$task"; continue; fi
-    $PY eval.py "${dirs[@]}" --exit_policy entropy --thresholds "$thr" \
-        --split dev --plot "$pub/quality_speed_entropy.png" | grep -v "^I[0-9]\{4\} "
-    for d in "${dirs[@]#--workdir=}"; do
-      local m=${d##*/method=}
+    [ ${#todo[@]} -eq 0 ] || $PY eval.py "${todo[@]}" --exit_policy entropy \
+        --thresholds "$thr" --split dev | grep -v "^I[0-9]\{4\} "
+    local sweeps=() labels=()
+    for d in "${dirs[@]}"; do
+      m=${d##*/method=}
       m=${m%%,*}
+      sweeps+=("$d/early_exit_entropy_dev.json")
+      labels+=("$m")
       cp "$d/results.json" "$pub/results_$m.json"
       cp "$d/early_exit_entropy_dev.md" "$pub/early_exit_entropy_$m.md"
       cp "$d/early_exit_entropy_dev.json" "$pub/early_exit_entropy_$m.json"
     done
+    $PY scripts/plot_quality_speed.py "${sweeps[@]}" --labels "${labels[@]}" \
+        --out "$pub/quality_speed_entropy.png"
   done
 }
 
