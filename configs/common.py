@@ -64,6 +64,10 @@ def base_config() -> ml_collections.ConfigDict:
   # -1: the loss's SPEC default (SCL 0.9, ACL-Embed 0.5, G-Loss 0.8); triplet and cosine
   # have none, so their presets set 0.5.
   c.loss.lam = -1.0
+  # How lambda mixes the auxiliary loss with CE: "" = the loss's own (SPEC: SCL, G-Loss,
+  # triplet, cosine "convex" (1-lam) CE + lam L; ACL-Embed "additive" CE + lam L). Setting
+  # the other form is an ablation, e.g. SCL in ACL's additive form for the lambda study.
+  c.loss.combine = ""
   c.loss.tau = 0.3
   c.loss.anchors = "all"  # ACL-Embed: "all" or "samples"
   c.loss.gate = False  # ACL-Grad angle gate on the auxiliary term

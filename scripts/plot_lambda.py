@@ -10,7 +10,9 @@ another sweep (its `method=ce` entry) as a band. lambda does not weigh the same 
 methods: CE+SCL trains (1-lambda) CE + lambda SCL, so lambda 0.9 leaves CE a tenth of its
 weight, while ACL trains CE + lambda ACL-Embed with CE always at full weight (SPEC §2). The
 printed table gives each method's spread over lambda (best mean minus worst mean), the number
-claim "ACL is robust to lambda, CE+SCL is not" is about.
+claim "ACL is robust to lambda, CE+SCL is not" is about, beside the seed noise of one point
+(the std over seeds, pooled over the lambda points): a spread of a few seed stds is noise.
+--table writes the table to a file too.
 """
 import argparse
 import json
@@ -21,6 +23,21 @@ FORMS = {"scl": "CE+SCL: (1-λ) CE + λ SCL", "acl": "ACL: CE + λ ACL-Embed, AC
          "acl_embed": "CE + λ ACL-Embed", "gloss": "CE+G-Loss: (1-λ) CE + λ G-Loss"}
 
 
+def curve_name(settings: dict) -> str:
+  """A curve per method and setting other than lambda: "scl", "scl [loss.combine=additive]"."""
+  rest = {k: v for k, v in settings.items() if k not in ("method", "loss.lam", "seed")}
+  name = settings.get("method", "run")
+  return name + (" [" + ", ".join(f"{k}={v}" for k, v in rest.items()) + "]" if rest else "")
+
+
+def form(curve: str) -> str:
+  """The legend: the objective lambda enters, as the curve's settings make it."""
+  method, _, rest = curve.partition(" [")
+  if "loss.combine=additive" in rest and method in ("scl", "gloss"):
+    return f"{FORMS[method].split(':')[0]}, additive: CE + λ {method.upper()}"
+  return FORMS.get(method, method) + (f" [{rest}" if rest else "")
+
+
 def curves(summary: dict, metric: str) -> dict[str, list[tuple[float, float, float]]]:
   out: dict[str, list] = {}
   for name, entry in summary.items():
@@ -28,7 +45,7 @@ def curves(summary: dict, metric: str) -> dict[str, list[tuple[float, float, flo
     if "loss.lam" not in settings or metric not in entry["metrics"]:
       continue
     m = entry["metrics"][metric]
-    out.setdefault(settings.get("method", "run"), []).append(
+    out.setdefault(curve_name(settings), []).append(
         (float(settings["loss.lam"]), m["mean"], m["std"]))
   return {k: sorted(v) for k, v in out.items()}
 
@@ -36,14 +53,22 @@ def curves(summary: dict, metric: str) -> dict[str, list[tuple[float, float, flo
 def spread_table(cs: dict, metric: str, seeds: dict[str, int]) -> str:
   """Markdown: per method, the mean at every lambda and the spread (max - min) over lambda."""
   lams = sorted({lam for pts in cs.values() for lam, _, _ in pts})
-  head = ["method"] + [f"λ={lam:g}" for lam in lams] + ["spread (max-min)", "worst λ", "seeds"]
+  head = (["method"] + [f"λ={lam:g}" for lam in lams]
+          + ["spread (max-min)", "worst λ", "seed std (pooled)", "spread / seed std", "seeds"])
   lines = [f"**{metric}** (%, mean over seeds)", "", "| " + " | ".join(head) + " |",
            "|" + "---|" * len(head)]
   for method, pts in cs.items():
     by = {lam: mean for lam, mean, _ in pts}
     worst = min(by, key=by.get)
+    spread = max(by.values()) - by[worst]
     row = [method] + [f"{100 * by[lam]:.2f}" if lam in by else "—" for lam in lams]
-    row += [f"{100 * (max(by.values()) - by[worst]):.2f}", f"{worst:g}", str(seeds[method])]
+    row += [f"{100 * spread:.2f}", f"{worst:g}"]
+    if seeds[method] > 1:  # the seed noise one lambda point carries, pooled over the points
+      pooled = (sum(std ** 2 for _, _, std in pts) / len(pts)) ** 0.5
+      row += [f"{100 * pooled:.2f}", f"{spread / pooled:.1f}" if pooled > 0 else "—"]
+    else:
+      row += ["—", "—"]
+    row.append(str(seeds[method]))
     lines.append("| " + " | ".join(row) + " |")
   return "\n".join(lines) + "\n"
 
@@ -53,6 +78,7 @@ def main(argv=None):
   p.add_argument("root")
   p.add_argument("--metric", default="dev/accuracy")
   p.add_argument("--out", default="lambda.png")
+  p.add_argument("--table", default="", help="also write the spread table here (Markdown)")
   p.add_argument("--baseline", default="",
                  help="a summary.json whose method=ce entry is drawn as a band")
   a = p.parse_args(argv)
@@ -66,9 +92,9 @@ def main(argv=None):
   seeds = {}
   for name, entry in summary.items():
     s = dict(kv.split("=", 1) for kv in name.split(","))
-    if a.metric in entry["metrics"]:
+    if "loss.lam" in s and a.metric in entry["metrics"]:
       n = entry["metrics"][a.metric]["n"]
-      m = s.get("method", "run")
+      m = curve_name(s)
       seeds[m] = min(seeds.get(m, n), n)
   fig, ax = plt.subplots(figsize=(6.5, 4))
   if a.baseline:
@@ -81,14 +107,18 @@ def main(argv=None):
   for method, pts in cs.items():
     lam, mean, std = zip(*pts)
     ax.errorbar(lam, [100 * m for m in mean], yerr=[100 * s for s in std], marker="o",
-                capsize=3, label=f"{FORMS.get(method, method)} (n={seeds[method]})")
+                capsize=3, label=f"{form(method)} (n={seeds[method]})")
   ax.set_xlabel("lambda")
   ax.set_ylabel(f"{a.metric} (%)")
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8)
   fig.tight_layout()
   fig.savefig(a.out, dpi=110)
-  print(spread_table(cs, a.metric, seeds))
+  table = spread_table(cs, a.metric, seeds)
+  print(table)
+  if a.table:
+    with open(a.table, "w") as f:
+      f.write(table)
   print(f"wrote {a.out}")
 
 

@@ -178,13 +178,16 @@ single_one() {
 
 lambda_sens() {
   # lambda sensitivity (issue 6): CE+SCL against ACL (ACL-Embed + ACL-Grad) over loss.lam,
-  # single-exit protocol.
+  # single-exit protocol. lambda weighs differently in the two: (1-lam) CE + lam SCL against
+  # CE + lam ACL-Embed. LAM_SCL_ADDITIVE=1 adds the control that separates the two effects:
+  # SCL in ACL's additive form, CE + lam SCL (loss.combine=additive).
   each_seed_task lambda_one "${LAM_SEEDS:-0 1 2}" "${LAM_TASKS:-mr}"
   local task
   for task in ${LAM_TASKS:-mr}; do
     mkdir -p results/lambda
     $PY scripts/plot_lambda.py "$OUT/lambda/$task" --metric test/accuracy \
-        --baseline "$OUT/single/$task/summary.json" --out "results/lambda/$task.png"
+        --baseline "$OUT/single/$task/summary.json" --out "results/lambda/$task.png" \
+        --table "results/lambda/$task.md"
   done
 }
 lambda_one() {
@@ -196,6 +199,10 @@ lambda_one() {
   in_list 0.5 "$lams" && reuse "$OUT/lambda/$2/method=acl,loss.lam=0.5,seed=$1" \
       "$OUT/single/$2/method=acl,seed=$1"
   protocol_sweep "$OUT/lambda/$2" "$@" --methods scl,acl --grid loss.lam="$lams" | tail -n 14
+  if [ "${LAM_SCL_ADDITIVE:-0}" = 1 ]; then
+    protocol_sweep "$OUT/lambda/$2" "$@" --methods scl --grid loss.lam="$lams" \
+        --grid loss.combine=additive | tail -n 20
+  fi
 }
 
 gloss_ablation() {

@@ -86,3 +86,23 @@ def test_unset_lambda_takes_the_spec_default():
   c.name = "triplet"
   with pytest.raises(ValueError, match="no default lambda"):
     objectives.build_objective(c, num_labels=3, last_exit=3)
+
+
+def test_combine_override_switches_the_lambda_form():
+  from configs import common
+  c = common.base_config().loss
+  c.update(common.METHODS["scl"])
+  assert objectives.build_objective(c, num_labels=3, last_exit=3).weights == pytest.approx(
+      {"ce": 0.1, "aux": 0.9})  # SPEC: (1-lam) CE + lam SCL
+  c.combine, c.lam = "additive", 0.5  # ACL's form: CE + lam SCL
+  assert objectives.build_objective(c, num_labels=3, last_exit=3).weights == pytest.approx(
+      {"ce": 1.0, "aux": 0.5})
+  c.lam = 2.0  # no [0, 1] bound in the additive form
+  assert objectives.build_objective(c, num_labels=3, last_exit=3).weights["aux"] == 2.0
+  c.combine = "sum"
+  with pytest.raises(ValueError, match="'convex' or 'additive'"):
+    objectives.build_objective(c, num_labels=3, last_exit=3)
+  ce = common.base_config().loss
+  ce.combine = "additive"
+  with pytest.raises(ValueError, match="no auxiliary term"):
+    objectives.build_objective(ce, num_labels=3, last_exit=3)

@@ -32,8 +32,13 @@ def test_per_exit_and_lambda_and_tsne(tmp_path, capsys):
   plot_lambda.main([str(tmp_path), "--out", str(tmp_path / "l.png"),
                     "--baseline", str(tmp_path / "ce.json")])
   out = capsys.readouterr().out
-  assert "| scl | 70.00 | 60.00 | 10.00 | 0.9 | 3 |" in out  # spread = best - worst mean
-  assert "| acl | 70.00 | 71.00 | 1.00 | 0.1 | 3 |" in out
+  # spread = best - worst mean, beside the pooled seed std and their ratio
+  assert "| scl | 70.00 | 60.00 | 10.00 | 0.9 | 1.00 | 10.0 | 3 |" in out
+  assert "| acl | 70.00 | 71.00 | 1.00 | 0.1 | 1.00 | 1.0 | 3 |" in out
+  # a grid axis beside lambda is its own curve, not merged into the method's
+  summary["method=scl,loss.lam=0.1,loss.combine=additive"] = summary["method=acl,loss.lam=0.1"]
+  assert set(plot_lambda.curves(summary, "dev/accuracy")) == {
+      "scl", "acl", "scl [loss.combine=additive]"}
   for f in ("pe.png", "t.png", "l.png"):
     assert os.path.getsize(tmp_path / f) > 1000
 

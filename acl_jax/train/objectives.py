@@ -190,6 +190,14 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
     multi_exit: a multi-exit strategy (`multi_exit_from_config`), or None for one exit.
   """
   entry = losses.get_loss(loss_cfg.name)
+  combine = loss_cfg.get("combine", "")  # workdirs from before the field: the loss's own
+  if combine:
+    if combine not in ("convex", "additive"):
+      raise ValueError(f"loss.combine must be '', 'convex' or 'additive', got {combine!r}.")
+    if entry.combine == "none":
+      raise ValueError(f"loss.combine={combine!r} with loss.name={loss_cfg.name!r}: plain CE "
+                       "has no auxiliary term to combine; leave loss.combine=''.")
+    entry = dataclasses.replace(entry, combine=combine)
   lam = float(loss_cfg.lam)
   if lam == LAM_DEFAULT and entry.combine != "none":
     if "lam" not in entry.defaults:
