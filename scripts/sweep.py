@@ -138,11 +138,18 @@ def _flat_config(workdir: str) -> dict:
   return out
 
 
-def config_differences(configs: list[dict]) -> list[str]:
-  """Fields whose value is not the same in every config ("<absent>" where a config lacks it)."""
+def config_differences(configs: list[dict]) -> tuple[list[str], list[str]]:
+  """(fields set to different values, fields some configs lack) over the configs.
+
+  A field that some configs lack was usually added to the config after those runs; whether its
+  absence meant the same as its value now is for the reader to check (the field's comment in
+  configs/common.py says).
+  """
   configs = [c for c in configs if c]
   keys = sorted({k for c in configs for k in c})
-  return [k for k in keys if len({json.dumps(c.get(k, "<absent>")) for c in configs}) > 1]
+  differ = [k for k in keys if len({json.dumps(c[k]) for c in configs if k in c}) > 1]
+  missing = [k for k in keys if k not in differ and any(k not in c for c in configs)]
+  return differ, missing
 
 
 def fmt_cell(values: np.ndarray) -> str:
@@ -155,9 +162,10 @@ def fmt_cell(values: np.ndarray) -> str:
 def aggregate(root: str, splits=None) -> tuple[str, dict]:
   """Mean +- std over seeds of every metric, grouped by the other settings.
 
-  The seeds of a group should differ in the seed alone. Fields of their config.json files that
-  differ too (e.g. a run trained before a config field was added) are listed under the table
-  and in summary.json ("config_differs"), so a reader can judge whether the group is sound.
+  The seeds of a group should differ in the seed alone. Fields of their config.json files set
+  to different values ("config_differs") or missing from some of them ("config_missing": a run
+  trained before the field was added) are listed under the table and in summary.json, so a
+  reader can judge whether the group is sound.
   """
   groups: dict[str, dict] = {}
   for settings, res in _read(root):
@@ -189,10 +197,15 @@ def aggregate(root: str, splits=None) -> tuple[str, dict]:
       else:
         cells.append("")
     summary[key] = {"seeds": g["seeds"], "metrics": row}
-    differs = config_differences(g["configs"])
-    if differs:
-      summary[key]["config_differs"] = differs
-      notes.append(f"- {key or '(all)'}: the seeds' configs also differ in {', '.join(differs)}")
+    differ, missing = config_differences(g["configs"])
+    if differ:
+      summary[key]["config_differs"] = differ
+    if missing:
+      summary[key]["config_missing"] = missing
+    if differ or missing:
+      notes.append(f"- {key or '(all)'}: " + "; ".join(
+          ([f"set differently: {', '.join(differ)}"] if differ else [])
+          + ([f"missing from some runs' config.json: {', '.join(missing)}"] if missing else [])))
     lines.append(f"| {key or '(all)'} | {len(g['seeds'])} | " + " | ".join(cells) + " |")
   table = ("Values are mean ± std over seeds, in percent.\n\n" + "\n".join(lines) + "\n")
   if notes:

@@ -104,10 +104,12 @@ def test_aggregate_flags_seeds_whose_configs_differ(tmp_path):
   wd.mkdir()
   (wd / "results.json").write_text(json.dumps({"dev": {"accuracy": 0.7}}))
   table, summary = sweep.aggregate(str(tmp_path))
-  assert summary["method=scl"]["config_differs"] == ["loss.lam", "model.pool"]  # not seed
+  assert summary["method=scl"]["config_differs"] == ["loss.lam"]  # not the seed
+  assert summary["method=scl"]["config_missing"] == ["model.pool"]  # added after seed 0 ran
   assert "config_differs" not in summary["method=ce"]
   assert "| method=ce | 1 | 70.00 (n=1) |" in table  # one seed: no ± 0.00
-  assert "method=scl: the seeds' configs also differ in loss.lam, model.pool" in table
+  assert ("method=scl: set differently: loss.lam; missing from some runs' config.json: "
+          "model.pool") in table
 
 
 def test_dangling_reuse_link_is_reported(tmp_path, capsys):
