@@ -249,6 +249,7 @@ main() {
   for st in ${STAGES:-grad_conflict multi_exit single tsne lambda_sens gloss_ablation}; do
     "$st"
   done
+  $PY scripts/sync_results.py  # RESULTS.md's quoted tables follow the files just written
   stage done
 }
 

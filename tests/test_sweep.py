@@ -119,3 +119,17 @@ def test_dangling_reuse_link_is_reported(tmp_path, capsys):
   assert "is a link to a missing run" in capsys.readouterr().out
   sweep.run_all(_args(tmp_path, methods="ce", seeds="0,1", keep_going=True))  # goes on
   assert "run:" in capsys.readouterr().out
+
+
+def test_results_md_quotes_its_generated_tables(tmp_path):
+  from scripts import sync_results
+  assert sync_results.main(["--check"]) == 0  # RESULTS.md matches the files under results/
+  (tmp_path / "t.md").write_text("| a | 1 |\n")
+  doc = tmp_path / "R.md"
+  doc.write_text("x\n<!-- table: t.md -->\n| a | 0 |\n<!-- /table -->\ny\n")
+  assert sync_results.main(["--file", str(doc), "--check"]) == 1  # stale
+  sync_results.main(["--file", str(doc)])
+  assert doc.read_text() == "x\n<!-- table: t.md -->\n| a | 1 |\n<!-- /table -->\ny\n"
+  doc.write_text("<!-- table: gone.md -->\n<!-- /table -->\n")
+  with pytest.raises(SystemExit, match="does not exist"):
+    sync_results.main(["--file", str(doc), "--check"])
