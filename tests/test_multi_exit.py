@@ -142,6 +142,11 @@ def test_multi_exit_bad_config():
   with pytest.raises(ValueError, match="only ACL-CL"):
     objectives.build_objective(c.loss, num_labels=3, last_exit=3,
                                multi_exit=objectives.multi_exit_from_config(c.multi_exit, 3, 10))
+  c = _cfg("acl_cl")
+  c.loss.combine = "convex"  # the final exit's ACL term is additive in multi-exit training
+  with pytest.raises(ValueError, match="leave loss.combine"):
+    objectives.build_objective(c.loss, num_labels=3, last_exit=3,
+                               multi_exit=objectives.multi_exit_from_config(c.multi_exit, 3, 10))
 
 
 def test_presets_set_all_exits():

@@ -213,6 +213,10 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
   cw = None if class_weights is None else jnp.asarray(class_weights, jnp.float32)
   aux_fn = _aux_fn(loss_cfg, num_labels, last_exit, cw, sigma)
   weights = _weights(entry, lam)
+  if multi_exit is not None and combine:
+    raise ValueError(f"loss.combine={combine!r} with multi_exit.strategy="
+                     f"{multi_exit.strategy!r}: multi-exit training adds the final exit's "
+                     "auxiliary loss to the exits' CE (SPEC §2.5); leave loss.combine=''.")
   if multi_exit is not None:
     if multi_exit.strategy == "acl_cl":
       losses.check_tau(loss_cfg.tau)
