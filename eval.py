@@ -22,7 +22,8 @@ _POLICY = flags.DEFINE_string("exit_policy", None,
 _THRESHOLDS = flags.DEFINE_list("thresholds", None, "Early-exit thresholds to sweep.")
 _EXIT_BATCH = flags.DEFINE_integer("exit_batch_size", 32, "Batch size of the early-exit sweep.")
 _EXIT_REPEATS = flags.DEFINE_integer("exit_repeats", 3, "Timed passes per threshold (full model "
-                                     "and early exit alternate); the median is reported.")
+                                     "and early exit alternate); the median is reported. 0: "
+                                     "untimed (metric, exits and layer speed-up only).")
 _DUMP = flags.DEFINE_bool("dump_features", False, "Also save DIR/features_{split}.npz (last-"
                           "exit features, labels, predictions, label embeddings).")
 _PLOT = flags.DEFINE_string("plot", None, "PNG of the quality-speed curves (default: in the "

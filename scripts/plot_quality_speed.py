@@ -49,14 +49,18 @@ def plot(paths: Sequence[str], out: str, labels: Optional[Sequence[str]] = None,
     label = labels[i] if labels is not None else file_label or _default_label(path)
     policies.update(r.get("policy") for r in rows if r.get("policy"))
     for ax, (key, _) in zip(axes[0], PANELS):
-      pts = sorted((r[key], r["metric"]) for r in rows)
-      ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+      pts = sorted((r[key], r["metric"]) for r in rows if r.get(key) is not None)
+      if pts:  # an untimed sweep (eval.py --exit_repeats 0) has no measured speed-up
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
   for ax, (_, xlabel) in zip(axes[0], PANELS):
     ax.axvline(1.0, color="grey", lw=0.8, ls=":")
     ax.set_xlabel(xlabel)
     ax.set_ylabel(metric_name)
     ax.grid(alpha=0.3)
-    ax.legend()
+    if len(ax.get_lines()) > 1:  # the 1.0x guide and at least one curve
+      ax.legend()
+    else:
+      ax.text(0.5, 0.5, "no timed sweep", transform=ax.transAxes, ha="center", color="grey")
   fig.suptitle(title or f"Early-exit quality vs speed ({', '.join(sorted(policies)) or '?'})")
   fig.tight_layout()
   os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)

@@ -115,6 +115,15 @@ multi_exit() {
     done
     $PY scripts/plot_quality_speed.py "${sweeps[@]}" --labels "${labels[@]}" \
         --out "$pub/quality_speed_entropy.png"
+    # The other seeds, untimed: the metric change and layer speed-up over every seed.
+    todo=()
+    for d in "$root/$task"/method=*,seed=*; do
+      [ -f "$d/results.json" ] && [ "${d##*,seed=}" != 0 ] || continue
+      [ "$d/early_exit_entropy_dev.json" -nt "$d/results.json" ] || todo+=("--workdir=$d")
+    done
+    [ ${#todo[@]} -eq 0 ] || $PY eval.py "${todo[@]}" --exit_policy entropy --thresholds "$thr" \
+        --split dev --exit_repeats 0 | grep -v "^I[0-9]\{4\} "
+    $PY scripts/early_exit_seeds.py "$root/$task" --out "$pub/early_exit_seeds.md" > /dev/null
   done
 }
 

@@ -48,3 +48,19 @@ def test_early_exit_input_errors(jt_workdir, tmp_path, tiny_model_dir):
   loop.train_and_evaluate(cfg, one)
   with pytest.raises(ValueError, match="exits='all'"):
     loop.early_exit_workdir(cfg, one, "dev", "entropy", [0.1])
+
+
+def test_untimed_sweep(jt_workdir, tmp_path):
+  import ml_collections
+  from acl_jax.train import loop
+  from scripts import plot_quality_speed
+  cfg = ml_collections.ConfigDict(json.load(open(os.path.join(jt_workdir, "config.json"))))
+  md, js = loop.early_exit_workdir(cfg, jt_workdir, "dev", "entropy", [0.01, 0.7],
+                                   batch_size=8, repeats=0)
+  rows = json.load(open(js))["rows"]
+  for r in rows:  # no timing, the rest as a timed sweep gives it
+    assert r["speedup"] is None and r["time_fast_s"] is None and r["time_full_s"] is None
+    assert 1.0 <= r["mean_layers"] <= 2.0 and r["agreement"] == 1.0
+  assert "| — |" in open(md).read()
+  png = plot_quality_speed.plot([js], str(tmp_path / "q.png"))
+  assert os.path.getsize(png) > 0

@@ -58,3 +58,21 @@ def test_per_exit_over_seeds(tmp_path, capsys):
   assert rows[1:] == ["| jt | 1 | 60.00 | 90.00 | 75.00 |",
                       "| acl_cl | 3 | 70.00 ± 2.00 | 80.00 ± 1.00 | 75.00 |"]
   assert os.path.getsize(tmp_path / "p" / "pe.png") > 1000
+
+
+def test_early_exit_over_seeds(tmp_path, capsys):
+  from scripts import early_exit_seeds
+  # full model 0.80; threshold 0.3 costs 0.5 / 1.5 points on the two seeds, 0.1 costs 0
+  for seed, drop in ((0, 0.005), (1, 0.015)):
+    wd = tmp_path / f"method=kd,seed={seed}"
+    wd.mkdir()
+    rows = [{"threshold": 0.1, "metric": 0.80, "full_metric": 0.80, "layer_speedup": 1.2},
+            {"threshold": 0.3, "metric": 0.80 - drop, "full_metric": 0.80, "layer_speedup": 1.6}]
+    (wd / "early_exit_entropy_dev.json").write_text(json.dumps({"rows": rows}))
+  early_exit_seeds.main([str(tmp_path), "--out", str(tmp_path / "t.md")])
+  out = capsys.readouterr().out
+  assert "| kd | 0.3 | 80.00 ± 0.00 | -1.00 ± 0.71 | 1.60 ± 0.00x | 2 |" in out
+  # mean change -1.00 is not above -1: the pick is 0.1
+  assert "| kd | 0.1 | 0.00 ± 0.00 | 1.20 ± 0.00x | yes | 2 |" in out
+  early_exit_seeds.main([str(tmp_path), "--max_drop", "1.2"])
+  assert "| kd | 0.3 | -1.00 ± 0.71 | 1.60 ± 0.00x | no (worst -1.50) | 2 |" in capsys.readouterr().out

@@ -94,7 +94,8 @@ def sweep(cfg: EncoderConfig, params: Any, batches: Iterable[Mapping[str, np.nda
     full_forward_fn: (params, inputs dict) -> logits [num_exits, b, K] of the whole model;
       None for a jitted `Classifier(cfg)`. It is the timing baseline and gives the reference
       `select_exit` decisions that the fast path is checked against.
-    repeats: timed passes per measurement; the median is reported.
+    repeats: timed passes per measurement; the median is reported. 0 leaves the sweep
+      untimed: time_fast_s, time_full_s and speedup are None.
     buckets: passed to `early_exit_predict`.
 
   Returns:
@@ -136,7 +137,10 @@ def sweep(cfg: EncoderConfig, params: Any, batches: Iterable[Mapping[str, np.nda
                                  x.get("token_type_ids"), policy, t, buckets, stats=stats)
               for x in inputs]
 
-    time_full, time_fast = _paired_times(run_full, run_fast, repeats)
+    if repeats > 0:
+      time_full, time_fast = _paired_times(run_full, run_fast, repeats)
+    else:  # untimed: metric, exits and layer speed-up only (e.g. extra seeds of a study)
+      time_full = time_fast = None
     stats = {}
     fast = run_fast(stats=stats)
     layer = np.concatenate([e[r] for (e, _), r in zip(fast, real)])
@@ -151,7 +155,7 @@ def sweep(cfg: EncoderConfig, params: Any, batches: Iterable[Mapping[str, np.nda
                row_speedup=num_layers * sum(len(x["input_ids"]) for x in inputs)
                / max(stats["row_layers"], 1),
                time_fast_s=time_fast, time_full_s=time_full,
-               speedup=time_full / max(time_fast, 1e-12),
+               speedup=None if time_full is None else time_full / max(time_fast, 1e-12),
                agreement=float(np.mean((layer == ref_layer) & (preds == ref_preds))) if n else 1.0,
                num_examples=n, num_layers=int(num_layers),
                batch_size=int(len(batches[0]["input_ids"])))
@@ -192,7 +196,8 @@ def write_table(rows: Sequence[Mapping[str, Any]], path_md: str,
            "|" + "|".join("---" for _ in _COLUMNS) + "|"]
   for r in rows:
     ms = {"time_fast_s", "time_full_s"}
-    cells = [fmt.format(r[k] * 1e3 if k in ms else r[k]) for _, k, fmt in _COLUMNS]
+    cells = ["—" if r[k] is None else fmt.format(r[k] * 1e3 if k in ms else r[k])
+             for _, k, fmt in _COLUMNS]
     lines.append("| " + " | ".join(cells) + " |")
   with open(path_md, "w") as f:
     f.write("\n".join(lines) + "\n")

@@ -1,0 +1,85 @@
+r"""Early-exit sweeps over seeds: per strategy and threshold, mean ± std of the metric change
+and of the layer speed-up, from every run's `early_exit_<policy>_<split>.json` under a root.
+
+  python eval.py --workdir <root>/method=kd,seed=1 ... --exit_policy entropy \
+      --thresholds 0.05,0.1,0.2 --exit_repeats 0        # untimed is enough here
+  python scripts/early_exit_seeds.py runs/results/multi_exit_mean/sst2 --out table.md
+
+The change is in points against the same run's full model (final exit). The second table
+picks, per strategy, the threshold with the largest mean layer speed-up whose mean change
+stays above --max_drop points, and says whether every seed stayed above it too. Wall-clock
+speed-ups are not averaged: they are timed on one seed (BENCHMARKS.md).
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plot_per_exit import ORDER  # noqa: E402  pylint: disable=wrong-import-position
+
+
+def collect(root: str, name: str) -> dict[str, dict[float, list[dict]]]:
+  """{method: {threshold: [one row per seed]}} from `root/method=*,seed=*/name`."""
+  out: dict[str, dict[float, list[dict]]] = {}
+  for run in sorted(os.listdir(root)):
+    path = os.path.join(root, run, name)
+    if not run.startswith("method=") or not os.path.isfile(path):
+      continue
+    settings = dict(kv.split("=", 1) for kv in run.split(","))
+    for r in json.load(open(path))["rows"]:
+      out.setdefault(settings["method"], {}).setdefault(float(r["threshold"]), []).append(r)
+  if not out:
+    raise SystemExit(f"No {name} under {root}/method=*: run eval.py --exit_policy first.")
+  return dict(sorted(out.items(), key=lambda kv: (ORDER.index(kv[0]) if kv[0] in ORDER
+                                                  else len(ORDER), kv[0])))
+
+
+def _ms(values) -> str:
+  v = np.asarray(values, float)
+  return f"{v.mean():.2f}" + (f" ± {v.std(ddof=1):.2f}" if len(v) > 1 else "")
+
+
+def tables(data: dict, max_drop: float) -> str:
+  lines = ["| strategy | threshold | full-model metric | change (points) | layer speed-up | seeds |",
+           "|---|---|---|---|---|---|"]
+  best = ["", f"Largest mean layer speed-up with a mean change above -{max_drop:g} points:", "",
+          "| strategy | threshold | change (points) | layer speed-up | every seed above? | seeds |",
+          "|---|---|---|---|---|---|"]
+  for method, by_t in data.items():
+    pick = None
+    for t, rows in sorted(by_t.items()):
+      drop = [100 * (r["metric"] - r["full_metric"]) for r in rows]
+      speed = [r["layer_speedup"] for r in rows]
+      lines.append(f"| {method} | {t:g} | {_ms([100 * r['full_metric'] for r in rows])} | "
+                   f"{_ms(drop)} | {_ms(speed)}x | {len(rows)} |")
+      if np.mean(drop) > -max_drop and (pick is None or np.mean(speed) > pick[2]):
+        pick = (t, drop, float(np.mean(speed)), speed)
+    if pick is None:
+      best.append(f"| {method} | — | — | — | — | — |")
+    else:
+      t, drop, _, speed = pick
+      every = "yes" if min(drop) > -max_drop else f"no (worst {min(drop):.2f})"
+      best.append(f"| {method} | {t:g} | {_ms(drop)} | {_ms(speed)}x | {every} | {len(drop)} |")
+  return "\n".join(lines + best) + "\n"
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("root")
+  p.add_argument("--policy", default="entropy")
+  p.add_argument("--split", default="dev")
+  p.add_argument("--max_drop", type=float, default=1.0, help="points")
+  p.add_argument("--out", default="")
+  a = p.parse_args(argv)
+  text = tables(collect(a.root, f"early_exit_{a.policy}_{a.split}.json"), a.max_drop)
+  print(text)
+  if a.out:
+    with open(a.out, "w") as f:
+      f.write(text)
+
+
+if __name__ == "__main__":
+  main()
