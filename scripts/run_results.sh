@@ -4,7 +4,7 @@
 # subsets) are stated here and in RESULTS.md. Pick stages with STAGES (default: all, in order):
 #   nohup bash scripts/run_results.sh > runs/results.log 2>&1 &
 #   STAGES="single" SINGLE_TASKS="mr r8" nohup bash scripts/run_results.sh > runs/single.log 2>&1 &
-# Stages: grad_conflict multi_exit single tsne lambda_sens gloss_ablation.
+# Stages: grad_conflict multi_exit single tsne lambda_sens gloss_ablation gloss_probe.
 # The body is functions and `main "$@"; exit $?` is one line, so bash has read all of it
 # before the work starts: editing this file while a run is going does not change that run.
 set -u
@@ -238,6 +238,27 @@ gloss_ablation_one() {
       --grid loss.sigma=0.1,0.3,0.667,1.5,5.0 | tail -n 9
 }
 
+gloss_probe() {
+  # Claim 7 follow-up: why CE+G-Loss loses to CE on R8. Two changes, one at a time, against
+  # the single stage's CE and G-Loss (linked in, not retrained): G-Loss in the additive form
+  # CE + 0.8 G-Loss (CE keeps its full weight), and class-balanced CE (sklearn "balanced",
+  # as the G-Loss reference runs use) for both CE and G-Loss. Seeds GP_SEEDS (default 0).
+  local root="$OUT/gloss_r8_probe/r8" seed
+  for seed in ${GP_SEEDS:-0}; do
+    stage gloss_probe r8 seed "$seed"
+    reuse "$root/method=ce,seed=$seed" "$OUT/single/r8/method=ce,seed=$seed"
+    reuse "$root/method=gloss,seed=$seed" "$OUT/single/r8/method=gloss,seed=$seed"
+    read -r cfg dd <<< "$(task_args r8)"
+    protocol_sweep "$root" "$seed" r8 "$cfg" "$dd" 64 --methods gloss \
+        --grid loss.combine=additive | tail -n 6
+    protocol_sweep "$root" "$seed" r8 "$cfg" "$dd" 64 --methods gloss,ce \
+        --grid loss.class_weights=balanced | tail -n 6
+  done
+  $PY scripts/results_tables.py --root "$OUT/gloss_r8_probe" --tasks r8 \
+      --metrics test/accuracy,test/macro_f1,test/silhouette_macro --out results/gloss_probe/r8.md \
+      > /dev/null
+}
+
 tsne() {
   # t-SNE of dev features (issue 6): CE, CE+SCL and ACL of the single stage, seed 0.
   for task in ${TSNE_TASKS:-mr}; do
@@ -255,7 +276,7 @@ tsne() {
 
 main() {
   mkdir -p "$OUT"
-  for st in ${STAGES:-grad_conflict multi_exit single tsne lambda_sens gloss_ablation}; do
+  for st in ${STAGES:-grad_conflict multi_exit single tsne lambda_sens gloss_ablation gloss_probe}; do
     "$st"
   done
   $PY scripts/sync_results.py  # RESULTS.md's quoted tables follow the files just written
