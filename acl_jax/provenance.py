@@ -1,4 +1,5 @@
-"""Which code produced a result: the git revision of the checkout acl_jax runs from."""
+"""What produced a result: the git revision of the checkout acl_jax runs from, and the run's
+config as flat dotted fields. Imports nothing heavy (the sweep runner uses it)."""
 import os
 import subprocess
 
@@ -16,3 +17,14 @@ def git_revision(repo: str = REPO) -> str:
   head = git("rev-parse", "HEAD") or "unknown"
   dirty = head != "unknown" and git("status", "--porcelain", "--untracked-files=no")
   return head + ("+dirty" if dirty else "")
+
+
+def flatten(d: dict, prefix: str = "") -> dict:
+  """A nested config dict as {"loss.lam": 0.5, ...}."""
+  out = {}
+  for k, v in d.items():
+    if isinstance(v, dict):
+      out.update(flatten(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = v
+  return out

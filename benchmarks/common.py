@@ -17,6 +17,8 @@ import sys
 import time
 from typing import Any, Sequence
 
+from acl_jax import provenance  # light: no jax, so a torch worker stays jax-free
+
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "torch", "transformers")
 
 
@@ -50,8 +52,6 @@ def versions(packages: Sequence[str] = PACKAGES) -> dict[str, str]:
 
 def machine_info(repo: str) -> dict[str, Any]:
   """What a reader needs to compare two runs of a benchmark."""
-  # Imported here: acl_jax pulls in jax, which a worker timing another framework must not load.
-  from acl_jax import provenance  # pylint: disable=import-outside-toplevel
   return {
       "cpu_model": cpu_model(),
       "cpu_count": os.cpu_count(),

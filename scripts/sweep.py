@@ -35,6 +35,8 @@ import sys
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+from acl_jax import provenance  # noqa: E402  (light: no jax)  pylint: disable=wrong-import-position
 
 
 def run_name(settings: dict) -> str:
@@ -121,16 +123,8 @@ def _flat_config(workdir: str) -> dict:
   path = os.path.join(workdir, "config.json")
   if not os.path.isfile(path):
     return {}
-  out = {}
-
-  def walk(d, prefix):
-    for k, v in d.items():
-      if isinstance(v, dict):
-        walk(v, f"{prefix}{k}.")
-      else:
-        out[prefix + k] = v
   try:
-    walk(json.load(open(path)), "")
+    out = provenance.flatten(json.load(open(path)))
   except (OSError, ValueError):
     return {}
   for k in ("seed", "workdir"):

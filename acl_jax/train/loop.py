@@ -231,26 +231,16 @@ def _sigma_sqrt(setup: Setup, eval_step) -> float:
   return float(sigma_sqrt_heuristic(feats))
 
 
-def _flatten(d: dict, prefix: str = "") -> dict:
-  out = {}
-  for k, v in d.items():
-    if isinstance(v, dict):
-      out.update(_flatten(v, f"{prefix}{k}."))
-    else:
-      out[f"{prefix}{k}"] = v
-  return out
-
-
 def _warn_config_changes(path: str, cfg) -> None:
   """Resuming a workdir with other settings than it was started with is allowed (e.g. more
   steps), but never silent: the changed fields are logged."""
   try:
     with open(path) as f:
-      old = _flatten(json.load(f))
+      old = provenance.flatten(json.load(f))
   except ValueError:
     log.warning("Could not read the workdir's %s; it is rewritten with the current config.", path)
     return
-  new = _flatten(json.loads(cfg.to_json_best_effort()))
+  new = provenance.flatten(json.loads(cfg.to_json_best_effort()))
   # Fields added to the config after the workdir started are not changes.
   changed = sorted(k for k in old.keys() & new.keys() if old[k] != new[k])
   if changed:
