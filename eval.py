@@ -26,6 +26,10 @@ _EXIT_REPEATS = flags.DEFINE_integer("exit_repeats", 3, "Timed passes per thresh
                                      "untimed (metric, exits and layer speed-up only).")
 _DUMP = flags.DEFINE_bool("dump_features", False, "Also save DIR/features_{split}.npz (last-"
                           "exit features, labels, predictions, label embeddings).")
+_CHECKPOINT = flags.DEFINE_enum("checkpoint", "best", ["best", "latest"],
+                                "best: the checkpoint model selection kept (results.json); "
+                                "latest: the final weights, written to results_latest.json "
+                                "(e.g. to see how much the dev-set selection moved a number).")
 _PLOT = flags.DEFINE_string("plot", None, "PNG of the quality-speed curves (default: in the "
                             "first workdir).")
 
@@ -79,9 +83,13 @@ def main(argv):
     raise app.UsageError("Several workdirs are only supported with --exit_policy.")
   workdir = workdirs[0]
   config = _config(workdir)
+  if _CHECKPOINT.value == "latest" and _DUMP.value:
+    raise app.UsageError("--dump_features writes the best checkpoint's features; drop it or "
+                         "use --checkpoint best.")
   results = loop.evaluate_workdir(config, workdir, _SPLIT.value.split(","),
-                                  dump_features=_DUMP.value)
-  out = os.path.join(workdir, "results.json")
+                                  dump_features=_DUMP.value, checkpoint=_CHECKPOINT.value)
+  name = "results.json" if _CHECKPOINT.value == "best" else "results_latest.json"
+  out = os.path.join(workdir, name)
   # Merge: splits evaluated now replace their entries; other splits and the training record
   # written by train.py stay. Written to a temp file and renamed, so a crash keeps the old one.
   old = {}

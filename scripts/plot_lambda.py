@@ -79,16 +79,18 @@ def main(argv=None):
   p.add_argument("--metric", default="dev/accuracy")
   p.add_argument("--out", default="lambda.png")
   p.add_argument("--table", default="", help="also write the spread table here (Markdown)")
+  p.add_argument("--summary", default="summary.json",
+                 help="the sweep summary under root (summary_latest.json: final weights)")
   p.add_argument("--baseline", default="",
                  help="a summary.json whose method=ce entry is drawn as a band")
   a = p.parse_args(argv)
   import matplotlib  # pylint: disable=import-outside-toplevel
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-  summary = json.load(open(os.path.join(a.root, "summary.json")))
+  summary = json.load(open(os.path.join(a.root, a.summary)))
   cs = curves(summary, a.metric)
   if not cs:
-    raise SystemExit(f"No loss.lam runs with {a.metric} in {a.root}/summary.json.")
+    raise SystemExit(f"No loss.lam runs with {a.metric} in {a.root}/{a.summary}.")
   seeds = {}
   for name, entry in summary.items():
     s = dict(kv.split("=", 1) for kv in name.split(","))

@@ -73,11 +73,12 @@ def headline_metric(task: str, summary: dict) -> str:
   return f"{'test' if has_test else 'dev'}/{name}"
 
 
-def table(root: str, tasks: list[str], metric: str, methods: list[str] | None) -> str:
+def table(root: str, tasks: list[str], metric: str, methods: list[str] | None,
+          results: str = "results.json") -> str:
   per_task = {}
   for t in tasks:
     path = os.path.join(root, t)
-    per_task[t] = sweep.aggregate(path)[1] if os.path.isdir(path) else {}
+    per_task[t] = sweep.aggregate(path, results=results)[1] if os.path.isdir(path) else {}
   if metric == "headline":
     col = {t: headline_metric(t, per_task[t]) for t in tasks}
   else:
@@ -113,10 +114,13 @@ def main():
   p.add_argument("--metrics", default="test/accuracy,test/macro_f1,test/silhouette_macro")
   p.add_argument("--methods", default="", help="row order (default: every method found)")
   p.add_argument("--out", default="")
+  p.add_argument("--results", default="results.json",
+                 help="per-run file: results.json (selected checkpoint) or results_latest.json "
+                 "(final weights, from eval.py --checkpoint latest)")
   a = p.parse_args()
   tasks = a.tasks.split(",")
   methods = [m for m in a.methods.split(",") if m] or None
-  text = "\n".join(table(a.root, tasks, m, methods) for m in a.metrics.split(","))
+  text = "\n".join(table(a.root, tasks, m, methods, a.results) for m in a.metrics.split(","))
   print(text)
   if a.out:
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)

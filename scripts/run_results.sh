@@ -4,7 +4,7 @@
 # subsets) are stated here and in RESULTS.md. Pick stages with STAGES (default: all, in order):
 #   nohup bash scripts/run_results.sh > runs/results.log 2>&1 &
 #   STAGES="single" SINGLE_TASKS="mr r8" nohup bash scripts/run_results.sh > runs/single.log 2>&1 &
-# Stages: grad_conflict multi_exit single tsne lambda_sens gloss_ablation gloss_probe.
+# Stages: grad_conflict multi_exit single tsne lambda_sens gloss_ablation gloss_probe latest.
 # The body is functions and `main "$@"; exit $?` is one line, so bash has read all of it
 # before the work starts: editing this file while a run is going does not change that run.
 set -u
@@ -257,6 +257,31 @@ gloss_probe() {
   $PY scripts/results_tables.py --root "$OUT/gloss_r8_probe" --tasks r8 \
       --metrics test/accuracy,test/macro_f1,test/silhouette_macro --out results/gloss_probe/r8.md \
       > /dev/null
+}
+
+latest() {
+  # Selection-free numbers: every finished run's final weights (its last checkpoint, not the
+  # one dev-set selection kept) on the test split, to results_latest.json; then the tables of
+  # LATEST_ROOTS (sweep roots under $OUT, default the MR/R8 single runs and MR's lambda grid)
+  # from those files. A run already evaluated after its training is skipped.
+  local r d todo
+  for r in ${LATEST_ROOTS:-single/mr single/r8 lambda/mr}; do
+    stage latest "$r"
+    todo=()
+    for d in "$OUT/$r"/method=*; do
+      [ -f "$d/results.json" ] || continue
+      [ "$d/results_latest.json" -nt "$d/results.json" ] || todo+=("$d")
+    done
+    for d in "${todo[@]}"; do
+      $PY eval.py --workdir="$d" --checkpoint latest --split test > /dev/null 2>&1 \
+          || echo "latest: eval failed for $d"
+    done
+    local name=${r//\//_}
+    mkdir -p results/latest
+    $PY scripts/results_tables.py --root "$OUT/${r%/*}" --tasks "${r##*/}" \
+        --results results_latest.json --metrics test/accuracy,test/macro_f1 \
+        --out "results/latest/$name.md" > /dev/null
+  done
 }
 
 tsne() {

@@ -107,10 +107,10 @@ def run_all(args) -> None:
         raise SystemExit(rc)
 
 
-def _read(root: str) -> list[tuple[dict, dict]]:
+def _read(root: str, results: str = "results.json") -> list[tuple[dict, dict]]:
   out = []
   for name in sorted(os.listdir(root)):
-    path = os.path.join(root, name, "results.json")
+    path = os.path.join(root, name, results)
     if not os.path.isfile(path):
       continue
     settings = dict(kv.split("=", 1) for kv in name.split(","))
@@ -153,8 +153,11 @@ def fmt_cell(values: np.ndarray) -> str:
   return f"{100 * values.mean():.2f} ± {100 * values.std(ddof=1):.2f}"
 
 
-def aggregate(root: str, splits=None) -> tuple[str, dict]:
+def aggregate(root: str, splits=None, results: str = "results.json") -> tuple[str, dict]:
   """Mean +- std over seeds of every metric, grouped by the other settings.
+
+  `results` names the per-run file: results.json (the checkpoint model selection kept), or
+  e.g. results_latest.json (`eval.py --checkpoint latest`), summarised to summary_latest.*.
 
   The seeds of a group should differ in the seed alone. Fields of their config.json files set
   to different values ("config_differs") or missing from some of them ("config_missing": a run
@@ -162,7 +165,7 @@ def aggregate(root: str, splits=None) -> tuple[str, dict]:
   reader can judge whether the group is sound.
   """
   groups: dict[str, dict] = {}
-  for settings, res in _read(root):
+  for settings, res in _read(root, results):
     key = run_name({k: v for k, v in settings.items() if k != "seed"})
     g = groups.setdefault(key, {"seeds": [], "values": {}, "configs": []})
     g["seeds"].append(settings.get("seed"))
@@ -204,9 +207,10 @@ def aggregate(root: str, splits=None) -> tuple[str, dict]:
   table = ("Values are mean ± std over seeds, in percent.\n\n" + "\n".join(lines) + "\n")
   if notes:
     table += "\nConfig fields that differ between the seeds of a row:\n" + "\n".join(notes) + "\n"
-  with open(os.path.join(root, "summary.md"), "w") as f:
+  stem = "summary" + os.path.splitext(results)[0].removeprefix("results")
+  with open(os.path.join(root, f"{stem}.md"), "w") as f:
     f.write(table)
-  with open(os.path.join(root, "summary.json"), "w") as f:
+  with open(os.path.join(root, f"{stem}.json"), "w") as f:
     json.dump(summary, f, indent=2)
   return table, summary
 

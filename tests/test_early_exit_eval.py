@@ -64,3 +64,17 @@ def test_untimed_sweep(jt_workdir, tmp_path):
   assert "| — |" in open(md).read()
   png = plot_quality_speed.plot([js], str(tmp_path / "q.png"))
   assert os.path.getsize(png) > 0
+
+
+def test_evaluate_latest_checkpoint(jt_workdir):
+  import ml_collections
+  from acl_jax.train import loop
+  cfg = ml_collections.ConfigDict(json.load(open(os.path.join(jt_workdir, "config.json"))))
+  res = json.load(open(os.path.join(jt_workdir, "results.json")))
+  latest = loop.evaluate_workdir(cfg, jt_workdir, ["dev"], checkpoint="latest")
+  assert latest["checkpoint_step"] == res["train"]["final_step"]  # the final weights
+  best = loop.evaluate_workdir(cfg, jt_workdir, ["dev"])
+  assert best["checkpoint_step"] == res["checkpoint_step"] == res["train"]["best_step"]
+  assert best["dev"]["accuracy"] == pytest.approx(res["dev"]["accuracy"])
+  with pytest.raises(ValueError, match="'best' or 'latest'"):
+    loop.evaluate_workdir(cfg, jt_workdir, ["dev"], checkpoint="last")

@@ -133,3 +133,20 @@ def test_results_md_quotes_its_generated_tables(tmp_path):
   doc.write_text("<!-- table: gone.md -->\n<!-- /table -->\n")
   with pytest.raises(SystemExit, match="does not exist"):
     sync_results.main(["--file", str(doc), "--check"])
+
+
+def test_aggregate_another_results_file(tmp_path):
+  for seed, best, last in (("0", 0.80, 0.78), ("1", 0.82, 0.84)):
+    wd = tmp_path / f"method=ce,seed={seed}"
+    wd.mkdir()
+    (wd / "results.json").write_text(json.dumps({"test": {"accuracy": best}}))
+    (wd / "results_latest.json").write_text(json.dumps({"test": {"accuracy": last}}))
+  _, best = sweep.aggregate(str(tmp_path))
+  _, last = sweep.aggregate(str(tmp_path), results="results_latest.json")
+  assert best["method=ce"]["metrics"]["test/accuracy"]["mean"] == pytest.approx(0.81)
+  assert last["method=ce"]["metrics"]["test/accuracy"]["mean"] == pytest.approx(0.81)
+  assert last["method=ce"]["metrics"]["test/accuracy"]["std"] == pytest.approx(
+      np.std([0.78, 0.84], ddof=1))
+  # each summary keeps its own files
+  assert json.load(open(tmp_path / "summary.json")) == best
+  assert json.load(open(tmp_path / "summary_latest.json")) == last

@@ -407,12 +407,18 @@ def train_and_evaluate(config, workdir: str) -> dict:
   return results
 
 
-def evaluate_best(setup: Setup, ckpts, state, eval_step, splits, dump_dir=None) -> dict:
+def evaluate_best(setup: Setup, ckpts, state, eval_step, splits, dump_dir=None,
+                  checkpoint: str = "best") -> dict:
   """Evaluates the best checkpoint (the latest when none is marked best) on `splits`.
 
-  With `dump_dir`, each split's features go to `dump_dir/features_{split}.npz`.
+  checkpoint="latest" evaluates the last saved checkpoint instead: the run's final weights,
+  free of the choice model selection made on dev. With `dump_dir`, each split's features go
+  to `dump_dir/features_{split}.npz`.
   """
-  restored = ckpts.restore(state, best=True) or ckpts.restore(state)
+  if checkpoint not in ("best", "latest"):
+    raise ValueError(f"checkpoint must be 'best' or 'latest', got {checkpoint!r}.")
+  restored = ((checkpoint == "best" and ckpts.restore(state, best=True))
+              or ckpts.restore(state))
   if restored is None:
     raise FileNotFoundError("No checkpoint to evaluate in this workdir; train first.")
   best_state, meta = restored
@@ -477,13 +483,14 @@ def merge_results(old: dict, new: dict) -> dict:
   return {**old, **new}
 
 
-def evaluate_workdir(config, workdir: str, splits, dump_features: bool = False) -> dict:
-  """Rebuilds the model of a finished run and evaluates its best checkpoint."""
+def evaluate_workdir(config, workdir: str, splits, dump_features: bool = False,
+                     checkpoint: str = "best") -> dict:
+  """Rebuilds the model of a finished run and evaluates its best (or latest) checkpoint."""
   setup, ckpts, state = _open_workdir(config, workdir)
   eval_step = step_lib.make_eval_step(setup.model, setup.mesh)
   try:
     return evaluate_best(setup, ckpts, state, eval_step, splits,
-                         dump_dir=workdir if dump_features else None)
+                         dump_dir=workdir if dump_features else None, checkpoint=checkpoint)
   finally:
     ckpts.close()
 
