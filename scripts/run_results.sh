@@ -281,6 +281,13 @@ latest() {
     $PY scripts/results_tables.py --root "$OUT/${r%/*}" --tasks "${r##*/}" \
         --results results_latest.json --metrics test/accuracy,test/macro_f1 \
         --out "results/latest/$name.md" > /dev/null
+    if [ "${r%/*}" = lambda ]; then  # the lambda curves from the final weights too
+      local base="$OUT/single/${r##*/}/summary_latest.json"
+      [ -f "$base" ] || base="$OUT/single/${r##*/}/summary.json"
+      $PY scripts/plot_lambda.py "$OUT/$r" --summary summary_latest.json --metric test/accuracy \
+          --baseline "$base" --out "results/lambda/${r##*/}_latest.png" \
+          --table "results/lambda/${r##*/}_latest.md" > /dev/null
+    fi
   done
 }
 
