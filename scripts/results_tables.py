@@ -73,6 +73,32 @@ def headline_metric(task: str, summary: dict) -> str:
   return f"{'test' if has_test else 'dev'}/{name}"
 
 
+# The budget fields stated under every table, as (config field, label).
+BUDGET = (("num_steps", "steps"), ("batch_size", "batch"), ("task.max_length", "max length"),
+          ("optim.lr", "lr"))
+
+
+def budget_line(root: str, tasks: list[str]) -> str:
+  """Each task's training budget, read from its runs' config.json files.
+
+  A field the runs of a task set to different values lists them all (e.g. "steps 200/800"), so
+  a column that mixes budgets shows it.
+  """
+  parts = []
+  for t in tasks:
+    path = os.path.join(root, t)
+    names = sorted(os.listdir(path)) if os.path.isdir(path) else []
+    configs = [c for c in (sweep.flat_config(os.path.join(path, n)) for n in names) if c]
+    fields = []
+    for key, label in BUDGET:
+      vals = sorted({c[key] for c in configs if isinstance(c.get(key), (int, float))})
+      if vals:
+        fields.append(f"{label} {'/'.join(f'{v:g}' for v in vals)}")
+    if fields:
+      parts.append(f"{t.upper()} " + ", ".join(fields))
+  return ("Budgets (from the runs' config.json): " + "; ".join(parts) + ".") if parts else ""
+
+
 def table(root: str, tasks: list[str], metric: str, methods: list[str] | None,
           results: str = "results.json") -> str:
   per_task = {}
@@ -121,6 +147,8 @@ def main():
   tasks = a.tasks.split(",")
   methods = [m for m in a.methods.split(",") if m] or None
   text = "\n".join(table(a.root, tasks, m, methods, a.results) for m in a.metrics.split(","))
+  budgets = budget_line(a.root, tasks)
+  text += f"\n{budgets}\n" if budgets else ""
   print(text)
   if a.out:
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)

@@ -118,7 +118,7 @@ def _read(root: str, results: str = "results.json") -> list[tuple[dict, dict]]:
   return out
 
 
-def _flat_config(workdir: str) -> dict:
+def flat_config(workdir: str) -> dict:
   """config.json flattened to dotted keys, without the fields that differ run to run anyway."""
   path = os.path.join(workdir, "config.json")
   if not os.path.isfile(path):
@@ -169,7 +169,7 @@ def aggregate(root: str, splits=None, results: str = "results.json") -> tuple[st
     key = run_name({k: v for k, v in settings.items() if k != "seed"})
     g = groups.setdefault(key, {"seeds": [], "values": {}, "configs": []})
     g["seeds"].append(settings.get("seed"))
-    g["configs"].append(_flat_config(os.path.join(root, run_name(settings))))
+    g["configs"].append(flat_config(os.path.join(root, run_name(settings))))
     for split, vals in res.items():
       if not isinstance(vals, dict) or split in ("train",) or (splits and split not in splits):
         continue

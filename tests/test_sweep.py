@@ -92,6 +92,27 @@ def test_headline_table_uses_each_tasks_metric(tmp_path):
   assert row == "| CE+SCL | 30.00 (n=1) | 88.00 (n=1) | 79.00 (n=1) | 92.10 |  |"
 
 
+def test_tables_state_each_tasks_budget(tmp_path, monkeypatch, capsys):
+  from scripts import results_tables
+  for t, m, steps, length in (("cola", "ce", 800, 48), ("cola", "scl", 200, 48),
+                              ("mr", "ce", 200, 64)):
+    wd = tmp_path / t / f"method={m},seed=0"
+    wd.mkdir(parents=True)
+    (wd / "results.json").write_text(json.dumps({"dev": {"mcc": 0.1, "accuracy": 0.7}}))
+    (wd / "config.json").write_text(json.dumps(
+        {"num_steps": steps, "batch_size": 32, "task": {"max_length": length},
+         "optim": {"lr": 5e-5}}))
+  (tmp_path / "rte" / "method=ce,seed=0").mkdir(parents=True)  # no config: left out
+  out = tmp_path / "t.md"
+  monkeypatch.setattr("sys.argv", ["results_tables.py", "--root", str(tmp_path), "--tasks",
+                                   "cola,mr,rte", "--metrics", "headline", "--out", str(out)])
+  results_tables.main()
+  budgets = out.read_text().splitlines()[-1]
+  assert budgets == ("Budgets (from the runs' config.json): COLA steps 200/800, batch 32, "
+                     "max length 48, lr 5e-05; MR steps 200, batch 32, max length 64, lr 5e-05.")
+  assert budgets in capsys.readouterr().out
+
+
 def test_aggregate_flags_seeds_whose_configs_differ(tmp_path):
   for seed, cfg in (("0", {"seed": 0, "loss": {"lam": 0.5}}),
                     ("1", {"seed": 1, "loss": {"lam": 0.5}, "model": {"pool": "cls"}}),
