@@ -3,12 +3,15 @@ and of the layer speed-up, from every run's `early_exit_<policy>_<split>.json` u
 
   python eval.py --workdir <root>/method=kd,seed=1 ... --exit_policy entropy \
       --thresholds 0.05,0.1,0.2 --exit_repeats 0        # untimed is enough here
-  python scripts/early_exit_seeds.py runs/results/multi_exit_mean/sst2 --out table.md
+  python scripts/early_exit_seeds.py runs/results/multi_exit_mean/sst2 --out table.md \
+      --plot quality_speed_seeds.png
 
 The change is in points against the same run's full model (final exit). The second table
 picks, per strategy, the threshold with the largest mean layer speed-up whose mean change
 stays above --max_drop points, and says whether every seed stayed above it too. Wall-clock
-speed-ups are not averaged: they are timed on one seed (BENCHMARKS.md).
+speed-ups are not averaged: they are timed on one seed (BENCHMARKS.md). --plot draws the same
+means as quality-speed curves, one per strategy over its thresholds, with ± 1 std bars on both
+axes.
 """
 import argparse
 import json
@@ -42,6 +45,10 @@ def _ms(values) -> str:
   return f"{v.mean():.2f}" + (f" ± {v.std(ddof=1):.2f}" if len(v) > 1 else "")
 
 
+def _sd(values) -> float:
+  return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
 def tables(data: dict, max_drop: float) -> str:
   lines = ["| strategy | threshold | full-model metric | change (points) | layer speed-up | seeds |",
            "|---|---|---|---|---|---|"]
@@ -66,6 +73,33 @@ def tables(data: dict, max_drop: float) -> str:
   return "\n".join(lines + best) + "\n"
 
 
+def plot(data: dict, out: str, max_drop: float) -> None:
+  """Mean change against mean layer speed-up per strategy, with seed-std bars on both axes."""
+  import matplotlib  # pylint: disable=import-outside-toplevel
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+  fig, ax = plt.subplots(figsize=(6, 4))
+  seeds = set()
+  for method, by_t in data.items():
+    ts = sorted(by_t)
+    drop = [[100 * (r["metric"] - r["full_metric"]) for r in by_t[t]] for t in ts]
+    speed = [[r["layer_speedup"] for r in by_t[t]] for t in ts]
+    seeds.update(len(d) for d in drop)
+    ax.errorbar([np.mean(v) for v in speed], [np.mean(v) for v in drop],
+                xerr=[_sd(v) for v in speed], yerr=[_sd(v) for v in drop], marker="o", ms=3,
+                capsize=2, label=method)
+  ax.axhline(-max_drop, color="grey", ls="--", lw=0.8, label=f"-{max_drop:g} points")
+  ax.set_xlabel("layer speed-up (x, mean over seeds)")
+  ax.set_ylabel("change vs full model (points)")
+  n = "/".join(str(k) for k in sorted(seeds))
+  ax.set_title(f"Early exit over seeds (n={n} per point)")
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+  fig.savefig(out, dpi=110)
+  plt.close(fig)
+
+
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("root")
@@ -73,12 +107,16 @@ def main(argv=None):
   p.add_argument("--split", default="dev")
   p.add_argument("--max_drop", type=float, default=1.0, help="points")
   p.add_argument("--out", default="")
+  p.add_argument("--plot", default="", help="PNG of the quality-speed means over seeds")
   a = p.parse_args(argv)
-  text = tables(collect(a.root, f"early_exit_{a.policy}_{a.split}.json"), a.max_drop)
+  data = collect(a.root, f"early_exit_{a.policy}_{a.split}.json")
+  text = tables(data, a.max_drop)
   print(text)
   if a.out:
     with open(a.out, "w") as f:
       f.write(text)
+  if a.plot:
+    plot(data, a.plot, a.max_drop)
 
 
 if __name__ == "__main__":

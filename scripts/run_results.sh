@@ -123,7 +123,8 @@ multi_exit() {
     done
     [ ${#todo[@]} -eq 0 ] || $PY eval.py "${todo[@]}" --exit_policy entropy --thresholds "$thr" \
         --split dev --exit_repeats 0 | grep -v "^I[0-9]\{4\} "
-    $PY scripts/early_exit_seeds.py "$root/$task" --out "$pub/early_exit_seeds.md" > /dev/null
+    $PY scripts/early_exit_seeds.py "$root/$task" --out "$pub/early_exit_seeds.md" \
+        --plot "$pub/quality_speed_seeds.png" > /dev/null
   done
 }
 

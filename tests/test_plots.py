@@ -69,7 +69,9 @@ def test_early_exit_over_seeds(tmp_path, capsys):
     rows = [{"threshold": 0.1, "metric": 0.80, "full_metric": 0.80, "layer_speedup": 1.2},
             {"threshold": 0.3, "metric": 0.80 - drop, "full_metric": 0.80, "layer_speedup": 1.6}]
     (wd / "early_exit_entropy_dev.json").write_text(json.dumps({"rows": rows}))
-  early_exit_seeds.main([str(tmp_path), "--out", str(tmp_path / "t.md")])
+  early_exit_seeds.main([str(tmp_path), "--out", str(tmp_path / "t.md"),
+                         "--plot", str(tmp_path / "p" / "qs.png")])
+  assert os.path.getsize(tmp_path / "p" / "qs.png") > 1000
   out = capsys.readouterr().out
   assert "| kd | 0.3 | 80.00 ± 0.00 | -1.00 ± 0.71 | 1.60 ± 0.00x | 2 |" in out
   # mean change -1.00 is not above -1: the pick is 0.1
