@@ -115,6 +115,9 @@ def main(argv=None):
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8)
   fig.tight_layout()
+  for path in (a.out, a.table):  # the caller's output folders need not exist yet
+    if path:
+      os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   fig.savefig(a.out, dpi=110)
   table = spread_table(cs, a.metric, seeds)
   print(table)

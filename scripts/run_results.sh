@@ -202,7 +202,6 @@ lambda_sens() {
   each_seed_task lambda_one "${LAM_SEEDS:-0 1 2}" "${LAM_TASKS:-mr}"
   local task
   for task in ${LAM_TASKS:-mr}; do
-    mkdir -p results/lambda
     $PY scripts/plot_lambda.py "$OUT/lambda/$task" --metric test/accuracy \
         --baseline "$OUT/single/$task/summary.json" --out "results/lambda/$task.png" \
         --table "results/lambda/$task.md"
@@ -291,7 +290,6 @@ latest() {
           || echo "latest: eval failed for $d"
     done
     local name=${r//\//_}
-    mkdir -p results/latest
     $PY scripts/results_tables.py --root "$OUT/${r%/*}" --tasks "${r##*/}" \
         --results results_latest.json --metrics "$metrics" \
         --out "results/latest/$name.md" > /dev/null

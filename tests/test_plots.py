@@ -29,9 +29,11 @@ def test_per_exit_and_lambda_and_tsne(tmp_path, capsys):
   assert plot_lambda.curves(summary, "dev/accuracy")["scl"] == [(0.1, 0.7, 0.01), (0.9, 0.6, 0.01)]
   (tmp_path / "ce.json").write_text(json.dumps(
       {"method=ce": {"metrics": {"dev/accuracy": {"mean": 0.65, "std": 0.02, "n": 3}}}}))
-  plot_lambda.main([str(tmp_path), "--out", str(tmp_path / "l.png"),
-                    "--baseline", str(tmp_path / "ce.json")])
+  plot_lambda.main([str(tmp_path), "--out", str(tmp_path / "new" / "l.png"),
+                    "--baseline", str(tmp_path / "ce.json"),
+                    "--table", str(tmp_path / "t" / "l.md")])
   out = capsys.readouterr().out
+  assert "| scl |" in (tmp_path / "t" / "l.md").read_text()
   # spread = best - worst mean, beside the pooled seed std and their ratio
   assert "| scl | 70.00 | 60.00 | 10.00 | 0.9 | 1.00 | 10.0 | 3 |" in out
   assert "| acl | 70.00 | 71.00 | 1.00 | 0.1 | 1.00 | 1.0 | 3 |" in out
@@ -39,7 +41,7 @@ def test_per_exit_and_lambda_and_tsne(tmp_path, capsys):
   summary["method=scl,loss.lam=0.1,loss.combine=additive"] = summary["method=acl,loss.lam=0.1"]
   assert set(plot_lambda.curves(summary, "dev/accuracy")) == {
       "scl", "acl", "scl [loss.combine=additive]"}
-  for f in ("pe.png", "t.png", "l.png"):
+  for f in ("pe.png", "t.png", "new/l.png"):  # new/: plot_lambda makes its folders
     assert os.path.getsize(tmp_path / f) > 1000
 
 
