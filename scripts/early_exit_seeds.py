@@ -45,6 +45,12 @@ def _ms(values) -> str:
   return f"{v.mean():.2f}" + (f" ± {v.std(ddof=1):.2f}" if len(v) > 1 else "")
 
 
+def _change_and_speed(rows: list[dict]) -> tuple[list[float], list[float]]:
+  """Per seed: the metric change against the full model (points) and the layer speed-up."""
+  return ([100 * (r["metric"] - r["full_metric"]) for r in rows],
+          [r["layer_speedup"] for r in rows])
+
+
 def _sd(values) -> float:
   return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
 
@@ -58,8 +64,7 @@ def tables(data: dict, max_drop: float) -> str:
   for method, by_t in data.items():
     pick = None
     for t, rows in sorted(by_t.items()):
-      drop = [100 * (r["metric"] - r["full_metric"]) for r in rows]
-      speed = [r["layer_speedup"] for r in rows]
+      drop, speed = _change_and_speed(rows)
       lines.append(f"| {method} | {t:g} | {_ms([100 * r['full_metric'] for r in rows])} | "
                    f"{_ms(drop)} | {_ms(speed)}x | {len(rows)} |")
       if np.mean(drop) > -max_drop and (pick is None or np.mean(speed) > pick[2]):
@@ -82,8 +87,7 @@ def plot(data: dict, out: str, max_drop: float) -> None:
   seeds = set()
   for method, by_t in data.items():
     ts = sorted(by_t)
-    drop = [[100 * (r["metric"] - r["full_metric"]) for r in by_t[t]] for t in ts]
-    speed = [[r["layer_speedup"] for r in by_t[t]] for t in ts]
+    drop, speed = zip(*(_change_and_speed(by_t[t]) for t in ts))
     seeds.update(len(d) for d in drop)
     ax.errorbar([np.mean(v) for v in speed], [np.mean(v) for v in drop],
                 xerr=[_sd(v) for v in speed], yerr=[_sd(v) for v in drop], marker="o", ms=3,

@@ -273,13 +273,12 @@ latest() {
   # LATEST_ROOTS (sweep roots under $OUT, default the MR/R8 single runs and MR's lambda grid)
   # from those files. A run already evaluated after its training is skipped. GLUE tasks have
   # no test labels: their final weights are scored on dev, the split their selection used.
-  local r d todo split metrics
+  local r d todo split metrics cfg
   for r in ${LATEST_ROOTS:-single/mr single/r8 lambda/mr}; do
     stage latest "$r"
     split=test metrics=test/accuracy,test/macro_f1
-    case "${r##*/}" in
-      sst2|cola|mrpc|rte|qnli|mnli|qqp|stsb|wnli) split=dev metrics=headline,dev/accuracy ;;
-    esac
+    read -r cfg _ <<< "$(task_args "${r##*/}")"
+    [[ $cfg == configs/glue.py:* ]] && split=dev metrics=headline,dev/accuracy
     todo=()
     for d in "$OUT/$r"/method=*; do
       [ -f "$d/results.json" ] || continue
