@@ -40,19 +40,18 @@ def collect(root: str, name: str) -> dict[str, dict[float, list[dict]]]:
                                                   else len(ORDER), kv[0])))
 
 
+def _sd(values) -> float:
+  return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+
+
 def _ms(values) -> str:
-  v = np.asarray(values, float)
-  return f"{v.mean():.2f}" + (f" ± {v.std(ddof=1):.2f}" if len(v) > 1 else "")
+  return f"{np.mean(values):.2f}" + (f" ± {_sd(values):.2f}" if len(values) > 1 else "")
 
 
 def _change_and_speed(rows: list[dict]) -> tuple[list[float], list[float]]:
   """Per seed: the metric change against the full model (points) and the layer speed-up."""
   return ([100 * (r["metric"] - r["full_metric"]) for r in rows],
           [r["layer_speedup"] for r in rows])
-
-
-def _sd(values) -> float:
-  return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
 
 
 def tables(data: dict, max_drop: float) -> str:
