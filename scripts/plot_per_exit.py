@@ -8,13 +8,18 @@ r"""Per-exit accuracy curves of multi-exit runs (one curve per run) and a Markdo
 Reads each workdir's results.json (written by train.py / eval.py), whose split entry holds
 `exit_{m}/{metric}` for every exit, and prints the table it plots. With --root it reads a
 sweep's summary.json instead: one curve per setting (method), mean +- std over its seeds as
-error bars, and a table of mean ± std with the seed count.
+error bars, and a table of mean ± std with the seed count. --baseline jt adds a table of paired gains: per
+exit, each run's metric minus the baseline run's of the same seed (the same data order), mean ±
+std over the seeds both have, in points. A method that "lifts the shallow exits most" has its
+largest gains at the first exits.
 """
 import argparse
 import json
 import os
 import re
 import sys
+
+import numpy as np
 
 
 def per_exit(results: dict, split: str, metric: str) -> dict[int, float]:
@@ -43,6 +48,55 @@ def per_exit_summary(summary: dict, split: str, metric: str) -> dict[str, dict[i
   return out
 
 
+def paired_gains(root: str, baseline: str, split: str,
+                 metric: str) -> dict[str, dict[int, list[float]]]:
+  """{setting: {exit: [per-seed gain over the baseline method's run of the same seed]}}.
+
+  Reads every `root/<settings>/results.json`. The baseline run of a run has the same settings
+  with `method=<baseline>`; seeds without one are left out.
+  """
+  runs = {}
+  for name in sorted(os.listdir(root)):
+    path = os.path.join(root, name, "results.json")
+    if name.startswith("method=") and os.path.isfile(path):
+      settings = dict(kv.split("=", 1) for kv in name.split(","))
+      res = json.load(open(path))
+      if split in res:
+        runs[name] = (settings, per_exit(res, split, metric))
+  out: dict[str, dict[int, list[float]]] = {}
+  for settings, curve in runs.values():
+    if settings["method"] == baseline:
+      continue
+    base_name = ",".join(f"{k}={baseline if k == 'method' else v}" for k, v in settings.items())
+    if base_name not in runs:
+      continue
+    base = runs[base_name][1]
+    key = ",".join(f"{k}={v}" for k, v in settings.items() if k != "seed")
+    gains = out.setdefault(key, {})
+    for m in curve:
+      if m in base:
+        gains.setdefault(m, []).append(100 * (curve[m] - base[m]))
+  if not out:
+    raise SystemExit(f"No run under {root} has a method={baseline} run of the same seed.")
+  return {k: out[k] for k in sorted(out, key=_order)}
+
+
+def gains_table(gains: dict[str, dict[int, list[float]]], baseline: str) -> str:
+  exits = sorted({m for g in gains.values() for m in g})
+  lines = [f"Paired gain over {baseline} (points; per seed, then mean ± std over seeds)", "",
+           "| run | seeds | " + " | ".join(f"exit {m}" for m in exits) + " |",
+           "|---|---|" + "---|" * len(exits)]
+  for key, g in gains.items():
+    cells = []
+    for m in exits:
+      v = g.get(m, [])
+      cells.append("" if not v else f"{np.mean(v):+.2f}"
+                   + (f" ± {np.std(v, ddof=1):.2f}" if len(v) > 1 else ""))
+    n = min(len(v) for v in g.values())
+    lines.append(f"| {_label(key)} | {n} | " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
 # Multi-exit strategies in SPEC §3's order; other settings follow, sorted.
 ORDER = ("jt", "2st", "alt", "kd", "acl_cl")
 
@@ -66,12 +120,17 @@ def main(argv=None):
   p.add_argument("--split", default="dev")
   p.add_argument("--metric", default="accuracy")
   p.add_argument("--out", default="per_exit.png")
+  p.add_argument("--baseline", default="",
+                 help="with --root: also print each method's paired per-exit gain over this "
+                 "method (e.g. jt)")
   a = p.parse_args(argv)
   import matplotlib  # pylint: disable=import-outside-toplevel
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   if bool(a.root) == bool(a.workdirs):
     raise SystemExit("Give either workdirs or --root, not both.")
+  if a.baseline and not a.root:
+    raise SystemExit("--baseline needs --root (a sweep root with seeds to pair).")
   fig, ax = plt.subplots(figsize=(6, 4))
   if a.root:
     curves = per_exit_summary(json.load(open(os.path.join(a.root, "summary.json"))), a.split,
@@ -90,6 +149,8 @@ def main(argv=None):
       avg = sum(c[m]["mean"] for m in xs) / len(xs)
       print(f"| {lab} | {min(c[m]['n'] for m in xs)} | " + " | ".join(cells)
             + f" | {100 * avg:.2f} |")
+    if a.baseline:
+      print("\n" + gains_table(paired_gains(a.root, a.baseline, a.split, a.metric), a.baseline))
     _finish(fig, ax, a)
     return
   labels = a.labels or [os.path.basename(os.path.normpath(w)) for w in a.workdirs]

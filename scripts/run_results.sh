@@ -86,12 +86,19 @@ multi_exit() {
     $PY scripts/sweep.py --root "$root/$task" --config "$cfg" \
         --methods jt,2st,alt,kd,acl_cl --seeds "${ME_SEEDS:-0}" --set task.data_dir="$dd" $me --keep_going
     # Committed copies go to results/<root name>/<task>/: the per-exit table and plot over
-    # every seed, and the seed-0 runs' results and early-exit sweeps.
+    # every seed (with each strategy's paired per-exit gain over JT), and the seed-0 runs'
+    # results and early-exit sweeps.
     local pub
     pub="results/$(basename "$root")/$task"
     mkdir -p "$pub"
     cp "$root/$task/summary.md" "$pub/summary.md"
-    $PY scripts/plot_per_exit.py --root "$root/$task" --out "$pub/per_exit.png" > "$pub/per_exit.md"
+    $PY scripts/plot_per_exit.py --root "$root/$task" --baseline jt --out "$pub/per_exit.png" \
+        > "$pub/per_exit.md"
+    # Tasks with a labelled test split (MR) also get the test table: dev chose the checkpoint.
+    if grep -q '"test/exit_1/' "$root/$task/summary.json"; then
+      $PY scripts/plot_per_exit.py --root "$root/$task" --baseline jt --split test \
+          --out "$pub/per_exit_test.png" > "$pub/per_exit_test.md"
+    fi
     stage early_exit "$task" "$pool" seed 0
     local dirs=() todo=() d m
     for d in "$root/$task"/method=*,seed=0; do  # finished runs only: a failed one has no checkpoint

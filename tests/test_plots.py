@@ -80,3 +80,26 @@ def test_early_exit_over_seeds(tmp_path, capsys):
   assert "| kd | 0.1 | 0.00 ± 0.00 | 1.20 ± 0.00x | yes | 2 |" in out
   early_exit_seeds.main([str(tmp_path), "--max_drop", "1.2"])
   assert "| kd | 0.3 | -1.00 ± 0.71 | 1.60 ± 0.00x | no (worst -1.50) | 2 |" in capsys.readouterr().out
+
+
+def test_per_exit_paired_gains_over_a_baseline(tmp_path, capsys):
+  # seed 0: acl_cl +2 / 0 points over jt; seed 1: +4 / -2; kd has no seed-1 jt to pair with
+  accs = {("jt", 0): (0.70, 0.80), ("acl_cl", 0): (0.72, 0.80), ("jt", 1): (0.60, 0.82),
+          ("acl_cl", 1): (0.64, 0.80), ("kd", 2): (0.9, 0.9)}
+  summary = {}
+  for (m, seed), exits in accs.items():
+    wd = tmp_path / f"method={m},seed={seed}"
+    wd.mkdir()
+    res = {"dev": {f"exit_{i + 1}/accuracy": a for i, a in enumerate(exits)}}
+    (wd / "results.json").write_text(json.dumps(res))
+    summary.setdefault(f"method={m}", {"metrics": {}})["metrics"].update(
+        {k: {"mean": v, "std": 0.0, "n": 1} for k, v in ((f"dev/{k}", v) for k, v in
+                                                        res["dev"].items())})
+  (tmp_path / "summary.json").write_text(json.dumps(summary))
+  gains = plot_per_exit.paired_gains(str(tmp_path), "jt", "dev", "accuracy")
+  assert set(gains) == {"method=acl_cl"}
+  np.testing.assert_allclose(gains["method=acl_cl"][1], [2.0, 4.0])
+  np.testing.assert_allclose(gains["method=acl_cl"][2], [0.0, -2.0], atol=1e-9)
+  plot_per_exit.main(["--root", str(tmp_path), "--baseline", "jt", "--out",
+                      str(tmp_path / "pe.png")])
+  assert "| acl_cl | 2 | +3.00 ± 1.41 | -1.00 ± 1.41 |" in capsys.readouterr().out
