@@ -6,8 +6,15 @@ import subprocess
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+# Tracked paths that cannot change what a run computes: the written-up results and the docs.
+# Edits there (a results stage refreshing its tables while the next run starts) do not make a
+# run's code version dirty.
+NOT_CODE = (":(exclude)results", ":(exclude,glob)**/*.md")
+
+
 def git_revision(repo: str = REPO) -> str:
-  """HEAD of `repo`, with "+dirty" when tracked files have changes; "unknown" outside git."""
+  """HEAD of `repo`, with "+dirty" when tracked files that can change a run (anything but
+  `results/` and Markdown files) differ from it; "unknown" outside git."""
   def git(*args):
     try:
       return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True,
@@ -15,7 +22,8 @@ def git_revision(repo: str = REPO) -> str:
     except (OSError, subprocess.SubprocessError):
       return ""
   head = git("rev-parse", "HEAD") or "unknown"
-  dirty = head != "unknown" and git("status", "--porcelain", "--untracked-files=no")
+  dirty = head != "unknown" and git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                                    *NOT_CODE)
   return head + ("+dirty" if dirty else "")
 
 
