@@ -21,6 +21,9 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sweep  # noqa: E402  pylint: disable=wrong-import-position
+
 
 def per_exit(results: dict, split: str, metric: str) -> dict[int, float]:
   pat = re.compile(rf"exit_(\d+)/{re.escape(metric)}$")
@@ -50,32 +53,10 @@ def per_exit_summary(summary: dict, split: str, metric: str) -> dict[str, dict[i
 
 def paired_gains(root: str, baseline: str, split: str,
                  metric: str) -> dict[str, dict[int, list[float]]]:
-  """{setting: {exit: [per-seed gain over the baseline method's run of the same seed]}}.
-
-  Reads every `root/<settings>/results.json`. The baseline run of a run has the same settings
-  with `method=<baseline>`; seeds without one are left out.
-  """
-  runs = {}
-  for name in sorted(os.listdir(root)):
-    path = os.path.join(root, name, "results.json")
-    if name.startswith("method=") and os.path.isfile(path):
-      settings = dict(kv.split("=", 1) for kv in name.split(","))
-      res = json.load(open(path))
-      if split in res:
-        runs[name] = (settings, per_exit(res, split, metric))
-  out: dict[str, dict[int, list[float]]] = {}
-  for settings, curve in runs.values():
-    if settings["method"] == baseline:
-      continue
-    base_name = ",".join(f"{k}={baseline if k == 'method' else v}" for k, v in settings.items())
-    if base_name not in runs:
-      continue
-    base = runs[base_name][1]
-    key = ",".join(f"{k}={v}" for k, v in settings.items() if k != "seed")
-    gains = out.setdefault(key, {})
-    for m in curve:
-      if m in base:
-        gains.setdefault(m, []).append(100 * (curve[m] - base[m]))
+  """{setting: {exit: [per-seed gain in points over the baseline method's same-seed run]}}."""
+  def curve(res):
+    return {m: 100 * v for m, v in per_exit(res, split, metric).items()} if split in res else {}
+  out = sweep.paired(root, baseline, curve)
   if not out:
     raise SystemExit(f"No run under {root} has a method={baseline} run of the same seed.")
   return {k: out[k] for k in sorted(out, key=_order)}

@@ -18,6 +18,8 @@ import argparse
 import os
 import sys
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sweep  # noqa: E402  pylint: disable=wrong-import-position
 
@@ -133,6 +135,48 @@ def table(root: str, tasks: list[str], metric: str, methods: list[str] | None,
   return "\n".join(lines) + "\n"
 
 
+def paired_table(root: str, tasks: list[str], metric: str, baseline: str,
+                 methods: list[str] | None, results: str = "results.json") -> str:
+  """Each method's per-seed difference to the baseline method on the same seed, in points.
+
+  Cells: mean ± std of the paired differences, and on how many seeds the method was ahead
+  (ties count as not ahead). Seeds share the data order, so pairing removes that part of the
+  seed spread from the comparison.
+  """
+  per_task, col = {}, {}
+  for t in tasks:
+    path = os.path.join(root, t)
+    if not os.path.isdir(path):
+      per_task[t] = {}
+      continue
+    col[t] = (headline_metric(t, sweep.aggregate(path, results=results)[1])
+              if metric == "headline" else metric)
+    split, _, name = col[t].partition("/")
+    per_task[t] = sweep.paired(
+        path, baseline,
+        lambda res, s=split, n=name: {n: 100 * res[s][n]} if n in res.get(s, {}) else {},
+        results)
+  keys = ([m if "=" in m else f"method={m}" for m in methods] if methods else
+          sorted({k for d in per_task.values() for k in d}, key=_order))
+  keys = [k for k in keys if _settings(k).get("method") != baseline]
+  base = LABELS.get(baseline, baseline)
+  head = ["method"] + [f"{t.upper()} ({col[t]})" if t in col else t.upper() for t in tasks]
+  lines = [f"**{metric}: paired difference to {base}** (points; mean ± std over seeds, "
+           f"seeds ahead / seeds)", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  for k in keys:
+    row = [_row_name(k)]
+    for t in tasks:
+      d = per_task[t].get(k, {})
+      d = next(iter(d.values()), []) if d else []
+      if not d:
+        row.append("—")
+        continue
+      spread = f" ± {np.std(d, ddof=1):.2f}" if len(d) > 1 else ""
+      row.append(f"{np.mean(d):+.2f}{spread} ({sum(x > 0 for x in d)}/{len(d)})")
+    lines.append("| " + " | ".join(row) + " |")
+  return "\n".join(lines) + "\n"
+
+
 def main():
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--root", required=True)
@@ -143,10 +187,16 @@ def main():
   p.add_argument("--results", default="results.json",
                  help="per-run file: results.json (selected checkpoint) or results_latest.json "
                  "(final weights, from eval.py --checkpoint latest)")
+  p.add_argument("--vs", default="",
+                 help="a baseline method (e.g. ce): also tabulate every method's per-seed "
+                 "difference to it (same seed), mean ± std and seeds ahead")
   a = p.parse_args()
   tasks = a.tasks.split(",")
   methods = [m for m in a.methods.split(",") if m] or None
   text = "\n".join(table(a.root, tasks, m, methods, a.results) for m in a.metrics.split(","))
+  if a.vs:
+    text += "\n" + "\n".join(paired_table(a.root, tasks, m, a.vs, methods, a.results)
+                              for m in a.metrics.split(","))
   budgets = budget_line(a.root, tasks)
   text += f"\n{budgets}\n" if budgets else ""
   print(text)

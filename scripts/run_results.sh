@@ -172,14 +172,14 @@ single() {
   # the G-Loss baselines too (issue 5); GLUE tasks the five methods of issue 6:
   # SINGLE_TASKS="sst2 cola mrpc rte".
   each_seed_task single_one "${SINGLE_SEEDS:-0 1 2}" "${SINGLE_TASKS:-mr r8}"
-  # Tables over every task with runs: the headline metrics of the five issue-6 methods, and
-  # the TextGCN corpora's full method set.
+  # Tables over every task with runs: the headline metrics of the five issue-6 methods (and
+  # their per-seed differences to CE), and the TextGCN corpora's full method set.
   local t glue=() tg=()
   for t in sst2 cola mrpc rte mr r8; do [ -d "$OUT/single/$t" ] && glue+=("$t"); done
   for t in mr r8 r52 ohsumed 20ng; do [ -d "$OUT/single/$t" ] && tg+=("$t"); done
   local IFS=,
   [ ${#glue[@]} -gt 0 ] && $PY scripts/results_tables.py --root "$OUT/single" \
-      --tasks "${glue[*]}" --metrics headline --methods ce,scl,acl_embed,acl,gloss \
+      --tasks "${glue[*]}" --metrics headline --methods ce,scl,acl_embed,acl,gloss --vs ce \
       --out results/single/headline.md > /dev/null
   [ ${#tg[@]} -gt 0 ] && $PY scripts/results_tables.py --root "$OUT/single" --tasks "${tg[*]}" \
       --metrics test/accuracy,test/macro_f1,test/silhouette_macro,dev/macro_f1 \

@@ -118,6 +118,29 @@ def _read(root: str, results: str = "results.json") -> list[tuple[dict, dict]]:
   return out
 
 
+def paired(root: str, baseline: str, values, results: str = "results.json"
+           ) -> dict[str, dict[str, list[float]]]:
+  """Per-seed differences to a baseline method: {settings without seed: {name: [diff]}}.
+
+  `values(results_dict)` gives a run's numbers by name. A run is paired with the run of the
+  same settings but `method=<baseline>` (same seed: the same data order and initial heads);
+  runs without one, and the baseline's own runs, are left out. Each list follows the seeds.
+  """
+  runs = {run_name(s): (s, values(res)) for s, res in _read(root, results) if "method" in s}
+  out: dict[str, dict[str, list[float]]] = {}
+  for settings, vals in runs.values():
+    if settings["method"] == baseline:
+      continue
+    base = runs.get(run_name({**settings, "method": baseline}))
+    if base is None:
+      continue
+    diffs = out.setdefault(run_name({k: v for k, v in settings.items() if k != "seed"}), {})
+    for name, v in vals.items():
+      if name in base[1]:
+        diffs.setdefault(name, []).append(v - base[1][name])
+  return out
+
+
 def flat_config(workdir: str) -> dict:
   """config.json flattened to dotted keys, without the fields that differ run to run anyway."""
   path = os.path.join(workdir, "config.json")

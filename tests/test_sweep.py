@@ -67,6 +67,28 @@ def test_cross_task_table(tmp_path):
                   "| CE+SCL [loss.lam=0.9] | 70.00 (n=1) |  |"]
 
 
+def test_paired_differences_to_a_baseline(tmp_path):
+  from scripts import results_tables
+  # gloss - ce per seed: +1, -3 on mr; scl has no seed-1 ce run to pair with on r8
+  vals = {("mr", "ce", "0"): 0.80, ("mr", "ce", "1"): 0.84, ("mr", "gloss", "0"): 0.81,
+          ("mr", "gloss", "1"): 0.81, ("r8", "ce", "0"): 0.95, ("r8", "scl", "1"): 0.90}
+  for (t, m, s), acc in vals.items():
+    wd = tmp_path / t / f"method={m},seed={s}"
+    wd.mkdir(parents=True)
+    (wd / "results.json").write_text(json.dumps({"test": {"accuracy": acc}}))
+  diffs = sweep.paired(str(tmp_path / "mr"), "ce", lambda r: {"acc": r["test"]["accuracy"]})
+  assert list(diffs) == ["method=gloss"]
+  np.testing.assert_allclose(diffs["method=gloss"]["acc"], [0.01, -0.03], atol=1e-12)
+  text = results_tables.paired_table(str(tmp_path), ["mr", "r8"], "test/accuracy", "ce", None)
+  rows = [r for r in text.splitlines() if r.startswith("| C")]
+  assert rows == ["| CE+G-Loss (sigma fixed) | -1.00 ± 2.83 (1/2) | — |"]  # no pair, no row
+  text = results_tables.paired_table(str(tmp_path), ["mr", "r8"], "test/accuracy", "ce",
+                                     ["ce", "scl", "gloss"])  # asked for: shown, unpaired
+  rows = [r for r in text.splitlines() if r.startswith("| C")]
+  assert rows == ["| CE+SCL | — | — |",
+                  "| CE+G-Loss (sigma fixed) | -1.00 ± 2.83 (1/2) | — |"]
+
+
 def test_runs_share_a_compilation_cache(tmp_path, monkeypatch):
   monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
   env = sweep.child_env(_args(tmp_path))
