@@ -160,8 +160,9 @@ def paired_table(root: str, tasks: list[str], metric: str, baseline: str,
           sorted({k for d in per_task.values() for k in d}, key=_order))
   keys = [k for k in keys if _settings(k).get("method") != baseline]
   base = LABELS.get(baseline, baseline)
+  unit = "x100" if "silhouette" in metric else "points"
   head = ["method"] + [f"{t.upper()} ({col[t]})" if t in col else t.upper() for t in tasks]
-  lines = [f"**{metric}: paired difference to {base}** (points; mean ± std over seeds, "
+  lines = [f"**{metric}: paired difference to {base}** ({unit}; mean ± std over seeds, "
            f"seeds ahead / seeds)", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for k in keys:
     row = [_row_name(k)]

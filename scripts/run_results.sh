@@ -182,7 +182,7 @@ single() {
       --tasks "${glue[*]}" --metrics headline --methods ce,scl,acl_embed,acl,gloss --vs ce \
       --out results/single/headline.md > /dev/null
   [ ${#tg[@]} -gt 0 ] && $PY scripts/results_tables.py --root "$OUT/single" --tasks "${tg[*]}" \
-      --metrics test/accuracy,test/macro_f1,test/silhouette_macro,dev/macro_f1 \
+      --metrics test/accuracy,test/macro_f1,test/silhouette_macro,dev/macro_f1 --vs ce \
       --out results/single/tables.md > /dev/null
   return 0
 }
