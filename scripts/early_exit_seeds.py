@@ -21,6 +21,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sweep  # noqa: E402  pylint: disable=wrong-import-position
 from plot_per_exit import ORDER  # noqa: E402  pylint: disable=wrong-import-position
 
 
@@ -31,7 +32,7 @@ def collect(root: str, name: str) -> dict[str, dict[float, list[dict]]]:
     path = os.path.join(root, run, name)
     if not run.startswith("method=") or not os.path.isfile(path):
       continue
-    settings = dict(kv.split("=", 1) for kv in run.split(","))
+    settings = sweep.parse_name(run)
     for r in json.load(open(path))["rows"]:
       out.setdefault(settings["method"], {}).setdefault(float(r["threshold"]), []).append(r)
   if not out:
@@ -44,10 +45,6 @@ def _sd(values) -> float:
   return float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
 
 
-def _ms(values) -> str:
-  return f"{np.mean(values):.2f}" + (f" ± {_sd(values):.2f}" if len(values) > 1 else "")
-
-
 def _change_and_speed(rows: list[dict]) -> tuple[list[float], list[float]]:
   """Per seed: the metric change against the full model (points) and the layer speed-up."""
   return ([100 * (r["metric"] - r["full_metric"]) for r in rows],
@@ -55,6 +52,7 @@ def _change_and_speed(rows: list[dict]) -> tuple[list[float], list[float]]:
 
 
 def tables(data: dict, max_drop: float) -> str:
+  ms = sweep.mean_std
   lines = ["| strategy | threshold | full-model metric | change (points) | layer speed-up | seeds |",
            "|---|---|---|---|---|---|"]
   best = ["", f"Largest mean layer speed-up with a mean change above -{max_drop:g} points:", "",
@@ -64,8 +62,8 @@ def tables(data: dict, max_drop: float) -> str:
     pick = None
     for t, rows in sorted(by_t.items()):
       drop, speed = _change_and_speed(rows)
-      lines.append(f"| {method} | {t:g} | {_ms([100 * r['full_metric'] for r in rows])} | "
-                   f"{_ms(drop)} | {_ms(speed)}x | {len(rows)} |")
+      lines.append(f"| {method} | {t:g} | {ms([100 * r['full_metric'] for r in rows])} | "
+                   f"{ms(drop)} | {ms(speed)}x | {len(rows)} |")
       if np.mean(drop) > -max_drop and (pick is None or np.mean(speed) > pick[2]):
         pick = (t, drop, float(np.mean(speed)), speed)
     if pick is None:
@@ -73,7 +71,7 @@ def tables(data: dict, max_drop: float) -> str:
     else:
       t, drop, _, speed = pick
       every = "yes" if min(drop) > -max_drop else f"no (worst {min(drop):.2f})"
-      best.append(f"| {method} | {t:g} | {_ms(drop)} | {_ms(speed)}x | {every} | {len(drop)} |")
+      best.append(f"| {method} | {t:g} | {ms(drop)} | {ms(speed)}x | {every} | {len(drop)} |")
   return "\n".join(lines + best) + "\n"
 
 

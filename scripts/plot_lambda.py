@@ -17,6 +17,10 @@ claim "ACL is robust to lambda, CE+SCL is not" is about, beside the seed noise o
 import argparse
 import json
 import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sweep  # noqa: E402  pylint: disable=wrong-import-position
 
 # The objective each method's lambda enters (SPEC §2), for the legend.
 FORMS = {"scl": "CE+SCL: (1-λ) CE + λ SCL", "acl": "ACL: CE + λ ACL-Embed, ACL-Grad gate",
@@ -41,7 +45,7 @@ def form(curve: str) -> str:
 def curves(summary: dict, metric: str) -> dict[str, list[tuple[float, float, float]]]:
   out: dict[str, list] = {}
   for name, entry in summary.items():
-    settings = dict(kv.split("=", 1) for kv in name.split(","))
+    settings = sweep.parse_name(name)
     if "loss.lam" not in settings or metric not in entry["metrics"]:
       continue
     m = entry["metrics"][metric]
@@ -93,7 +97,7 @@ def main(argv=None):
     raise SystemExit(f"No loss.lam runs with {a.metric} in {a.root}/{a.summary}.")
   seeds = {}
   for name, entry in summary.items():
-    s = dict(kv.split("=", 1) for kv in name.split(","))
+    s = sweep.parse_name(name)
     if "loss.lam" in s and a.metric in entry["metrics"]:
       n = entry["metrics"][a.metric]["n"]
       m = curve_name(s)

@@ -8,10 +8,10 @@ r"""Per-exit accuracy curves of multi-exit runs (one curve per run) and a Markdo
 Reads each workdir's results.json (written by train.py / eval.py), whose split entry holds
 `exit_{m}/{metric}` for every exit, and prints the table it plots. With --root it reads a
 sweep's summary.json instead: one curve per setting (method), mean +- std over its seeds as
-error bars, and a table of mean ± std with the seed count. --baseline jt adds a table of paired gains: per
-exit, each run's metric minus the baseline run's of the same seed (the same data order), mean ±
-std over the seeds both have, in points. A method that "lifts the shallow exits most" has its
-largest gains at the first exits.
+error bars, and a table of mean ± std with the seed count. --vs jt adds a table of paired
+gains: per exit, each run's metric minus that of the JT run with the same seed (the same data
+order), mean ± std over the seeds and how many seeds were ahead, in points. A method that
+"lifts the shallow exits most" has its largest gains at the first exits.
 """
 import argparse
 import json
@@ -19,22 +19,22 @@ import os
 import re
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sweep  # noqa: E402  pylint: disable=wrong-import-position
 
 
-def per_exit(results: dict, split: str, metric: str) -> dict[int, float]:
+def exit_values(results: dict, split: str, metric: str) -> dict[int, float]:
+  """{exit: value} of one run's results.json split; empty for a run without exits there."""
   pat = re.compile(rf"exit_(\d+)/{re.escape(metric)}$")
-  out = {}
-  for k, v in results[split].items():
-    m = pat.match(k)
-    if m:
-      out[int(m.group(1))] = float(v)
+  return dict(sorted((int(m.group(1)), float(v)) for k, v in results.get(split, {}).items()
+                     if (m := pat.match(k))))
+
+
+def per_exit(results: dict, split: str, metric: str) -> dict[int, float]:
+  out = exit_values(results, split, metric)
   if not out:
     raise SystemExit(f"No exit_<m>/{metric} in the {split!r} results: not a multi-exit run?")
-  return dict(sorted(out.items()))
+  return out
 
 
 def per_exit_summary(summary: dict, split: str, metric: str) -> dict[str, dict[int, dict]]:
@@ -53,28 +53,27 @@ def per_exit_summary(summary: dict, split: str, metric: str) -> dict[str, dict[i
 
 def paired_gains(root: str, baseline: str, split: str,
                  metric: str) -> dict[str, dict[int, list[float]]]:
-  """{setting: {exit: [per-seed gain in points over the baseline method's same-seed run]}}."""
-  def curve(res):
-    return {m: 100 * v for m, v in per_exit(res, split, metric).items()} if split in res else {}
-  out = sweep.paired(root, baseline, curve)
-  if not out:
-    raise SystemExit(f"No run under {root} has a method={baseline} run of the same seed.")
+  """{setting: {exit: [per-seed gain in points over the baseline method's same-seed run]}};
+  empty when no run has such a partner. Runs without exits on the split are left out."""
+  out = sweep.paired(root, baseline,
+                     lambda res: {m: 100 * v for m, v in exit_values(res, split, metric).items()})
   return {k: out[k] for k in sorted(out, key=_order)}
 
 
-def gains_table(gains: dict[str, dict[int, list[float]]], baseline: str) -> str:
+def gains_table(gains: dict[str, dict[int, list[float]]], baseline: str, split: str,
+                metric: str, labels: dict[str, str] | None = None) -> str:
+  """Mean ± std over seeds of each exit's paired gain, and the seeds ahead of the baseline."""
+  title = (f"Paired gain over {baseline}, {split} {metric} (points; mean ± std over seeds of "
+           "the per-seed differences, seeds ahead / seeds)")
+  if not gains:
+    return f"{title}: no run has a same-seed {baseline} run to pair with.\n"
   exits = sorted({m for g in gains.values() for m in g})
-  lines = [f"Paired gain over {baseline} (points; per seed, then mean ± std over seeds)", "",
-           "| run | seeds | " + " | ".join(f"exit {m}" for m in exits) + " |",
-           "|---|---|" + "---|" * len(exits)]
+  lines = [title, "", "| run | " + " | ".join(f"exit {m}" for m in exits) + " |",
+           "|---|" + "---|" * len(exits)]
   for key, g in gains.items():
-    cells = []
-    for m in exits:
-      v = g.get(m, [])
-      cells.append("" if not v else f"{np.mean(v):+.2f}"
-                   + (f" ± {np.std(v, ddof=1):.2f}" if len(v) > 1 else ""))
-    n = min(len(v) for v in g.values())
-    lines.append(f"| {_label(key)} | {n} | " + " | ".join(cells) + " |")
+    cells = [f"{sweep.mean_std(g[m], signed=True)} ({sum(x > 0 for x in g[m])}/{len(g[m])})"
+             if m in g else "" for m in exits]
+    lines.append(f"| {(labels or {}).get(key, _label(key))} | " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
 
 
@@ -83,12 +82,12 @@ ORDER = ("jt", "2st", "alt", "kd", "acl_cl")
 
 
 def _order(key: str):
-  name = dict(kv.split("=", 1) for kv in key.split(",") if kv).get("method", "")
+  name = sweep.parse_name(key).get("method", "")
   return (ORDER.index(name) if name in ORDER else len(ORDER), key)
 
 
 def _label(key: str) -> str:
-  s = dict(kv.split("=", 1) for kv in key.split(",") if kv)
+  s = sweep.parse_name(key)
   return s.pop("method", "") + ("" if not s else " [" + ", ".join(f"{k}={v}" for k, v in
                                                                 s.items()) + "]")
 
@@ -101,17 +100,17 @@ def main(argv=None):
   p.add_argument("--split", default="dev")
   p.add_argument("--metric", default="accuracy")
   p.add_argument("--out", default="per_exit.png")
-  p.add_argument("--baseline", default="",
-                 help="with --root: also print each method's paired per-exit gain over this "
-                 "method (e.g. jt)")
+  p.add_argument("--vs", default="",
+                 help="with --root: also print each method's per-exit gain over this method "
+                 "(e.g. jt), paired by seed")
   a = p.parse_args(argv)
   import matplotlib  # pylint: disable=import-outside-toplevel
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   if bool(a.root) == bool(a.workdirs):
     raise SystemExit("Give either workdirs or --root, not both.")
-  if a.baseline and not a.root:
-    raise SystemExit("--baseline needs --root (a sweep root with seeds to pair).")
+  if a.vs and not a.root:
+    raise SystemExit("--vs needs --root (a sweep root with seeds to pair).")
   fig, ax = plt.subplots(figsize=(6, 4))
   if a.root:
     curves = per_exit_summary(json.load(open(os.path.join(a.root, "summary.json"))), a.split,
@@ -130,9 +129,10 @@ def main(argv=None):
       avg = sum(c[m]["mean"] for m in xs) / len(xs)
       print(f"| {lab} | {min(c[m]['n'] for m in xs)} | " + " | ".join(cells)
             + f" | {100 * avg:.2f} |")
-    if a.baseline:
-      print("\n" + gains_table(paired_gains(a.root, a.baseline, a.split, a.metric), a.baseline))
     _finish(fig, ax, a)
+    if a.vs:
+      print("\n" + gains_table(paired_gains(a.root, a.vs, a.split, a.metric), a.vs, a.split,
+                              a.metric, dict(zip(curves, labels))))
     return
   labels = a.labels or [os.path.basename(os.path.normpath(w)) for w in a.workdirs]
   rows = {}

@@ -18,8 +18,6 @@ import argparse
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sweep  # noqa: E402  pylint: disable=wrong-import-position
 
@@ -51,12 +49,8 @@ def cell(m) -> str:
   return f"{100 * m['mean']:.2f} ± {100 * m['std']:.2f} (n={m['n']})"
 
 
-def _settings(key: str) -> dict:
-  return dict(kv.split("=", 1) for kv in key.split(",") if kv)
-
-
 def _row_name(key: str) -> str:
-  s = _settings(key)
+  s = sweep.parse_name(key)
   name = s.pop("method", "")
   label = LABELS.get(name, name)
   extra = ", ".join(f"{k}={v}" for k, v in s.items())
@@ -64,7 +58,7 @@ def _row_name(key: str) -> str:
 
 
 def _order(key: str):
-  name = _settings(key).get("method", "")
+  name = sweep.parse_name(key).get("method", "")
   return (list(LABELS).index(name) if name in LABELS else len(LABELS), key)
 
 
@@ -127,8 +121,8 @@ def table(root: str, tasks: list[str], metric: str, methods: list[str] | None,
   for k in keys:
     row = [_row_name(k)]
     row += [cell(per_task[t].get(k, {}).get("metrics", {}).get(col[t])) for t in tasks]
-    name = _settings(k).get("method", "")
-    only_method = set(_settings(k)) <= {"method"}
+    name = sweep.parse_name(k).get("method", "")
+    only_method = set(sweep.parse_name(k)) <= {"method"}
     row += [f"{PAPER[t][name]:.2f}" if only_method and name in PAPER[t] else ""
             for t in paper_cols]
     lines.append("| " + " | ".join(row) + " |")
@@ -158,7 +152,7 @@ def paired_table(root: str, tasks: list[str], metric: str, baseline: str,
         results)
   keys = ([m if "=" in m else f"method={m}" for m in methods] if methods else
           sorted({k for d in per_task.values() for k in d}, key=_order))
-  keys = [k for k in keys if _settings(k).get("method") != baseline]
+  keys = [k for k in keys if sweep.parse_name(k).get("method") != baseline]
   base = LABELS.get(baseline, baseline)
   unit = "x100" if "silhouette" in metric else "points"
   head = ["method"] + [f"{t.upper()} ({col[t]})" if t in col else t.upper() for t in tasks]
@@ -172,8 +166,7 @@ def paired_table(root: str, tasks: list[str], metric: str, baseline: str,
       if not d:
         row.append("—")
         continue
-      spread = f" ± {np.std(d, ddof=1):.2f}" if len(d) > 1 else ""
-      row.append(f"{np.mean(d):+.2f}{spread} ({sum(x > 0 for x in d)}/{len(d)})")
+      row.append(f"{sweep.mean_std(d, signed=True)} ({sum(x > 0 for x in d)}/{len(d)})")
     lines.append("| " + " | ".join(row) + " |")
   return "\n".join(lines) + "\n"
 
@@ -190,7 +183,7 @@ def main():
                  "(final weights, from eval.py --checkpoint latest)")
   p.add_argument("--vs", default="",
                  help="a baseline method (e.g. ce): also tabulate every method's per-seed "
-                 "difference to it (same seed), mean ± std and seeds ahead")
+                 "difference to it (same seed and other settings), mean ± std and seeds ahead")
   a = p.parse_args()
   tasks = a.tasks.split(",")
   methods = [m for m in a.methods.split(",") if m] or None

@@ -92,11 +92,11 @@ multi_exit() {
     pub="results/$(basename "$root")/$task"
     mkdir -p "$pub"
     cp "$root/$task/summary.md" "$pub/summary.md"
-    $PY scripts/plot_per_exit.py --root "$root/$task" --baseline jt --out "$pub/per_exit.png" \
+    $PY scripts/plot_per_exit.py --root "$root/$task" --vs jt --out "$pub/per_exit.png" \
         > "$pub/per_exit.md"
     # Tasks with a labelled test split (MR) also get the test table: dev chose the checkpoint.
     if grep -q '"test/exit_1/' "$root/$task/summary.json"; then
-      $PY scripts/plot_per_exit.py --root "$root/$task" --baseline jt --split test \
+      $PY scripts/plot_per_exit.py --root "$root/$task" --vs jt --split test \
           --out "$pub/per_exit_test.png" > "$pub/per_exit_test.md"
     fi
     stage early_exit "$task" "$pool" seed 0

@@ -43,6 +43,17 @@ def run_name(settings: dict) -> str:
   return ",".join(f"{k}={v}" for k, v in settings.items())
 
 
+def parse_name(name: str) -> dict:
+  """The settings a run or group name spells (`method=acl,loss.lam=0.5,seed=1`), in order."""
+  return dict(kv.split("=", 1) for kv in name.split(",") if kv)
+
+
+def mean_std(values, signed: bool = False) -> str:
+  """`mean ± std` (sample std) of values already in display units; one value has no spread."""
+  mean = f"{np.mean(values):+.2f}" if signed else f"{np.mean(values):.2f}"
+  return mean + (f" ± {np.std(values, ddof=1):.2f}" if len(values) > 1 else "")
+
+
 def plan(args) -> list[dict]:
   """Every run of the sweep as an ordered dict of settings (method, grid fields, seed)."""
   axes = []
@@ -113,8 +124,7 @@ def _read(root: str, results: str = "results.json") -> list[tuple[dict, dict]]:
     path = os.path.join(root, name, results)
     if not os.path.isfile(path):
       continue
-    settings = dict(kv.split("=", 1) for kv in name.split(","))
-    out.append((settings, json.load(open(path))))
+    out.append((parse_name(name), json.load(open(path))))
   return out
 
 
@@ -123,8 +133,9 @@ def paired(root: str, baseline: str, values, results: str = "results.json"
   """Per-seed differences to a baseline method: {settings without seed: {name: [diff]}}.
 
   `values(results_dict)` gives a run's numbers by name. A run is paired with the run of the
-  same settings but `method=<baseline>` (same seed: the same data order and initial heads);
-  runs without one, and the baseline's own runs, are left out. Each list follows the seeds.
+  same settings but `method=<baseline>` (same seed: the same data order and initial heads), so
+  every other grid field must match too; runs without one, and the baseline's own runs, are
+  left out. Lists are in workdir-name order.
   """
   runs = {run_name(s): (s, values(res)) for s, res in _read(root, results) if "method" in s}
   out: dict[str, dict[str, list[float]]] = {}
@@ -134,10 +145,10 @@ def paired(root: str, baseline: str, values, results: str = "results.json"
     base = runs.get(run_name({**settings, "method": baseline}))
     if base is None:
       continue
-    diffs = out.setdefault(run_name({k: v for k, v in settings.items() if k != "seed"}), {})
+    key = run_name({k: v for k, v in settings.items() if k != "seed"})
     for name, v in vals.items():
       if name in base[1]:
-        diffs.setdefault(name, []).append(v - base[1][name])
+        out.setdefault(key, {}).setdefault(name, []).append(v - base[1][name])
   return out
 
 

@@ -83,9 +83,12 @@ def test_early_exit_over_seeds(tmp_path, capsys):
 
 
 def test_per_exit_paired_gains_over_a_baseline(tmp_path, capsys):
-  # seed 0: acl_cl +2 / 0 points over jt; seed 1: +4 / -2; kd has no seed-1 jt to pair with
+  # seed 0: acl_cl +2 / 0 points over jt; seed 1: +4 / -2; kd has no seed-2 jt to pair with;
+  # a single-exit run in the same root has no exits to pair
   accs = {("jt", 0): (0.70, 0.80), ("acl_cl", 0): (0.72, 0.80), ("jt", 1): (0.60, 0.82),
           ("acl_cl", 1): (0.64, 0.80), ("kd", 2): (0.9, 0.9)}
+  (tmp_path / "method=ce,seed=0").mkdir()
+  (tmp_path / "method=ce,seed=0" / "results.json").write_text(json.dumps({"dev": {"accuracy": 1}}))
   summary = {}
   for (m, seed), exits in accs.items():
     wd = tmp_path / f"method={m},seed={seed}"
@@ -100,6 +103,11 @@ def test_per_exit_paired_gains_over_a_baseline(tmp_path, capsys):
   assert set(gains) == {"method=acl_cl"}
   np.testing.assert_allclose(gains["method=acl_cl"][1], [2.0, 4.0])
   np.testing.assert_allclose(gains["method=acl_cl"][2], [0.0, -2.0], atol=1e-9)
-  plot_per_exit.main(["--root", str(tmp_path), "--baseline", "jt", "--out",
+  plot_per_exit.main(["--root", str(tmp_path), "--vs", "jt", "--out",
                       str(tmp_path / "pe.png")])
-  assert "| acl_cl | 2 | +3.00 ± 1.41 | -1.00 ± 1.41 |" in capsys.readouterr().out
+  assert "| acl_cl | +3.00 ± 1.41 (2/2) | -1.00 ± 1.41 (0/2) |" in capsys.readouterr().out
+  # no JT partner at all: the plot is still written and the table says why it is empty
+  plot_per_exit.main(["--root", str(tmp_path), "--vs", "alt", "--out",
+                      str(tmp_path / "pe2.png")])
+  assert "no run has a same-seed alt run to pair with" in capsys.readouterr().out
+  assert os.path.getsize(tmp_path / "pe2.png") > 1000

@@ -79,6 +79,14 @@ def test_paired_differences_to_a_baseline(tmp_path):
   diffs = sweep.paired(str(tmp_path / "mr"), "ce", lambda r: {"acc": r["test"]["accuracy"]})
   assert list(diffs) == ["method=gloss"]
   np.testing.assert_allclose(diffs["method=gloss"]["acc"], [0.01, -0.03], atol=1e-12)
+  # a grid field besides method and seed: runs pair only with the baseline at the same value
+  for m, lam, acc in (("ce", "0.1", 0.70), ("scl", "0.1", 0.75), ("scl", "0.9", 0.60)):
+    wd = tmp_path / "g" / f"method={m},loss.lam={lam},seed=0"
+    wd.mkdir(parents=True)
+    (wd / "results.json").write_text(json.dumps({"test": {"accuracy": acc}}))
+  diffs = sweep.paired(str(tmp_path / "g"), "ce", lambda r: {"acc": r["test"]["accuracy"]})
+  assert list(diffs) == ["method=scl,loss.lam=0.1"]
+  np.testing.assert_allclose(diffs["method=scl,loss.lam=0.1"]["acc"], [0.05], atol=1e-12)
   text = results_tables.paired_table(str(tmp_path), ["mr", "r8"], "test/accuracy", "ce", None)
   rows = [r for r in text.splitlines() if r.startswith("| C")]
   assert rows == ["| CE+G-Loss (sigma fixed) | -1.00 ± 2.83 (1/2) | — |"]  # no pair, no row

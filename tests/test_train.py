@@ -218,19 +218,25 @@ def test_git_revision(tmp_path):
 
 
 def test_git_revision_is_dirty_only_for_code(tmp_path):
+  import shutil
   import subprocess
   from acl_jax import provenance
+  if shutil.which("git") is None:
+    pytest.skip("git is not installed: git_revision reports 'unknown' (test above)")
   (tmp_path / "results").mkdir()
-  files = {"pkg.py": "a", "results/t.md": "r", "results/p.png": "x", "README.md": "d"}
+  (tmp_path / "docs").mkdir()
+  files = {"pkg.py": "a", "results/t.md": "r", "results/p.png": "x", "README.md": "d",
+           "docs/x.md": "d"}
   for name, text in files.items():
     (tmp_path / name).write_text(text)
-  git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+  git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t", "-c",
+         "commit.gpgsign=false"]
   subprocess.run(git + ["init", "-q"], check=True)
   subprocess.run(git + ["add", "-A"], check=True)
   subprocess.run(git + ["commit", "-qm", "init"], check=True)
   head = provenance.git_revision(str(tmp_path))
   assert len(head) == 40
-  for name in ("results/t.md", "results/p.png", "README.md"):  # a results stage's refresh
+  for name in ("results/t.md", "results/p.png", "README.md", "docs/x.md"):  # results, docs
     (tmp_path / name).write_text("changed")
   assert provenance.git_revision(str(tmp_path)) == head
   (tmp_path / "pkg.py").write_text("changed")
