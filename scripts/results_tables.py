@@ -95,16 +95,21 @@ def budget_line(root: str, tasks: list[str]) -> str:
   return ("Budgets (from the runs' config.json): " + "; ".join(parts) + ".") if parts else ""
 
 
-def table(root: str, tasks: list[str], metric: str, methods: list[str] | None,
-          results: str = "results.json") -> str:
+def columns(root: str, tasks: list[str], metric: str,
+            results: str = "results.json") -> tuple[dict, dict]:
+  """({task: its sweep summary ({} without runs)}, {task: the metric its column shows})."""
   per_task = {}
   for t in tasks:
     path = os.path.join(root, t)
     per_task[t] = sweep.aggregate(path, results=results)[1] if os.path.isdir(path) else {}
   if metric == "headline":
-    col = {t: headline_metric(t, per_task[t]) for t in tasks}
-  else:
-    col = dict.fromkeys(tasks, metric)
+    return per_task, {t: headline_metric(t, per_task[t]) for t in tasks}
+  return per_task, dict.fromkeys(tasks, metric)
+
+
+def table(root: str, tasks: list[str], metric: str, methods: list[str] | None,
+          results: str = "results.json") -> str:
+  per_task, col = columns(root, tasks, metric, results)
   if methods:
     keys = [m if "=" in m else f"method={m}" for m in methods]
   else:
@@ -121,8 +126,9 @@ def table(root: str, tasks: list[str], metric: str, methods: list[str] | None,
   for k in keys:
     row = [_row_name(k)]
     row += [cell(per_task[t].get(k, {}).get("metrics", {}).get(col[t])) for t in tasks]
-    name = sweep.parse_name(k).get("method", "")
-    only_method = set(sweep.parse_name(k)) <= {"method"}
+    settings = sweep.parse_name(k)
+    name = settings.get("method", "")
+    only_method = set(settings) <= {"method"}
     row += [f"{PAPER[t][name]:.2f}" if only_method and name in PAPER[t] else ""
             for t in paper_cols]
     lines.append("| " + " | ".join(row) + " |")
@@ -137,25 +143,21 @@ def paired_table(root: str, tasks: list[str], metric: str, baseline: str,
   (ties count as not ahead). Seeds share the data order, so pairing removes that part of the
   seed spread from the comparison.
   """
-  per_task, col = {}, {}
+  _, col = columns(root, tasks, metric, results)
+  per_task = {}
   for t in tasks:
     path = os.path.join(root, t)
-    if not os.path.isdir(path):
-      per_task[t] = {}
-      continue
-    col[t] = (headline_metric(t, sweep.aggregate(path, results=results)[1])
-              if metric == "headline" else metric)
     split, _, name = col[t].partition("/")
     per_task[t] = sweep.paired(
         path, baseline,
         lambda res, s=split, n=name: {n: 100 * res[s][n]} if n in res.get(s, {}) else {},
-        results)
+        results) if os.path.isdir(path) else {}
   keys = ([m if "=" in m else f"method={m}" for m in methods] if methods else
           sorted({k for d in per_task.values() for k in d}, key=_order))
   keys = [k for k in keys if sweep.parse_name(k).get("method") != baseline]
   base = LABELS.get(baseline, baseline)
   unit = "x100" if "silhouette" in metric else "points"
-  head = ["method"] + [f"{t.upper()} ({col[t]})" if t in col else t.upper() for t in tasks]
+  head = ["method"] + [f"{t.upper()} ({col[t]})" for t in tasks]
   lines = [f"**{metric}: paired difference to {base}** ({unit}; mean ± std over seeds, "
            f"seeds ahead / seeds)", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
   for k in keys:
