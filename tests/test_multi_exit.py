@@ -2,6 +2,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 
 from acl_jax import losses
@@ -74,7 +75,6 @@ def test_2st_stage2_freezes_backbone_bit_identically(setup):
 def test_2st_stage2_clips_on_the_lower_heads_alone(setup):
   """The frozen backbone's gradient is zeroed before clipping (its norm would shrink the
   lower heads' step); the logged grad_norm is the clipped-over gradient."""
-  import optax
   model, _, (batch,) = setup
   h, ms, multi = _run(setup, "2st", TOTAL)
   s = multi.stage1_steps  # the first stage-2 step
@@ -170,6 +170,41 @@ def test_head_lr_mult_scales_head_updates_only():
       assert float(up[k]["bias"][0]) == pytest.approx(10 * enc, rel=1e-5)
   with pytest.raises(ValueError, match="head_lr_mult"):
     optim.make_optimizer(lr=1e-3, total_steps=10, head_lr_mult=0.0)
+
+
+@pytest.mark.parametrize("strategy", ["2st", "alt"])
+def test_frozen_group_keeps_its_adam_state(strategy):
+  """A group's AdamW only counts its own updates: 2ST's lower exits start stage 2 as a fresh
+  AdamW on the stage-2 schedule (DeeBERT); ALT's lower exits see only the odd steps'
+  gradients, at the global schedule's learning rate (PyTorch Adam skips gradient-less
+  parameters, as in BERxiT). Stepping a frozen group's Adam would double its first stage-2
+  step here and decay its moments on ALT's even steps."""
+  total, s1 = 10, 6
+  params = {"encoder": {"kernel": jnp.zeros((2, 2))}, "exit_1": {"kernel": jnp.zeros(3)},
+            "exit_2": {"kernel": jnp.zeros(3)}}
+  rng = np.random.default_rng(0)
+  grads = [jax.tree.map(lambda x: jnp.asarray(rng.normal(size=x.shape), jnp.float32), params)
+           for _ in range(total)]
+  kw = dict(lr=1e-2, total_steps=total, warmup_ratio=0.2, clip_norm=0.0, weight_decay=0.0)
+  tx = optim.make_optimizer(strategy=strategy, stage1_steps=s1, **kw)
+  state = tx.init(params)
+  ups = []
+  for g in grads:
+    u, state = tx.update(g, state, params)
+    ups.append(jax.device_get(u["exit_1"]["kernel"]))
+  if strategy == "2st":
+    steps, lr_fn = list(range(s1, total)), optim.lr_schedule(1e-2, total - s1, 1)
+  else:
+    steps, base = list(range(1, total, 2)), optim.lr_schedule(1e-2, total, 2)
+    lr_fn = lambda k: base(2 * k + 1)
+  fresh = optax.adamw(lr_fn, b1=0.9, b2=0.999, eps=1e-6, weight_decay=0.0)
+  fs = fresh.init(params["exit_1"])
+  for t in range(total):
+    if t not in steps:
+      np.testing.assert_array_equal(ups[t], 0.0, err_msg=f"step {t}")
+      continue
+    want, fs = fresh.update(grads[t]["exit_1"], fs, params["exit_1"])
+    np.testing.assert_allclose(ups[t], want["kernel"], rtol=1e-5, err_msg=f"step {t}")
 
 
 def test_top_gate_always_on_equals_ungated_multi_exit_update(setup):

@@ -51,12 +51,16 @@ def make_optimizer(*, lr: float, total_steps: int, warmup_ratio: float = 0.1,
     clip_norm: global-norm gradient clipping over all gradients (<= 0 disables it).
     strategy: multi-exit strategy. Freezing is done here, in the optimizer (for 2ST the train
       step also zeroes the frozen groups' gradients before clipping, see
-      `objectives.two_stage_freeze`): the groups (`param_groups`) get a 0/1 step-dependent scale
-      (`optax.scale_by_schedule`, whose count is the global step and is checkpointed, so a
-      stage survives a resume):
+      `objectives.two_stage_freeze`): a frozen group's AdamW is skipped outright
+      (`optax.transforms.conditionally_mask`: zero update, moments and step count left as
+      they were), so its bias correction and moments count only its own updates, as a fresh
+      optimizer for a stage (DeeBERT) or PyTorch's Adam skipping gradient-less parameters
+      (BERxiT) would. The mask's counter is the global step and is checkpointed, so a stage
+      survives a resume:
         2st: encoder + final exit train for steps < stage1_steps, the lower exits after,
              each with its own warmup + linear decay over its stage (DeeBERT's two stages);
-        alt: the lower exits update on odd steps only (BERxiT's alternation).
+        alt: the lower exits update on odd steps only (BERxiT's alternation), on the global
+             learning-rate schedule.
     stage1_steps: 2ST's stage-1 length.
     head_lr_mult: the exit heads' peak learning rate is lr * head_lr_mult. Fresh heads on a
       pretrained encoder often need more than the encoder's 2e-5..5e-5 in short runs.
@@ -73,24 +77,25 @@ def make_optimizer(*, lr: float, total_steps: int, warmup_ratio: float = 0.1,
     sched = lr_schedule(lr, total_steps, int(round(warmup_ratio * total_steps)))
     return optax.chain(*clip, _adamw(sched, **adam))
 
-  def sched(peak, start=0, stop=total_steps):
-    s = lr_schedule(peak, stop - start, int(round(warmup_ratio * (stop - start))))
-    return s if start == 0 else optax.join_schedules([optax.constant_schedule(0.0), s], [start])
+  def sched(peak, steps=total_steps):
+    return lr_schedule(peak, steps, int(round(warmup_ratio * steps)))
 
   def gated(lr_fn, on=None):
+    """AdamW on `lr_fn` of its own update count, skipped on global steps where `on` is False."""
     t = _adamw(lr_fn, **adam)
-    return t if on is None else optax.chain(t, optax.scale_by_schedule(
-        lambda c: on(c).astype(jax.numpy.float32)))
+    return t if on is None else optax.transforms.conditionally_mask(t, on)
 
   head_lr = lr * head_lr_mult
   if strategy == "2st":
     s1 = max(1, min(stage1_steps, total_steps - 1))  # objectives.stage1_length already is
-    stage1 = lambda c: c < s1
-    groups = {"encoder": gated(sched(lr, 0, s1), stage1),
-              "head": gated(sched(head_lr, 0, s1), stage1),
-              "lower_heads": gated(sched(head_lr, s1), lambda c: c >= s1)}
+    groups = {"encoder": gated(sched(lr, s1), lambda c: c < s1),
+              "head": gated(sched(head_lr, s1), lambda c: c < s1),
+              "lower_heads": gated(sched(head_lr, total_steps - s1), lambda c: c >= s1)}
   else:
-    odd = (lambda c: c % 2 == 1) if strategy == "alt" else None
-    groups = {"encoder": gated(sched(lr)), "head": gated(sched(head_lr)),
-              "lower_heads": gated(sched(head_lr), odd)}
+    lower = sched(head_lr)
+    if strategy == "alt":  # the k-th own update is global step 2k + 1
+      lower = gated(lambda k, f=lower: f(2 * k + 1), lambda c: c % 2 == 1)
+    else:
+      lower = gated(lower)
+    groups = {"encoder": gated(sched(lr)), "head": gated(sched(head_lr)), "lower_heads": lower}
   return optax.chain(*clip, optax.multi_transform(groups, param_groups))
