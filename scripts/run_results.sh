@@ -46,6 +46,25 @@ retire_pre_s3() {
   done
 }
 
+# retire_older DIR TAG COMMIT GLOB...: finished runs DIR/GLOB first trained by code older than
+# COMMIT (their results.json's first code_versions entry is not a descendant of it, or there is
+# none) move to DIR/TAG/ (kept, out of the tables), so a rerun trains them with current code.
+retire_older() {
+  local dir=$1 tag=$2 commit=$3 g d rev
+  shift 3
+  for g in "$@"; do
+    for d in "$dir"/$g; do
+      [ -f "$d/results.json" ] || continue
+      rev=$($PY -c 'import json, sys
+v = json.load(open(sys.argv[1]))["train"].get("code_versions") or [""]
+print(v[0].split("+")[0])' "$d/results.json")
+      [ -n "$rev" ] && git merge-base --is-ancestor "$commit" "$rev" 2>/dev/null && continue
+      mkdir -p "$dir/$tag"
+      mv "$d" "$dir/$tag/" && echo "retired ($tag, trained before ${commit:0:7}): $d"
+    done
+  done
+}
+
 # in_list VALUE COMMA_LIST: whether VALUE is one of the list's items.
 in_list() { case ",$2," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
@@ -83,6 +102,9 @@ multi_exit() {
     read -r cfg dd <<< "$(task_args "$task")"
     stage multi_exit "$task" "$pool"
     retire_pre_s3 "$root/$task"
+    # 2ST and ALT trained before 1c77d98 stepped a frozen exit group's AdamW (see optim.py).
+    retire_older "$root/$task" pre_optfix 1c77d98f0d1a8516bbc00cd96742b5eec86bbaca \
+        "method=2st,*" "method=alt,*"
     $PY scripts/sweep.py --root "$root/$task" --config "$cfg" \
         --methods jt,2st,alt,kd,acl_cl --seeds "${ME_SEEDS:-0}" --set task.data_dir="$dd" $me --keep_going
     # Committed copies go to results/<root name>/<task>/: the per-exit table and plot over
