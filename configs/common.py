@@ -94,6 +94,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.multi_exit.kd_alpha = 0.5
   c.multi_exit.lambda_cl = 0.5  # ACL-CL weight of the cross-layer loss on exits 1..M-1
   c.multi_exit.teacher_grad = False  # ACL-CL: let gradients reach the teacher items
+  # ACL-CL with the ACL-Grad gate: the angle is measured against the final exit's CE ("last",
+  # SPEC §2.5; the lower exits' losses are added outside the gate) or every exit's ("all").
+  c.multi_exit.gate_ce = "last"
 
   c.optim = ml_collections.ConfigDict()
   c.optim.lr = 2e-5

@@ -137,6 +137,8 @@ def test_multi_exit_bad_config():
     objectives.multi_exit_from_config(_cfg("jt").multi_exit, 1, 10)
   with pytest.raises(ValueError, match="weights"):
     objectives.multi_exit_from_config(_cfg("jt", weights="square").multi_exit, 3, 10)
+  with pytest.raises(ValueError, match="gate_ce"):
+    objectives.multi_exit_from_config(_cfg("acl_cl", gate_ce="first").multi_exit, 3, 10)
   c = _cfg("jt")
   c.loss.update(common.METHODS["scl"])
   with pytest.raises(ValueError, match="only ACL-CL"):
@@ -207,6 +209,72 @@ def test_frozen_group_keeps_its_adam_state(strategy):
     np.testing.assert_allclose(ups[t], want["kernel"], rtol=1e-5, err_msg=f"step {t}")
 
 
+def _acl_cl_step(setup, gate_ce="last", **loss):
+  """One ACL-CL step from the fixture's params: (new params, metrics)."""
+  model, params, (batch,) = setup
+  mesh = step_lib.make_mesh(jax.devices()[:1])
+  c = _cfg("acl_cl", gate_ce=gate_ce)
+  c.loss.update(loss)
+  multi = objectives.multi_exit_from_config(c.multi_exit, 3, TOTAL)
+  obj = objectives.build_objective(c.loss, num_labels=3, last_exit=3, multi_exit=multi)
+  tx = optim.make_optimizer(lr=1e-2, total_steps=TOTAL, warmup_ratio=0.0, clip_norm=0.0)
+  state = step_lib.replicate(TrainState.create(params, tx, 0), mesh)
+  fn = step_lib.make_train_step(model, obj, tx, mesh, donate=False)
+  state, m = fn(state, step_lib.shard_batch(batch, mesh))
+  return jax.device_get(state.params), jax.device_get(m)
+
+
+@pytest.mark.parametrize("angle_params", ["all", "top"])
+def test_acl_cl_gate_adds_lower_exits_outside_the_gate(setup, angle_params):
+  """gate_ce='last' (SPEC §2.5): always open == the ungated sum; always closed == the sum
+  without the final exit's ACL term (lam=0): the lower exits' losses go through either way."""
+  params = setup[1]
+  for threshold, ungated in ((180.0, {}), (1e-3, {"lam": 0.0})):
+    gated, m = _acl_cl_step(setup, gate=True, gate_threshold=threshold,
+                            angle_params=angle_params)
+    assert float(m["gate/gate"]) == (1.0 if threshold == 180.0 else 0.0)
+    plain, _ = _acl_cl_step(setup, gate=False, **ungated)
+    assert not _same(gated["encoder"]["layer_0"], params["encoder"]["layer_0"])
+    for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(gated)):
+      np.testing.assert_allclose(a, b, atol=2e-6, err_msg=f"threshold {threshold}")
+
+
+def test_acl_cl_gate_angle_is_against_the_final_exit_ce(setup):
+  """The logged angle is between grad(w_M CE_M) and grad(w_M L_ACL) with gate_ce='last', and
+  between the gradient of every exit's loss and grad(L_ACL) with 'all'."""
+  model, params, (batch,) = setup
+  y = jnp.asarray(batch["labels"])
+  w = 1 / 3
+
+  def exits(p):
+    logits, aux = model.apply({"params": p}, batch["input_ids"], batch["attention_mask"],
+                              batch["token_type_ids"])
+    return logits, aux["feats"]
+
+  def ce_last(p):
+    return w * losses.cross_entropy(exits(p)[0][2], y)
+
+  def ce_all(p):
+    logits, f = exits(p)
+    cl = [losses.acl_cl_loss(f[i], label_embeddings(p, i + 1), f[2], label_embeddings(p, 3),
+                             y, 0.3) for i in range(2)]
+    return sum(w * (losses.cross_entropy(logits[i], y) + 0.5 * cl[i]) for i in range(2)) + ce_last(p)
+
+  def acl(p):
+    return w * losses.acl_embed_loss(exits(p)[1][2], y, label_embeddings(p, 3), 0.3)
+
+  def angle(f, g):
+    a, b = (np.concatenate([np.ravel(x) for x in jax.tree.leaves(jax.grad(h)(params))])
+            for h in (f, g))
+    return np.degrees(np.arccos(a @ b / np.linalg.norm(a) / np.linalg.norm(b)))
+
+  want = {"last": angle(ce_last, acl), "all": angle(ce_all, acl)}
+  assert abs(want["last"] - want["all"]) > 1.0  # the switch measures different things
+  for gate_ce, a in want.items():
+    _, m = _acl_cl_step(setup, gate_ce, gate=True)
+    np.testing.assert_allclose(float(m["gate/angle"]), a, atol=0.05, err_msg=gate_ce)
+
+
 def test_top_gate_always_on_equals_ungated_multi_exit_update(setup):
   """angle_params='top' with every exit trained: the lower exits' losses must still reach the
   lower layers through their per-layer states (gate always on == the ungated sum)."""
@@ -214,7 +282,7 @@ def test_top_gate_always_on_equals_ungated_multi_exit_update(setup):
   mesh = step_lib.make_mesh(jax.devices()[:1])
   out = []
   for gate in (False, True):
-    c = _cfg("acl_cl")
+    c = _cfg("acl_cl", gate_ce="all")
     c.loss.update(gate=gate, gate_threshold=180.0, angle_params="top")
     multi = objectives.multi_exit_from_config(c.multi_exit, 3, TOTAL)
     obj = objectives.build_objective(c.loss, num_labels=3, last_exit=3, multi_exit=multi)

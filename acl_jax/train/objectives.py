@@ -3,8 +3,9 @@
 Single exit: CE plus at most one auxiliary loss on the final exit's feature (SPEC §2).
 Multi-exit (SPEC §3): the strategies JT, 2ST, ALT, KD and ACL-CL weight the exits' losses.
 
-Every objective returns two named terms, "ce" (everything outside the ACL-Grad gate) and,
-when there is one, "aux" (the gated auxiliary loss), plus logging metrics.
+Every objective returns named terms, "ce" (the CE the ACL-Grad gate measures against) and,
+when there is one, "aux" (the gated auxiliary loss), plus logging metrics. Gated ACL-CL also
+returns "rest", the lower exits' losses, which stay outside the gate (SPEC §2.5).
 """
 import dataclasses
 
@@ -24,6 +25,10 @@ ANGLE_PARAMS = ("all", "encoder", "top")
 STRATEGIES = ("", "jt", "2st", "alt", "kd", "acl_cl")
 EXIT_WEIGHTS = ("uniform", "linear")
 KD_FORMS = ("add", "convex")
+# Gated ACL-CL: the CE the angle is measured against. "last" is SPEC §2.5 (the final exit's
+# CE; the lower exits' losses are added ungated, a third backward pass); "all" measures against
+# the gradient of every exit's loss (two backward passes; what ran before the field existed).
+GATE_CE = ("last", "all")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +42,7 @@ class MultiExit:
   lambda_cl: float = 0.5
   teacher_grad: bool = False
   kd_form: str = "add"  # "add": CE_m + alpha T^2 KL (SPEC §3, JT plus KL); "convex": Hinton
+  gate_ce: str = "last"  # see GATE_CE
 
 
 def exit_weights(kind: str, num_exits: int) -> np.ndarray:
@@ -67,10 +73,13 @@ def multi_exit_from_config(me_cfg, num_exits: int, total_steps: int) -> MultiExi
     raise ValueError(f"multi_exit.kd_form must be one of {KD_FORMS}, got {kd_form!r}.")
   if me_cfg.lambda_cl < 0:
     raise ValueError(f"multi_exit.lambda_cl must be >= 0, got {me_cfg.lambda_cl}.")
+  gate_ce = me_cfg.get("gate_ce", "all")  # workdirs from before the field: what ran then
+  if gate_ce not in GATE_CE:
+    raise ValueError(f"multi_exit.gate_ce must be one of {GATE_CE}, got {gate_ce!r}.")
   return MultiExit(s, exit_weights(me_cfg.weights, num_exits),
                    stage1_length(me_cfg.stage1_fraction, total_steps), float(me_cfg.kd_temperature),
                    float(me_cfg.kd_alpha), float(me_cfg.lambda_cl), bool(me_cfg.teacher_grad),
-                   kd_form)
+                   kd_form, gate_ce)
 
 
 def stage1_length(fraction: float, total_steps: int) -> int:
@@ -146,26 +155,28 @@ def _kd(student_logits, teacher_logits, temperature):
 
 
 def _multi_exit_ce(me: MultiExit, params, logits, aux, batch, cw, step, tau):
-  """The non-gated part of a multi-exit objective: (loss, metrics). SPEC §2.5 and §3."""
+  """The non-gated part of a multi-exit objective, SPEC §2.5 and §3: ([M] per-exit weighted
+  losses, whose sum is the loss, and metrics)."""
   labels, mask = batch["labels"], batch.get("example_mask")
   ce = jnp.stack([losses.cross_entropy(lg, labels, cw, mask, axis_name=AXIS) for lg in logits])
   w = jnp.asarray(me.weights)
   metrics = {f"ce/exit_{i + 1}": ce[i] for i in range(len(ce))}
+  last_only = jnp.zeros_like(w).at[-1].set(1.0)
   if me.strategy == "jt":
-    return jnp.sum(w * ce), metrics
+    return w * ce, metrics
   if me.strategy == "alt":
     # Even steps: the final exit alone; odd steps: every exit (the optimizer also leaves the
-    # lower heads untouched on even steps, see optim.exit_groups).
-    return jnp.where(step % 2 == 0, ce[-1], jnp.sum(w * ce)), metrics
+    # lower heads untouched on even steps, see optim.make_optimizer).
+    return jnp.where(step % 2 == 0, last_only, w) * ce, metrics
   if me.strategy == "2st":
-    lower_w = w[:-1] / jnp.sum(w[:-1])
-    return jnp.where(step < me.stage1_steps, ce[-1], jnp.sum(lower_w * ce[:-1])), metrics
+    lower_w = w.at[-1].set(0.0) / jnp.sum(w[:-1])
+    return jnp.where(step < me.stage1_steps, last_only, lower_w) * ce, metrics
   if me.strategy == "kd":
     kd = jnp.stack([_kd(lg, logits[-1], me.kd_temperature) for lg in logits[:-1]])
     ce_share = 1.0 - me.kd_alpha if me.kd_form == "convex" else 1.0
     per_exit = jnp.concatenate([ce_share * ce[:-1] + me.kd_alpha * kd, ce[-1:]])
     metrics.update({f"kd/exit_{i + 1}": kd[i] for i in range(len(kd))})
-    return jnp.sum(w * per_exit), metrics
+    return w * per_exit, metrics
   # ACL-CL: each lower exit's CE + lambda_cl * cross-layer contrastive loss against the top.
   layers = sorted(int(k.split("_")[1]) for k in params if k.startswith("exit_"))
   t_feat, t_emb = aux["feats"][-1], label_embeddings(params, layers[-1])
@@ -174,7 +185,7 @@ def _multi_exit_ce(me: MultiExit, params, logits, aux, batch, cw, step, tau):
                   for i, m in enumerate(layers[:-1])])
   per_exit = jnp.concatenate([ce[:-1] + me.lambda_cl * cl, ce[-1:]])
   metrics.update({f"acl_cl/exit_{i + 1}": cl[i] for i in range(len(cl))})
-  return jnp.sum(w * per_exit), metrics
+  return w * per_exit, metrics
 
 
 def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=None,
@@ -224,13 +235,13 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
       raise ValueError(f"loss.name={name!r} with multi_exit.strategy={multi_exit.strategy!r}: "
                        "only ACL-CL adds a contrastive loss to multi-exit training; use "
                        "loss.name='ce' (or 'acl_embed' with acl_cl).")
-    # Multi-exit weights are already inside the "ce" term; the final exit's aux loss is
-    # additive on top of it (SPEC §2.5: the last exit trains with CE + lambda * L_ACL).
-    # With the ACL-Grad gate, the angle is taken between the gradient of that whole "ce"
-    # term (every exit's CE and the lower exits' cross-layer terms) and the final exit's
-    # ACL gradient, not grad(CE_M) alone as SPEC §2.4 reads for one exit: CE_M alone would
-    # need a third backward pass. The gate's update is the same, g_ce + lambda * g_acl or g_ce.
+    # Multi-exit weights are already inside the terms; the final exit's aux loss is additive
+    # (SPEC §2.5: the last exit trains with CE + lambda * L_ACL, gated by ACL-Grad). Gated
+    # with gate_ce="last", "ce" is the final exit's w_M CE_M and "rest" the lower exits'
+    # losses, added outside the gate; with "all", "ce" holds both.
     weights = {"ce": 1.0, "aux": lam} if aux_fn is not None else {"ce": 1.0}
+    if aux_fn is not None and loss_cfg.gate and multi_exit.gate_ce == "last":
+      weights = {"rest": 1.0, **weights}
 
   def terms(params, logits, aux, batch, key, step):
     labels = batch["labels"]
@@ -239,8 +250,10 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
     if multi_exit is None:
       out = {"ce": losses.cross_entropy(logits[-1], labels, cw, mask, axis_name=AXIS)}
     else:
-      ce, extra = _multi_exit_ce(multi_exit, params, logits, aux, batch, cw, step, loss_cfg.tau)
-      out = {"ce": ce}
+      per_exit, extra = _multi_exit_ce(multi_exit, params, logits, aux, batch, cw, step,
+                                       loss_cfg.tau)
+      out = ({"rest": jnp.sum(per_exit[:-1]), "ce": per_exit[-1]} if "rest" in weights
+             else {"ce": jnp.sum(per_exit)})
       metrics.update(extra)
     if aux_fn is not None:
       val = aux_fn(params, aux["feats"][-1], labels, key, mask)

@@ -9,6 +9,7 @@ import dataclasses
 from typing import Any, Callable
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 from jax import lax
@@ -65,7 +66,8 @@ class Objective:
 
   `terms(params, logits, aux, batch, key, step)` is pure and returns `(terms, metrics)`, dicts of
   scalars. The total loss is sum_k weights[k] * terms[k]. With `gate`, the step takes
-  separate gradients of "ce" and "aux" and combines them with the angle gate.
+  separate gradients of "ce" and "aux" and combines them with the angle gate; any other terms
+  (gated ACL-CL's "rest") get a third gradient, added outside the gate.
   """
   name: str
   terms: Callable[..., tuple[dict[str, jax.Array], dict[str, jax.Array]]]
@@ -80,6 +82,11 @@ def _forward(model, params, batch, key, train):
   rngs = {"dropout": key} if train else None
   return model.apply({"params": params}, batch["input_ids"], batch["attention_mask"],
                      batch.get("token_type_ids"), train=train, rngs=rngs)
+
+
+def _ungated(names):
+  """The loss terms a gated step adds outside the gate: all but "ce" and "aux"."""
+  return tuple(k for k in names if k not in ("ce", "aux"))
 
 
 def _weighted(terms, weights, names):
@@ -133,16 +140,20 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
                                                      drop_key, loss_key, state.step)
       metrics_out.update({f"gate/{k}": v for k, v in info.items()})
     else:
-      # Two separate gradients with the same batch and dropout key; XLA shares the forward.
+      # Separate gradients with the same batch and dropout key; XLA shares the forward.
       g_ce, (terms, metrics) = jax.grad(loss_of(("ce",)), has_aux=True)(params)
       g_aux, _ = jax.grad(loss_of(("aux",), None), has_aux=True)(params)
+      rest = _ungated(names)
+      g_rest = jax.grad(loss_of(rest), has_aux=True)(params)[0] if rest else None
       # Average first, so the gate sees global gradients and every replica branches alike.
-      g_ce, g_aux = lax.pmean((g_ce, g_aux), AXIS)
+      g_ce, g_aux, g_rest = lax.pmean((g_ce, g_aux, g_rest), AXIS)
       mask = encoder_angle_mask(state.params) if objective.gate.angle_params == "encoder" else None
       # g_ce carries its weight (1 for ACL, 1-lam for SCL); the gate adds lam * g_aux.
       grads, info = angle_gate(g_ce, g_aux, objective.weights["aux"],
                                threshold_deg=objective.gate.threshold_deg,
                                mode=objective.gate.mode, params_mask=mask)
+      if g_rest is not None:
+        grads = jax.tree.map(jnp.add, grads, g_rest)
       metrics_out.update({f"gate/{k}": v for k, v in info.items()})
     if objective.freeze is not None:
       grads = objective.freeze(grads, state.step)
@@ -223,6 +234,10 @@ def _top_gated_grads(model, objective: Objective, params, batch, drop_key, loss_
       lambda: (jax.tree.map(lambda c, a: c + lam * a, g_ce, g_aux),
                jax.tree.map(lambda c, a: c + lam * a, ct_ce, ct_aux)),
       lambda: (g_ce, ct_ce))
+  rest = _ungated(tuple(objective.weights))
+  if rest:  # ungated terms (gated ACL-CL's lower exits): their own upper backward, added
+    (g_rest, *ct_rest), _ = grad3(upper_loss(rest))
+    g_up, ct = jax.tree.map(jnp.add, (g_up, ct), (g_rest, ct_rest))
   (g_low,) = vjp_lower(tuple(ct))
   grads = lax.pmean(_merge_params(g_up, g_low), AXIS)
   return grads, terms, metrics, info
