@@ -105,6 +105,8 @@ multi_exit() {
     # 2ST and ALT trained before 1c77d98 stepped a frozen exit group's AdamW (see optim.py).
     retire_older "$root/$task" pre_optfix 1c77d98f0d1a8516bbc00cd96742b5eec86bbaca \
         "method=2st,*" "method=alt,*"
+    # Gated ACL-CL trained before ed80301 measured its angle against every exit's loss.
+    retire_older "$root/$task" pre_gate_ce ed80301497295df386729ab49d2a5801d234c9ad "method=acl_cl,*"
     $PY scripts/sweep.py --root "$root/$task" --config "$cfg" \
         --methods jt,2st,alt,kd,acl_cl --seeds "${ME_SEEDS:-0}" --set task.data_dir="$dd" $me --keep_going
     # Committed copies go to results/<root name>/<task>/: the per-exit table and plot over
