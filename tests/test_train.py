@@ -112,6 +112,47 @@ def test_resume_after_sigkill_is_exact(tiny_model_dir, tmp_path):
   assert steps == sorted(set(steps))
 
 
+def test_crash_between_checkpoint_saves_is_mended(tiny_model_dir, tmp_path, monkeypatch, caplog):
+  """A crash after the latest save of an improving eval but before its best save: the resume
+  writes the best checkpoint from the restored state. A best checkpoint ahead of the latest
+  (older code saved the best first) is deleted and selection restarts. Both end as a straight
+  run does, with the best checkpoint at results.json's best_step."""
+  import shutil
+  from acl_jax.train import checkpoint as ckpt_lib, loop
+  cfg = lambda: helpers.tiny_config(tiny_model_dir)
+  straight = loop.train_and_evaluate(cfg(), str(tmp_path / "straight"))
+
+  def best_dir_step(wd):
+    return max(int(d) for d in os.listdir(os.path.join(wd, "best")) if d.isdigit())
+
+  class Crash(Exception):
+    pass
+  save = ckpt_lib.Checkpoints.save
+
+  def crashing_save(self, state, meta, best=False):
+    if best and meta["step"] == 3:
+      raise Crash
+    return save(self, state, meta, best)
+  wd = str(tmp_path / "crashed")
+  monkeypatch.setattr(ckpt_lib.Checkpoints, "save", crashing_save)
+  with pytest.raises(Crash):
+    loop.train_and_evaluate(cfg(), wd)
+  monkeypatch.setattr(ckpt_lib.Checkpoints, "save", save)
+  assert sorted(os.listdir(os.path.join(wd, "ckpt"))) == ["3"]
+  assert not [d for d in os.listdir(os.path.join(wd, "best")) if d.isdigit()]
+  mended = loop.train_and_evaluate(cfg(), wd)
+
+  ahead = str(tmp_path / "ahead")
+  shutil.copytree(str(tmp_path / "straight"), ahead)
+  shutil.rmtree(os.path.join(ahead, "ckpt"))  # only the best checkpoint is left
+  with caplog.at_level("WARNING"):
+    restarted = loop.train_and_evaluate(cfg(), ahead)
+  assert "selection restarts from step 0" in caplog.text
+  for res, d in ((mended, wd), (restarted, ahead)):
+    assert res["dev"] == straight["dev"]
+    assert res["train"]["best_step"] == straight["train"]["best_step"] == best_dir_step(d)
+
+
 def test_same_losses_on_1_2_4_devices(tiny_model_dir, tmp_path):
   out = str(tmp_path / "dp.npz")
   p = helpers.run_py(["-m", "tests.workers", "data_parallel", tiny_model_dir, out],
@@ -182,9 +223,12 @@ def test_num_labels_mismatch_with_checkpoint(tiny_model_dir, tmp_path):
 
 def test_nan_loss_names_step_and_term():
   from acl_jax.train.loop import check_finite
-  check_finite(3, {"loss": 1.0, "loss/ce": 1.0, "grad_norm": float("nan")})
+  check_finite(3, {"loss": 1.0, "loss/ce": 1.0, "grad_norm": 2.0, "train_acc": float("nan")})
   with pytest.raises(FloatingPointError, match=r"step 7: .*loss/aux=nan"):
     check_finite(7, {"loss": float("nan"), "loss/ce": 0.5, "loss/aux": float("nan")})
+  # A non-finite gradient under finite losses would corrupt the params a step before it showed.
+  with pytest.raises(FloatingPointError, match=r"step 4: gate/norm_acl=inf, grad_norm=nan"):
+    check_finite(4, {"loss": 1.0, "grad_norm": float("nan"), "gate/norm_acl": float("inf")})
 
 
 def test_resume_with_a_changed_config_is_logged(tmp_path, caplog):

@@ -1,15 +1,20 @@
 """Atomic Orbax checkpoints: the latest (for resume) and the best (for evaluation).
 
 Orbax writes each step into a temporary folder and renames it when complete, so a crash or
-SIGKILL mid-save leaves the previous checkpoint intact. Restores go against an abstract target
+SIGKILL mid-save leaves the previous checkpoint intact. The training loop saves the latest
+checkpoint before the best one at the same step, so the best is never ahead of the latest, and
+`sync_best` mends a crash between the two on resume. Restores go against an abstract target
 built from the live state, so optax states come back as their own types (not plain dicts) and
 arrays come back with the live shardings.
 """
+import logging
 import os
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+
+log = logging.getLogger(__name__)
 
 
 def _manager(path: str, keep: int) -> ocp.CheckpointManager:
@@ -35,9 +40,33 @@ class Checkpoints:
     step = int(meta["step"])
     if mngr.latest_step() == step:
       return
-    mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                            meta=ocp.args.JsonSave(meta)))
+    if not mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                   meta=ocp.args.JsonSave(meta))):
+      raise RuntimeError(f"Orbax refused to save step {step} in {mngr.directory} (it holds "
+                         f"steps {mngr.all_steps()}); a checkpoint would have been lost.")
     mngr.wait_until_finished()
+
+  def sync_best(self, state, meta: dict) -> dict:
+    """Makes the best checkpoint agree with `meta`, read with `state` from the latest one.
+
+    A crash after the latest save but before the best save of the same step leaves meta's
+    best_step == state.step with no best checkpoint there: it is written from `state` (exactly
+    that step's weights). A best checkpoint ahead of `state` (left by a crash in older code,
+    which saved the best first) belongs to a trajectory this run will not retrace: it is
+    deleted, and as the best checkpoint it replaced is gone too, selection restarts here.
+    Returns the (possibly reset) meta.
+    """
+    step, have = int(state.step), self.best.latest_step()
+    if have is not None and have > step:
+      for s in self.best.all_steps():
+        if s > step:
+          self.best.delete(s)
+      log.warning("Best checkpoint at step %d is ahead of the latest (%d): deleted; checkpoint "
+                  "selection restarts from step %d.", have, step, step)
+      return {**meta, "best_metric": None, "best_step": None, "evals_since_best": 0}
+    if meta.get("best_step") == step and have != step:
+      self.save(state, {**meta, "step": step}, best=True)
+    return meta
 
   def read_meta(self, best: bool = False) -> dict | None:
     mngr = self.best if best else self.latest

@@ -198,11 +198,18 @@ def params_fingerprint(params) -> str:
 
 
 def check_finite(step: int, m: dict) -> None:
-  """Raises on a NaN/Inf loss, naming the step and the bad loss terms."""
-  bad = sorted(k for k, v in m.items() if k.startswith("loss") and not math.isfinite(float(v)))
+  """Raises on a NaN/Inf loss or gradient, naming the step and the bad terms.
+
+  The gradient norm is checked too: a non-finite gradient under finite losses would corrupt
+  the parameters and surface one step later, under the wrong term.
+  """
+  bad = sorted(k for k, v in m.items()
+               if (k.startswith(("loss", "gate/norm")) or k == "grad_norm")
+               and not math.isfinite(float(v)))
   if bad:
     raise FloatingPointError(
-        f"Non-finite loss at step {step}: " + ", ".join(f"{k}={float(m[k])}" for k in bad) +
+        f"Non-finite loss or gradient at step {step}: " +
+        ", ".join(f"{k}={float(m[k])}" for k in bad) +
         ". Lower optim.lr, check the loss hyperparameters, or try model.dtype=float32.")
 
 
@@ -295,6 +302,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   meta.setdefault("best_metric", None)
   meta.setdefault("best_step", None)
   meta.setdefault("evals_since_best", 0)
+  meta = ckpts.sync_best(state, meta)
   # Every code revision that trained this run (a resume may come from newer code): results
   # that mix revisions can be told apart later.
   rev = provenance.git_revision()
@@ -333,6 +341,11 @@ def train_and_evaluate(config, workdir: str) -> dict:
   meta.setdefault("gate_on_steps", 0)
   meta.setdefault("gated_steps", 0)
   t0, stopped = time.time(), "early_stopped_at" in meta
+
+  def save_latest(state, done):
+    epoch, pos = divmod(done, steps_per_epoch)
+    ckpts.save(state, {**meta, "step": done, "data_position": {"epoch": epoch, "batch": pos}})
+
   for step, batch in batches:
     if step >= total or stopped:
       break
@@ -356,6 +369,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
       cur = res[main_metric]
       if meta["best_metric"] is None or cur > meta["best_metric"]:
         meta.update(best_metric=cur, best_step=done, evals_since_best=0)
+        # Latest first: a crash between the two saves is mended on resume (sync_best).
+        save_latest(state, done)
         ckpts.save(state, {**meta, "step": done}, best=True)
       else:
         meta["evals_since_best"] += 1
@@ -369,8 +384,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
         stopped = True
         meta["early_stopped_at"] = done
     if done % ckpt_every == 0 or done == total or stopped:
-      epoch, pos = divmod(done, steps_per_epoch)
-      ckpts.save(state, {**meta, "step": done, "data_position": {"epoch": epoch, "batch": pos}})
+      save_latest(state, done)
   if bar is not None:
     bar.close()
   writer.close()
@@ -452,6 +466,8 @@ def write_atomic(path: str, text: str) -> None:
   tmp = f"{path}.tmp{os.getpid()}"
   with open(tmp, "w") as f:
     f.write(text)
+    f.flush()
+    os.fsync(f.fileno())  # the data reaches the disk before the rename makes it visible
   os.replace(tmp, path)
 
 
