@@ -36,6 +36,17 @@ def test_gate_branches_match_ungated_updates(setup, angle_params):
   assert 0.0 <= m_on["gate/angle"] <= 180.0 and m_on["gate/norm_acl"] > 0
 
 
+def test_gate_logs_the_unweighted_ce_gradient_norm(setup):
+  """|g_CE| as SPEC §2.4 logs it: SCL+Grad's (1 - lam) weight on CE is divided out, so it
+  equals ACL's |g_CE| on the same batch and dropout (CE is the same loss in both)."""
+  model, params, batches = setup
+  mesh = step_lib.make_mesh(jax.devices()[:1])
+  _, m_acl = one_step(model, params, batches[0], mesh, gate=True, name="acl")
+  _, m_scl = one_step(model, params, batches[0], mesh, gate=True, name="scl", lam=0.9)
+  assert m_acl["gate/norm_ce"] > 0
+  np.testing.assert_allclose(m_scl["gate/norm_ce"], m_acl["gate/norm_ce"], rtol=1e-4)
+
+
 def test_gated_step_traces_once(setup):
   model, params, batches = setup
   mesh = step_lib.make_mesh(jax.devices()[:1])

@@ -84,6 +84,14 @@ def _forward(model, params, batch, key, train):
                      batch.get("token_type_ids"), train=train, rngs=rngs)
 
 
+def _gate_metrics(info, objective: Objective):
+  """The gate's log: angle, on/off and the two norms; |g_CE| unweighted (SPEC §2.4), though
+  the gate sees (1 - lam) g_CE under SCL's convex form."""
+  w = objective.weights["ce"]
+  info = {**info, "norm_ce": info["norm_ce"] / w} if w > 0 else info
+  return {f"gate/{k}": v for k, v in info.items()}
+
+
 def _ungated(names):
   """The loss terms a gated step adds outside the gate: all but "ce" and "aux"."""
   return tuple(k for k in names if k not in ("ce", "aux"))
@@ -138,7 +146,7 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
     elif objective.gate.angle_params == "top":
       grads, terms, metrics, info = _top_gated_grads(model, objective, params, batch,
                                                      drop_key, loss_key, state.step)
-      metrics_out.update({f"gate/{k}": v for k, v in info.items()})
+      metrics_out.update(_gate_metrics(info, objective))
     else:
       # Separate gradients with the same batch and dropout key; XLA shares the forward.
       g_ce, (terms, metrics) = jax.grad(loss_of(("ce",)), has_aux=True)(params)
@@ -154,7 +162,7 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
                                mode=objective.gate.mode, params_mask=mask)
       if g_rest is not None:
         grads = jax.tree.map(jnp.add, grads, g_rest)
-      metrics_out.update({f"gate/{k}": v for k, v in info.items()})
+      metrics_out.update(_gate_metrics(info, objective))
     if objective.freeze is not None:
       grads = objective.freeze(grads, state.step)
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
