@@ -81,6 +81,9 @@ def base_config() -> ml_collections.ConfigDict:
   c.loss.sigma_mode = "fixed"  # "fixed" or "sqrt"
   c.loss.gloss_form = "clean"  # "clean" or "official"
   c.loss.gloss_global = False  # data parallel: one graph over the gathered global batch
+  # Data parallel: SCL, ACL-Embed, ACL-CL, triplet and cosine pair every example with the
+  # gathered global batch (negatives from every device) instead of its own device's share.
+  c.loss.contrastive_global = False
   c.loss.margin = 5.0  # triplet
 
   c.multi_exit = ml_collections.ConfigDict()

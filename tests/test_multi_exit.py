@@ -239,6 +239,16 @@ def test_acl_cl_gate_adds_lower_exits_outside_the_gate(setup, angle_params):
       np.testing.assert_allclose(a, b, atol=2e-6, err_msg=f"threshold {threshold}")
 
 
+def test_acl_cl_contrastive_global_on_one_device_is_the_local_loss(setup):
+  """contrastive_global gathers every exit's features over the data axis: on one device the
+  step is the local one (the 1/2/4-device equality is in test_train's data-parallel test)."""
+  local, m_local = _acl_cl_step(setup, gate=True)
+  glob, m_glob = _acl_cl_step(setup, gate=True, contrastive_global=True)
+  np.testing.assert_allclose(m_glob["loss"], m_local["loss"], rtol=1e-6)
+  for a, b in zip(jax.tree.leaves(local), jax.tree.leaves(glob)):
+    np.testing.assert_allclose(a, b, atol=2e-6)  # fusion-order round-off after one Adam step
+
+
 def test_acl_cl_gate_angle_is_against_the_final_exit_ce(setup):
   """The logged angle is between grad(w_M CE_M) and grad(w_M L_ACL) with gate_ce='last', and
   between the gradient of every exit's loss and grad(L_ACL) with 'all'."""

@@ -159,8 +159,8 @@ def test_same_losses_on_1_2_4_devices(tiny_model_dir, tmp_path):
                      XLA_FLAGS="--xla_force_host_platform_device_count=4")
   assert p.returncode == 0, p.stderr[-3000:]
   d = np.load(out)
-  # G-Loss with gloss_global: one graph over the global batch; ACL (lambda 0): the gated
-  # two-grad step, angle over all params and in the split "top" mode.
+  # G-Loss with gloss_global: one graph over the global batch; ACL with contrastive_global:
+  # the gated two-grad step, angle over all params and in the split "top" mode.
   for tag in ("ce", "gloss", "acl", "acl_top"):
     for n in (2, 4):
       np.testing.assert_allclose(d[f"{tag}_loss_{n}"], d[f"{tag}_loss_1"], rtol=1e-5)
@@ -169,6 +169,7 @@ def test_same_losses_on_1_2_4_devices(tiny_model_dir, tmp_path):
       np.testing.assert_allclose(d[f"{tag}_grad_norm_{n}"], d[f"{tag}_grad_norm_1"], rtol=1e-4)
       np.testing.assert_allclose(d[f"{tag}_params_{n}"], d[f"{tag}_params_1"], atol=1e-6)
   assert not np.allclose(d["gloss_loss_1"], d["ce_loss_1"])
+  assert not np.allclose(d["acl_loss_1"], d["ce_loss_1"])  # the ACL term is in the total
 
 
 def test_two_processes_jax_distributed(tiny_model_dir, tmp_path):

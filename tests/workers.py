@@ -29,12 +29,11 @@ def data_parallel(model_dir, out):
                     "example_mask": np.ones(8, np.float32)})
   gloss = tiny_config(model_dir, "runlocal,gloss").loss
   gloss.gloss_global = True  # one graph over the gathered global batch: device-count free
-  # ACL's gated step (two grads, pmean, lax.cond; all-params and split "top" modes). Its
-  # contrastive term is per device, so lambda 0 keeps the total device-count free while the
-  # gradient still goes through the whole gated path.
-  acl = tiny_config(model_dir, "runlocal,acl", **{"loss.lam": 0.0}).loss
-  acl_top = tiny_config(model_dir, "runlocal,acl",
-                        **{"loss.lam": 0.0, "loss.angle_params": "top"}).loss
+  # ACL's gated step (two grads, pmean, lax.cond; all-params and split "top" modes), with its
+  # contrastive term over the gathered global batch (contrastive_global): device-count free.
+  acl = tiny_config(model_dir, "runlocal,acl", **{"loss.contrastive_global": True}).loss
+  acl_top = tiny_config(model_dir, "runlocal,acl", **{"loss.contrastive_global": True,
+                                                      "loss.angle_params": "top"}).loss
   results = {}
   for tag, loss_cfg in (("ce", cfg.loss), ("gloss", gloss), ("acl", acl), ("acl_top", acl_top)):
     for n in (1, 2, 4):

@@ -113,18 +113,36 @@ def _weights(entry: losses.LossEntry, lam: float) -> dict[str, float]:
   return {"ce": 1.0, "aux": lam}
 
 
+def gather_global(*xs):
+  """Each array (None passes through) gathered over the data axis into the global batch.
+
+  A loss computed on the gathered batch is the same on every device; its gradient is still
+  exact after the step's pmean: all_gather's transpose sums every device's cotangent of a
+  device's rows back onto that device (N times its share), and the pmean divides by N.
+  """
+  return tuple(None if x is None else jax.lax.all_gather(x, AXIS, tiled=True) for x in xs)
+
+
+def _pairwise(loss_cfg, fn):
+  """`fn(p, f, y, k, m)` over the global batch when loss.contrastive_global is set."""
+  if not loss_cfg.get("contrastive_global", False):  # workdirs from before the field
+    return fn
+  return lambda p, f, y, k, m: fn(p, *gather_global(f, y), k, *gather_global(m))
+
+
 def _aux_fn(loss_cfg, num_labels, last_exit, class_weights, sigma):
   """The auxiliary loss of the final exit: (params, feats, labels, key, mask) -> loss."""
   name = loss_cfg.name
   if name in ("scl", "acl_embed"):
     losses.check_tau(loss_cfg.tau)
   if name == "scl":
-    return lambda p, f, y, k, m: losses.scl_loss(f, y, loss_cfg.tau, example_mask=m)
+    return _pairwise(loss_cfg, lambda p, f, y, k, m: losses.scl_loss(f, y, loss_cfg.tau,
+                                                                     example_mask=m))
   if name == "acl_embed":
     losses.check_anchors(loss_cfg.anchors)
-    return lambda p, f, y, k, m: losses.acl_embed_loss(
+    return _pairwise(loss_cfg, lambda p, f, y, k, m: losses.acl_embed_loss(
         f, y, label_embeddings(p, last_exit), loss_cfg.tau, anchors=loss_cfg.anchors,
-        example_mask=m)
+        example_mask=m))
   if name == "gloss":
     sigma = float(loss_cfg.sigma if sigma is None else sigma)
     losses.check_sigma(sigma)
@@ -134,16 +152,17 @@ def _aux_fn(loss_cfg, num_labels, last_exit, class_weights, sigma):
     def gloss_fn(p, f, y, k, m):
       if loss_cfg.gloss_global:
         # One graph over the global batch: every device builds the same graph (same key).
-        f, y = jax.lax.all_gather((f, y), AXIS, tiled=True)
+        f, y = gather_global(f, y)
       else:
         k = jax.random.fold_in(k, jax.lax.axis_index(AXIS))  # each device its own split
       return losses.gloss(f, y, k, num_labels, sigma=sigma, gamma_keep=gamma_keep,
                           form=loss_cfg.gloss_form, class_weights=class_weights)
     return gloss_fn
   if name == "triplet":
-    return lambda p, f, y, k, m: losses.triplet_loss(f, y, margin=loss_cfg.margin, example_mask=m)
+    return _pairwise(loss_cfg, lambda p, f, y, k, m: losses.triplet_loss(
+        f, y, margin=loss_cfg.margin, example_mask=m))
   if name == "cosine":
-    return lambda p, f, y, k, m: losses.cosine_loss(f, y, example_mask=m)
+    return _pairwise(loss_cfg, lambda p, f, y, k, m: losses.cosine_loss(f, y, example_mask=m))
   return None
 
 
@@ -154,7 +173,7 @@ def _kd(student_logits, teacher_logits, temperature):
   return temperature ** 2 * jnp.mean(jnp.sum(jnp.exp(t) * (t - s), -1))
 
 
-def _multi_exit_ce(me: MultiExit, params, logits, aux, batch, cw, step, tau):
+def _multi_exit_ce(me: MultiExit, params, logits, aux, batch, cw, step, tau, pairs_global):
   """The non-gated part of a multi-exit objective, SPEC §2.5 and §3: ([M] per-exit weighted
   losses, whose sum is the loss, and metrics)."""
   labels, mask = batch["labels"], batch.get("example_mask")
@@ -179,8 +198,11 @@ def _multi_exit_ce(me: MultiExit, params, logits, aux, batch, cw, step, tau):
     return w * per_exit, metrics
   # ACL-CL: each lower exit's CE + lambda_cl * cross-layer contrastive loss against the top.
   layers = sorted(int(k.split("_")[1]) for k in params if k.startswith("exit_"))
-  t_feat, t_emb = aux["feats"][-1], label_embeddings(params, layers[-1])
-  cl = jnp.stack([losses.acl_cl_loss(aux["feats"][i], label_embeddings(params, m), t_feat, t_emb,
+  feats = aux["feats"]
+  if pairs_global:  # loss.contrastive_global: positives and negatives from every device
+    feats, (labels, mask) = gather_global(*feats), gather_global(labels, mask)
+  t_feat, t_emb = feats[-1], label_embeddings(params, layers[-1])
+  cl = jnp.stack([losses.acl_cl_loss(feats[i], label_embeddings(params, m), t_feat, t_emb,
                                      labels, tau, teacher_grad=me.teacher_grad, example_mask=mask)
                   for i, m in enumerate(layers[:-1])])
   per_exit = jnp.concatenate([ce[:-1] + me.lambda_cl * cl, ce[-1:]])
@@ -251,7 +273,7 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
       out = {"ce": losses.cross_entropy(logits[-1], labels, cw, mask, axis_name=AXIS)}
     else:
       per_exit, extra = _multi_exit_ce(multi_exit, params, logits, aux, batch, cw, step,
-                                       loss_cfg.tau)
+                                       loss_cfg.tau, loss_cfg.get("contrastive_global", False))
       out = ({"rest": jnp.sum(per_exit[:-1]), "ce": per_exit[-1]} if "rest" in weights
              else {"ce": jnp.sum(per_exit)})
       metrics.update(extra)
