@@ -129,6 +129,29 @@ def test_kd_and_acl_cl_losses_match_their_formulas(setup):
   np.testing.assert_allclose(ms[0]["loss"], want + 0.5 * w[2] * acl, rtol=1e-4)
 
 
+def test_kd_and_train_acc_skip_padding_examples(setup):
+  """Padding rows (example_mask 0) change neither KD nor train_acc: both are means over the
+  real examples, like CE."""
+  model, params, (batch,) = setup
+  c = _cfg("kd")
+  multi = objectives.multi_exit_from_config(c.multi_exit, 3, TOTAL)
+  obj = objectives.build_objective(c.loss, num_labels=3, last_exit=3, multi_exit=multi)
+
+  def terms(b):
+    def one(b):
+      logits, aux = model.apply({"params": params}, b["input_ids"], b["attention_mask"],
+                                b["token_type_ids"])
+      return obj.terms(params, logits, aux, b, jax.random.PRNGKey(0), 1)
+    return jax.vmap(one, axis_name=step_lib.AXIS)(jax.tree.map(lambda x: x[None], b))
+
+  half = {k: v[:4] for k, v in batch.items()}
+  padded = dict(batch, example_mask=np.r_[np.ones(4), np.zeros(4)].astype(np.float32))
+  (t_half, m_half), (t_pad, m_pad) = terms(half), terms(padded)
+  for k in ("kd/exit_1", "kd/exit_2", "train_acc"):
+    np.testing.assert_allclose(m_pad[k], m_half[k], rtol=1e-5, err_msg=k)
+  np.testing.assert_allclose(t_pad["ce"], t_half["ce"], rtol=1e-5)
+
+
 def test_multi_exit_bad_config():
   c = _cfg("pabee")
   with pytest.raises(ValueError, match="Unknown multi_exit.strategy 'pabee'"):

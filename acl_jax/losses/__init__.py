@@ -10,7 +10,7 @@ with CE, and the SPEC defaults of its hyperparameters:
 import dataclasses
 from typing import Any, Callable, Mapping, Optional
 
-from acl_jax.losses.ce import balanced_class_weights, cross_entropy
+from acl_jax.losses.ce import balanced_class_weights, cross_entropy, weighted_mean
 from acl_jax.losses.contrastive import (
     ANCHOR_MODES, acl_cl_loss, acl_embed_loss, check_anchors, check_tau, masked_supcon,
     safe_normalize, scl_loss)
@@ -84,4 +84,5 @@ __all__ = [
     "combine_with_ce", "cosine_loss", "cross_entropy", "encoder_angle_mask", "get_loss",
     "gloss", "masked_supcon", "propagate", "resolve_gamma", "safe_normalize", "scl_loss",
     "sigma_sqrt_heuristic", "silhouette_scores", "transition_matrix", "triplet_loss",
+    "weighted_mean",
 ]

@@ -40,7 +40,19 @@ def cross_entropy(
     weights = jnp.asarray(class_weights, dtype)[labels]
   if example_mask is not None:
     weights = weights * example_mask.astype(dtype)
-  num = jnp.sum(weights * nll)
+  return weighted_mean(nll, weights, axis_name)
+
+
+def weighted_mean(values: jax.Array, weights: Optional[jax.Array] = None,
+                  axis_name: Optional[str] = None) -> jax.Array:
+  """sum_i w_i v_i / sum_i w_i over the batch (the plain mean without weights); 0 if sum w = 0.
+
+  With `axis_name` (inside `shard_map`), the local value is normalised by the global
+  denominator, so `lax.pmean` of it is the global batch's weighted mean, even with uneven
+  padding masks across devices.
+  """
+  weights = jnp.ones_like(values) if weights is None else weights.astype(values.dtype)
+  num = jnp.sum(weights * values)
   den = jnp.sum(weights)
   if axis_name is not None:
     # pmean divides by the device count, so scale the global denominator back by it.

@@ -166,11 +166,13 @@ def _aux_fn(loss_cfg, num_labels, last_exit, class_weights, sigma):
   return None
 
 
-def _kd(student_logits, teacher_logits, temperature):
-  """T^2 * KL(softmax(teacher/T) || softmax(student/T)), mean over the batch."""
+def _kd(student_logits, teacher_logits, temperature, mask):
+  """T^2 * KL(softmax(teacher/T) || softmax(student/T)), mean over the unmasked global batch
+  (normalised as `losses.cross_entropy` is)."""
   t = jax.nn.log_softmax(jax.lax.stop_gradient(teacher_logits) / temperature, -1)
   s = jax.nn.log_softmax(student_logits / temperature, -1)
-  return temperature ** 2 * jnp.mean(jnp.sum(jnp.exp(t) * (t - s), -1))
+  kl = jnp.sum(jnp.exp(t) * (t - s), -1)
+  return temperature ** 2 * losses.weighted_mean(kl, mask, AXIS)
 
 
 def _multi_exit_ce(me: MultiExit, params, logits, aux, batch, cw, step, tau, pairs_global):
@@ -191,7 +193,7 @@ def _multi_exit_ce(me: MultiExit, params, logits, aux, batch, cw, step, tau, pai
     lower_w = w.at[-1].set(0.0) / jnp.sum(w[:-1])
     return jnp.where(step < me.stage1_steps, last_only, lower_w) * ce, metrics
   if me.strategy == "kd":
-    kd = jnp.stack([_kd(lg, logits[-1], me.kd_temperature) for lg in logits[:-1]])
+    kd = jnp.stack([_kd(lg, logits[-1], me.kd_temperature, mask) for lg in logits[:-1]])
     ce_share = 1.0 - me.kd_alpha if me.kd_form == "convex" else 1.0
     per_exit = jnp.concatenate([ce_share * ce[:-1] + me.kd_alpha * kd, ce[-1:]])
     metrics.update({f"kd/exit_{i + 1}": kd[i] for i in range(len(kd))})
@@ -268,7 +270,8 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
   def terms(params, logits, aux, batch, key, step):
     labels = batch["labels"]
     mask = batch.get("example_mask")
-    metrics = {"train_acc": jnp.mean((jnp.argmax(logits[-1], -1) == labels).astype(jnp.float32))}
+    hit = (jnp.argmax(logits[-1], -1) == labels).astype(jnp.float32)
+    metrics = {"train_acc": losses.weighted_mean(hit, mask, AXIS)}
     if multi_exit is None:
       out = {"ce": losses.cross_entropy(logits[-1], labels, cw, mask, axis_name=AXIS)}
     else:
