@@ -153,6 +153,19 @@ def test_crash_between_checkpoint_saves_is_mended(tiny_model_dir, tmp_path, monk
     assert res["train"]["best_step"] == straight["train"]["best_step"] == best_dir_step(d)
 
 
+def test_changed_optimizer_fails_resume_clearly_but_evaluates(tiny_model_dir, tmp_path):
+  """A workdir whose optimizer state this config no longer builds (head_lr_mult switches to
+  parameter groups): resuming names the problem; evaluation reads the params alone."""
+  from acl_jax.train import loop
+  wd = str(tmp_path / "run")
+  first = loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir), wd)
+  changed = helpers.tiny_config(tiny_model_dir, **{"optim.head_lr_mult": 2.0, "num_steps": 9})
+  with pytest.raises(ValueError, match="not this optimizer's state.*new --workdir"):
+    loop.train_and_evaluate(changed, wd)
+  again = loop.evaluate_workdir(changed, wd, ["dev"])
+  assert again["dev"] == first["dev"] and again["checkpoint_step"] == first["checkpoint_step"]
+
+
 def test_same_losses_on_1_2_4_devices(tiny_model_dir, tmp_path):
   out = str(tmp_path / "dp.npz")
   p = helpers.run_py(["-m", "tests.workers", "data_parallel", tiny_model_dir, out],

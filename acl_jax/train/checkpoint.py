@@ -75,15 +75,15 @@ class Checkpoints:
       return None
     return mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
 
-  def restore(self, target_state, best: bool = False) -> tuple[Any, dict] | None:
-    """Restores onto `target_state`'s structure, dtypes and shardings; None if absent."""
+  def _fitting(self, target_params, best: bool):
+    """(manager, step, meta) of the checkpoint if one exists and fits `target_params`."""
     mngr = self.best if best else self.latest
     step = mngr.latest_step()
     if step is None:
       return None
     meta = self.read_meta(best)
     want = meta.get("param_shapes", {})
-    have = param_shapes(target_state.params)
+    have = param_shapes(target_params)
     diff = {k: (want[k], have.get(k)) for k in want if want[k] != have.get(k)}
     if diff:
       k = next(iter(diff))
@@ -92,9 +92,42 @@ class Checkpoints:
           f"there but {diff[k][1]} here ({len(diff)} tensors differ). A classifier head "
           "mismatch means num_labels differs from the run that wrote it; use a new --workdir "
           "or the same task and model.")
-    out = mngr.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(_abstract(target_state)), meta=ocp.args.JsonRestore()))
+    return mngr, step, meta
+
+  def restore(self, target_state, best: bool = False) -> tuple[Any, dict] | None:
+    """Restores onto `target_state`'s structure, dtypes and shardings; None if absent."""
+    found = self._fitting(target_state.params, best)
+    if found is None:
+      return None
+    mngr, step, meta = found
+    try:
+      out = mngr.restore(step, args=ocp.args.Composite(
+          state=ocp.args.StandardRestore(_abstract(target_state)), meta=ocp.args.JsonRestore()))
+    except (ValueError, KeyError, TypeError) as e:
+      raise ValueError(
+          f"The checkpoint in {mngr.directory} (step {step}) fits this model but not this "
+          f"optimizer's state (the optimizer or its settings changed since; it was trained by "
+          f"code {meta.get('code_versions', ['unknown'])}). Resume it with that code, or "
+          "start a new --workdir; eval.py still reads its params. Orbax said: "
+          f"{str(e)[:300]}") from e
     return out["state"], out["meta"]
+
+  def restore_params(self, target_params, best: bool = False) -> tuple[Any, dict] | None:
+    """Restores the params alone (for evaluation), onto `target_params`' structure and
+    shardings: a checkpoint whose optimizer state this code no longer builds still loads.
+    None if absent."""
+    found = self._fitting(target_params, best)
+    if found is None:
+      return None
+    mngr, step, meta = found
+    item = {"params": _abstract(target_params)}
+    # A checkpointer of its own: this manager's "state" item is bound to the standard handler.
+    path = os.path.join(str(mngr.directory), str(step), "state")
+    with ocp.PyTreeCheckpointer() as c:
+      out = c.restore(path, args=ocp.args.PyTreeRestore(
+          item=item, partial_restore=True,
+          restore_args=ocp.checkpoint_utils.construct_restore_args(item)))
+    return out["params"], meta
 
   def close(self):
     self.latest.close()

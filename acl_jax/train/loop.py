@@ -396,7 +396,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     summary["gate_on_fraction"] = meta["gate_on_steps"] / meta["gated_steps"]
   if "early_stopped_at" in meta:
     summary["early_stopped_at"] = meta["early_stopped_at"]
-  results = evaluate_best(setup, ckpts, state, eval_step, cfg.eval_splits.split(","))
+  results = evaluate_best(setup, ckpts, state.params, eval_step, cfg.eval_splits.split(","))
   results["train"] = summary
   ckpts.close()
   if is_main():
@@ -404,7 +404,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   return results
 
 
-def evaluate_best(setup: Setup, ckpts, state, eval_step, splits, dump_dir=None,
+def evaluate_best(setup: Setup, ckpts, target_params, eval_step, splits, dump_dir=None,
                   checkpoint: str = "best") -> dict:
   """Evaluates the best checkpoint (the latest when none is marked best) on `splits`.
 
@@ -414,18 +414,18 @@ def evaluate_best(setup: Setup, ckpts, state, eval_step, splits, dump_dir=None,
   """
   if checkpoint not in ("best", "latest"):
     raise ValueError(f"checkpoint must be 'best' or 'latest', got {checkpoint!r}.")
-  restored = ((checkpoint == "best" and ckpts.restore(state, best=True))
-              or ckpts.restore(state))
+  restored = ((checkpoint == "best" and ckpts.restore_params(target_params, best=True))
+              or ckpts.restore_params(target_params))
   if restored is None:
     raise FileNotFoundError("No checkpoint to evaluate in this workdir; train first.")
-  best_state, meta = restored
+  params, meta = restored
   out = {"checkpoint_step": int(meta["step"])}
   for split in splits:
     split = split.strip()
     if split not in setup.tok:
       raise ValueError(f"Split {split!r} not in task {setup.task.name}; has {sorted(setup.tok)}.")
     dump = os.path.join(dump_dir, f"features_{split}.npz") if dump_dir else None
-    out[split] = evaluate(setup, eval_step, best_state.params, split, with_features=True,
+    out[split] = evaluate(setup, eval_step, params, split, with_features=True,
                           dump_path=dump)
   return out
 
@@ -441,20 +441,17 @@ def make_tx(cfg, total_steps: int, multi=None):
 
 
 def _open_workdir(config, workdir: str):
-  """(setup, checkpoints, restore target) of a finished run, rebuilt from its config."""
+  """(setup, checkpoints, params restore target) of a finished run, rebuilt from its config.
+
+  Evaluation restores the params alone, so a run whose optimizer state this code no longer
+  builds (an optimizer change since) still evaluates.
+  """
   setup = build(config)
   ckpts = ckpt_lib.Checkpoints(workdir)
-  meta = ckpts.read_meta(best=True) or ckpts.read_meta()
-  if meta is None:
+  if ckpts.read_meta(best=True) is None and ckpts.read_meta() is None:
     ckpts.close()
     raise FileNotFoundError(f"No checkpoint in {workdir}; train first.")
-  # The restore target needs the run's optimizer-state structure (not its values).
-  total = max(int(meta.get("total_steps", meta["step"])), 2)
-  multi = objectives.multi_exit_from_config(config.multi_exit, len(setup.model.cfg.exit_layers),
-                                            total)
-  tx = make_tx(config, total, multi)
-  state = step_lib.replicate(TrainState.create(setup.params, tx, config.seed), setup.mesh)
-  return setup, ckpts, state
+  return setup, ckpts, step_lib.replicate(setup.params, setup.mesh)
 
 
 def write_atomic(path: str, text: str) -> None:
@@ -485,10 +482,10 @@ def merge_results(old: dict, new: dict) -> dict:
 def evaluate_workdir(config, workdir: str, splits, dump_features: bool = False,
                      checkpoint: str = "best") -> dict:
   """Rebuilds the model of a finished run and evaluates its best (or latest) checkpoint."""
-  setup, ckpts, state = _open_workdir(config, workdir)
+  setup, ckpts, target = _open_workdir(config, workdir)
   eval_step = step_lib.make_eval_step(setup.model, setup.mesh)
   try:
-    return evaluate_best(setup, ckpts, state, eval_step, splits,
+    return evaluate_best(setup, ckpts, target, eval_step, splits,
                          dump_dir=workdir if dump_features else None, checkpoint=checkpoint)
   finally:
     ckpts.close()
@@ -509,10 +506,10 @@ def early_exit_workdir(config, workdir: str, split: str, policy: str, thresholds
   from acl_jax.exits.policies import check_threshold  # pylint: disable=import-outside-toplevel
   for t in thresholds:  # fail before loading anything
     check_threshold(policy, t)
-  setup, ckpts, state = _open_workdir(config, workdir)
-  restored = ckpts.restore(state, best=True) or ckpts.restore(state)
+  setup, ckpts, target = _open_workdir(config, workdir)
+  restored = ckpts.restore_params(target, best=True) or ckpts.restore_params(target)
   ckpts.close()
-  params = jax.device_get(restored[0].params)
+  params = jax.device_get(restored[0])
   ds = setup.tok[split]
   batches = list(data_lib.eval_batches(ds, batch_size, setup.boundaries,
                                        pad_id=setup.tokenizer.pad_token_id or 0))
