@@ -309,23 +309,14 @@ def test_acl_cl_gate_angle_is_against_the_final_exit_ce(setup):
 
 
 def test_top_gate_always_on_equals_ungated_multi_exit_update(setup):
-  """angle_params='top' with every exit trained: the lower exits' losses must still reach the
-  lower layers through their per-layer states (gate always on == the ungated sum)."""
-  model, params, (batch,) = setup
-  mesh = step_lib.make_mesh(jax.devices()[:1])
-  out = []
-  for gate in (False, True):
-    c = _cfg("acl_cl", gate_ce="all")
-    c.loss.update(gate=gate, gate_threshold=180.0, angle_params="top")
-    multi = objectives.multi_exit_from_config(c.multi_exit, 3, TOTAL)
-    obj = objectives.build_objective(c.loss, num_labels=3, last_exit=3, multi_exit=multi)
-    tx = optim.make_optimizer(lr=1e-2, total_steps=TOTAL, warmup_ratio=0.0, clip_norm=0.0)
-    state = step_lib.replicate(TrainState.create(params, tx, 0), mesh)
-    fn = step_lib.make_train_step(model, obj, tx, mesh, donate=False)
-    state, m = fn(state, step_lib.shard_batch(batch, mesh))
-    out.append(jax.device_get(state.params))
+  """angle_params='top' with every exit trained and gate_ce='all': the lower exits' losses
+  must still reach the lower layers through their per-layer states (gate always on == the
+  ungated sum)."""
+  params = setup[1]
+  plain, _ = _acl_cl_step(setup, "all", gate=False)
+  gated, m = _acl_cl_step(setup, "all", gate=True, gate_threshold=180.0, angle_params="top")
   assert float(m["gate/gate"]) == 1.0
   lower = lambda p: p["encoder"]["layer_0"]
-  assert not _same(lower(out[0]), lower(params)), "the lower layer did not move"
-  for a, b in zip(jax.tree.leaves(out[0]), jax.tree.leaves(out[1])):
+  assert not _same(lower(plain), lower(params)), "the lower layer did not move"
+  for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(gated)):
     np.testing.assert_allclose(a, b, atol=2e-6)
