@@ -32,39 +32,6 @@ reuse() {
   done
 }
 
-# retire_pre_s3 DIR: KD and 2ST runs trained before session 3 changed them (KD's default
-# became SPEC's additive form, 2ST's frozen gradients stopped counting in the clipping) have
-# no multi_exit.kd_form in their config.json. They move to DIR/pre_s3/ (kept, out of the
-# tables), so a rerun trains them with the current code instead of mixing the two in a row.
-retire_pre_s3() {
-  local d
-  for d in "$1"/method=kd,* "$1"/method=2st,*; do
-    [ -f "$d/config.json" ] || continue
-    grep -q '"kd_form"' "$d/config.json" && continue
-    mkdir -p "$1/pre_s3"
-    mv "$d" "$1/pre_s3/" && echo "retired (pre-session-3 code): $d"
-  done
-}
-
-# retire_older DIR TAG COMMIT GLOB...: finished runs DIR/GLOB first trained by code older than
-# COMMIT (their results.json's first code_versions entry is not a descendant of it, or there is
-# none) move to DIR/TAG/ (kept, out of the tables), so a rerun trains them with current code.
-retire_older() {
-  local dir=$1 tag=$2 commit=$3 g d rev
-  shift 3
-  for g in "$@"; do
-    for d in "$dir"/$g; do
-      [ -f "$d/results.json" ] || continue
-      rev=$($PY -c 'import json, sys
-v = json.load(open(sys.argv[1]))["train"].get("code_versions") or [""]
-print(v[0].split("+")[0])' "$d/results.json")
-      [ -n "$rev" ] && git merge-base --is-ancestor "$commit" "$rev" 2>/dev/null && continue
-      mkdir -p "$dir/$tag"
-      mv "$d" "$dir/$tag/" && echo "retired ($tag, trained before ${commit:0:7}): $d"
-    done
-  done
-}
-
 # in_list VALUE COMMA_LIST: whether VALUE is one of the list's items.
 in_list() { case ",$2," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 
@@ -101,12 +68,18 @@ multi_exit() {
   for task in ${ME_TASKS:-sst2 mr}; do
     read -r cfg dd <<< "$(task_args "$task")"
     stage multi_exit "$task" "$pool"
-    retire_pre_s3 "$root/$task"
-    # 2ST and ALT trained before 1c77d98 stepped a frozen exit group's AdamW (see optim.py).
-    retire_older "$root/$task" pre_optfix 1c77d98f0d1a8516bbc00cd96742b5eec86bbaca \
-        "method=2st,*" "method=alt,*"
-    # Gated ACL-CL trained before ed80301 measured its angle against every exit's loss.
-    retire_older "$root/$task" pre_gate_ce ed80301497295df386729ab49d2a5801d234c9ad "method=acl_cl,*"
+    # Runs that a later library change made stale move out of the tables (kept under
+    # <task>/<tag>/), so the sweep below trains them again with the current code:
+    # KD and 2ST before session 3 (KD's default became SPEC's additive form, recorded as
+    # multi_exit.kd_form; 2ST's frozen gradients stopped counting in the clipping);
+    $PY scripts/retire_runs.py "$root/$task" --methods kd,2st --tag pre_s3 \
+        --without_field multi_exit.kd_form
+    # 2ST and ALT before 1c77d98 stepped a frozen exit group's AdamW (see optim.py);
+    $PY scripts/retire_runs.py "$root/$task" --methods 2st,alt --tag pre_optfix \
+        --before 1c77d98f0d1a8516bbc00cd96742b5eec86bbaca
+    # gated ACL-CL before ed80301 measured its angle against every exit's loss.
+    $PY scripts/retire_runs.py "$root/$task" --methods acl_cl --tag pre_gate_ce \
+        --before ed80301497295df386729ab49d2a5801d234c9ad
     $PY scripts/sweep.py --root "$root/$task" --config "$cfg" \
         --methods jt,2st,alt,kd,acl_cl --seeds "${ME_SEEDS:-0}" --set task.data_dir="$dd" $me --keep_going
     # Committed copies go to results/<root name>/<task>/: the per-exit table and plot over

@@ -201,3 +201,54 @@ def test_aggregate_another_results_file(tmp_path):
   # each summary keeps its own files
   assert json.load(open(tmp_path / "summary.json")) == best
   assert json.load(open(tmp_path / "summary_latest.json")) == last
+
+
+def test_retire_runs_by_code_and_config(tmp_path):
+  """Runs first trained before a commit (or with no revision record, or lacking a config
+  field) move to root/<tag>/; later code, other methods and '+dirty' descendants stay."""
+  import shutil
+  import subprocess
+  from scripts import retire_runs
+  if shutil.which("git") is None:
+    pytest.skip("git is not installed")
+  repo = tmp_path / "repo"
+  repo.mkdir()
+  git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", "-c",
+         "commit.gpgsign=false"]
+  subprocess.run(git + ["init", "-q"], check=True)
+  revs = []
+  for i in range(3):  # a line of history: revs[0] -> revs[1] -> revs[2]
+    (repo / "f.py").write_text(str(i))
+    subprocess.run(git + ["add", "f.py"], check=True)
+    subprocess.run(git + ["commit", "-qm", str(i)], check=True)
+    revs.append(subprocess.run(git + ["rev-parse", "HEAD"], capture_output=True, text=True,
+                               check=True).stdout.strip())
+  root = tmp_path / "sweep"
+
+  def run(name, versions=None, finished=True, config=None):
+    d = root / name
+    d.mkdir(parents=True)
+    json.dump(config or {"multi_exit": {"kd_form": "add"}}, open(d / "config.json", "w"))
+    train = {} if versions is None else {"code_versions": versions}
+    if finished:
+      json.dump({"train": train}, open(d / "results.json", "w"))
+    else:
+      (d / "ckpt" / "40" / "meta").mkdir(parents=True)
+      json.dump(train, open(d / "ckpt" / "40" / "meta" / "metadata", "w"))
+
+  run("method=2st,seed=0", [revs[0]])                     # before revs[1]: retired
+  run("method=2st,seed=1", [revs[2] + "+dirty", revs[0]])  # first trained after: kept
+  run("method=alt,seed=0")                                 # no record: retired
+  run("method=alt,seed=1", [revs[1]], finished=False)      # unfinished, at the commit: kept
+  run("method=alt,seed=2", [revs[0]], finished=False)      # unfinished, before: retired
+  run("method=jt,seed=0", [revs[0]])                       # another method: kept
+  run("method=kd,seed=0", [revs[2]], config={"multi_exit": {}})
+  moved = retire_runs.retire(str(root), ["2st", "alt"], "old", before=revs[1], repo=str(repo))
+  assert sorted(os.path.basename(m) for m in moved) == [
+      "method=2st,seed=0", "method=alt,seed=0", "method=alt,seed=2"]
+  assert sorted(os.listdir(root / "old")) == sorted(os.path.basename(m) for m in moved)
+  assert {"method=2st,seed=1", "method=alt,seed=1", "method=jt,seed=0"} <= set(os.listdir(root))
+  moved = retire_runs.retire(str(root), ["kd", "jt"], "pre", without_field="multi_exit.kd_form")
+  assert [os.path.basename(m) for m in moved] == ["method=kd,seed=0"]
+  with pytest.raises(ValueError, match="--before as a commit"):
+    retire_runs.retire(str(root), ["jt"], "x", before="f" * 40, repo=str(repo))
