@@ -231,7 +231,10 @@ def _warn_config_changes(path: str, cfg) -> None:
     log.warning("Could not read the workdir's %s; it is rewritten with the current config.", path)
     return
   new = provenance.flatten(json.loads(cfg.to_json_best_effort()))
-  # Fields added to the config after the workdir started are not changes.
+  # A field added to the config after the workdir started is a change only if the run used
+  # another value than it now gets (objectives.LEGACY_DEFAULTS: what such runs did).
+  for k, v in objectives.LEGACY_DEFAULTS.items():
+    old.setdefault(k, v)
   changed = sorted(k for k in old.keys() & new.keys() if old[k] != new[k])
   if changed:
     log.warning("Resuming with a config that differs from the one this workdir started with: "

@@ -29,6 +29,15 @@ KD_FORMS = ("add", "convex")
 # CE; the lower exits' losses are added ungated, a third backward pass); "all" measures against
 # the gradient of every exit's loss (two backward passes; what ran before the field existed).
 GATE_CE = ("last", "all")
+# Fields added to the config after runs were made with it, and the value those runs used: a
+# workdir's config.json without the field reads as this (and resuming it with another value
+# is logged as a change, see loop._warn_config_changes).
+LEGACY_DEFAULTS = {"multi_exit.kd_form": "convex", "multi_exit.gate_ce": "all",
+                   "loss.combine": "", "loss.contrastive_global": False}
+
+
+def _legacy_get(cfg, block: str, field: str):
+  return cfg.get(field, LEGACY_DEFAULTS[f"{block}.{field}"])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,12 +77,12 @@ def multi_exit_from_config(me_cfg, num_exits: int, total_steps: int) -> MultiExi
     raise ValueError(f"multi_exit.stage1_fraction must be in (0, 1), got {me_cfg.stage1_fraction}.")
   if me_cfg.kd_temperature <= 0 or not 0 <= me_cfg.kd_alpha <= 1:
     raise ValueError("multi_exit.kd_temperature must be > 0 and kd_alpha in [0, 1].")
-  kd_form = me_cfg.get("kd_form", "convex")  # workdirs from before the field: what ran then
+  kd_form = _legacy_get(me_cfg, "multi_exit", "kd_form")
   if kd_form not in KD_FORMS:
     raise ValueError(f"multi_exit.kd_form must be one of {KD_FORMS}, got {kd_form!r}.")
   if me_cfg.lambda_cl < 0:
     raise ValueError(f"multi_exit.lambda_cl must be >= 0, got {me_cfg.lambda_cl}.")
-  gate_ce = me_cfg.get("gate_ce", "all")  # workdirs from before the field: what ran then
+  gate_ce = _legacy_get(me_cfg, "multi_exit", "gate_ce")
   if gate_ce not in GATE_CE:
     raise ValueError(f"multi_exit.gate_ce must be one of {GATE_CE}, got {gate_ce!r}.")
   return MultiExit(s, exit_weights(me_cfg.weights, num_exits),
@@ -125,7 +134,7 @@ def gather_global(*xs):
 
 def _pairwise(loss_cfg, fn):
   """`fn(p, f, y, k, m)` over the global batch when loss.contrastive_global is set."""
-  if not loss_cfg.get("contrastive_global", False):  # workdirs from before the field
+  if not _legacy_get(loss_cfg, "loss", "contrastive_global"):
     return fn
   return lambda p, f, y, k, m: fn(p, *gather_global(f, y), k, *gather_global(m))
 
@@ -225,7 +234,7 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
     multi_exit: a multi-exit strategy (`multi_exit_from_config`), or None for one exit.
   """
   entry = losses.get_loss(loss_cfg.name)
-  combine = loss_cfg.get("combine", "")  # workdirs from before the field: the loss's own
+  combine = _legacy_get(loss_cfg, "loss", "combine")  # "": the loss's own
   if combine:
     if combine not in ("convex", "additive"):
       raise ValueError(f"loss.combine must be '', 'convex' or 'additive', got {combine!r}.")
@@ -276,7 +285,8 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
       out = {"ce": losses.cross_entropy(logits[-1], labels, cw, mask, axis_name=AXIS)}
     else:
       per_exit, extra = _multi_exit_ce(multi_exit, params, logits, aux, batch, cw, step,
-                                       loss_cfg.tau, loss_cfg.get("contrastive_global", False))
+                                       loss_cfg.tau,
+                                       _legacy_get(loss_cfg, "loss", "contrastive_global"))
       out = ({"rest": jnp.sum(per_exit[:-1]), "ce": per_exit[-1]} if "rest" in weights
              else {"ce": jnp.sum(per_exit)})
       metrics.update(extra)
@@ -306,4 +316,8 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
   label = (multi_exit.strategy + ":" if multi_exit else "") + name + ("+grad" if gate else "")
   freeze = (two_stage_freeze(multi_exit.stage1_steps)
             if multi_exit is not None and multi_exit.strategy == "2st" else None)
-  return Objective(label, terms, weights, gate, freeze)
+  scales = {}
+  if multi_exit is not None and aux_fn is not None:  # "aux" is w_M L_ACL; so is "ce" w_M CE_M
+    w_last = float(multi_exit.weights[-1])
+    scales = {"aux": w_last, **({"ce": w_last} if "rest" in weights else {})}
+  return Objective(label, terms, weights, gate, freeze, scales)
