@@ -30,14 +30,13 @@ def first_code_version(run: str) -> str | None:
   """The revision that first trained `run` (without "+dirty"), or None if none is recorded."""
   versions = None
   path = os.path.join(run, "results.json")
-  if os.path.exists(path):
+  if os.path.exists(path):  # eval.py alone on an unfinished run writes one without "train"
     versions = json.load(open(path)).get("train", {}).get("code_versions")
-  else:
-    steps = sorted(int(d) for d in os.listdir(os.path.join(run, "ckpt"))
-                   if d.isdigit()) if os.path.isdir(os.path.join(run, "ckpt")) else []
-    if steps:
-      meta = os.path.join(run, "ckpt", str(steps[-1]), "meta", "metadata")
-      versions = json.load(open(meta)).get("code_versions")
+  ckpt = os.path.join(run, "ckpt")
+  steps = sorted(int(d) for d in os.listdir(ckpt) if d.isdigit()) if os.path.isdir(ckpt) else []
+  if not versions and steps:
+    meta = os.path.join(ckpt, str(steps[-1]), "meta", "metadata")
+    versions = json.load(open(meta)).get("code_versions")
   if not versions or versions[0] == "unknown":
     return None
   return versions[0].split("+")[0]
@@ -75,10 +74,10 @@ def retire(root: str, methods: list[str], tag: str, before: str | None = None,
       stale = ((before and trained_before(run, before, repo))
                or (without_field and lacks_field(run, without_field)))
       if stale:
-        dest = os.path.join(root, tag, os.path.basename(run))
-        if os.path.exists(dest):
-          raise FileExistsError(f"{dest} exists: an earlier retirement kept a run of the same "
-                                "name; move one of them by hand.")
+        dest, n = os.path.join(root, tag, os.path.basename(run)), 1
+        while os.path.exists(dest):  # an earlier retirement kept a run of this name
+          n += 1
+          dest = os.path.join(root, tag, f"{os.path.basename(run)}.{n}")
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         shutil.move(run, dest)
         moved.append(dest)

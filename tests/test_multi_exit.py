@@ -296,9 +296,11 @@ def test_acl_cl_gate_angle_is_against_the_final_exit_ce(setup):
   def acl(p):
     return w * losses.acl_embed_loss(exits(p)[1][2], y, label_embeddings(p, 3), 0.3)
 
+  def flat_grad(h):
+    return np.concatenate([np.ravel(x) for x in jax.tree.leaves(jax.grad(h)(params))])
+
   def angle(f, g):
-    a, b = (np.concatenate([np.ravel(x) for x in jax.tree.leaves(jax.grad(h)(params))])
-            for h in (f, g))
+    a, b = flat_grad(f), flat_grad(g)
     return np.degrees(np.arccos(a @ b / np.linalg.norm(a) / np.linalg.norm(b)))
 
   want = {"last": angle(ce_last, acl), "all": angle(ce_all, acl)}
@@ -306,6 +308,12 @@ def test_acl_cl_gate_angle_is_against_the_final_exit_ce(setup):
   for gate_ce, a in want.items():
     _, m = _acl_cl_step(setup, gate_ce, gate=True)
     np.testing.assert_allclose(float(m["gate/angle"]), a, atol=0.05, err_msg=gate_ce)
+  # The logged norms are SPEC's |g_CE| and |g_ACL| of the final exit, without its weight w_M.
+  np.testing.assert_allclose(float(m["gate/norm_acl"]), np.linalg.norm(flat_grad(acl)) / w,
+                             rtol=1e-4)
+  _, m = _acl_cl_step(setup, "last", gate=True)
+  np.testing.assert_allclose(float(m["gate/norm_ce"]), np.linalg.norm(flat_grad(ce_last)) / w,
+                             rtol=1e-4)
 
 
 def test_top_gate_always_on_equals_ungated_multi_exit_update(setup):

@@ -250,5 +250,8 @@ def test_retire_runs_by_code_and_config(tmp_path):
   assert {"method=2st,seed=1", "method=alt,seed=1", "method=jt,seed=0"} <= set(os.listdir(root))
   moved = retire_runs.retire(str(root), ["kd", "jt"], "pre", without_field="multi_exit.kd_form")
   assert [os.path.basename(m) for m in moved] == ["method=kd,seed=0"]
+  run("method=alt,seed=0")  # retrained outside git, say: retired again, beside the first one
+  moved = retire_runs.retire(str(root), ["alt"], "old", before=revs[1], repo=str(repo))
+  assert [os.path.basename(m) for m in moved] == ["method=alt,seed=0.2"]
   with pytest.raises(ValueError, match="--before as a commit"):
     retire_runs.retire(str(root), ["jt"], "x", before="f" * 40, repo=str(repo))

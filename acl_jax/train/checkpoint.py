@@ -104,6 +104,8 @@ class Checkpoints:
       out = mngr.restore(step, args=ocp.args.Composite(
           state=ocp.args.StandardRestore(_abstract(target_state)), meta=ocp.args.JsonRestore()))
     except (ValueError, KeyError, TypeError) as e:
+      if _saved_leaf_count(mngr, step, "opt_state") == len(jax.tree.leaves(target_state.opt_state)):
+        raise  # not an optimizer-state mismatch: Orbax's own error says what it is
       raise ValueError(
           f"The checkpoint in {mngr.directory} (step {step}) fits this model but not this "
           f"optimizer's state (the optimizer or its settings changed since; it was trained by "
@@ -132,6 +134,17 @@ class Checkpoints:
   def close(self):
     self.latest.close()
     self.best.close()
+
+
+def _saved_leaf_count(mngr, step: int, key: str) -> int | None:
+  """How many arrays the saved state's `key` subtree holds (None if unreadable)."""
+  try:
+    with ocp.StandardCheckpointer() as c:
+      md = c.metadata(os.path.join(str(mngr.directory), str(step), "state"))
+    tree = getattr(md, "item_metadata", md)
+    return len(jax.tree.leaves(getattr(tree, "tree", tree)[key]))
+  except Exception:  # pylint: disable=broad-except
+    return None
 
 
 def param_shapes(params) -> dict[str, list[int]]:

@@ -76,6 +76,9 @@ class Objective:
   # (grads, step) -> grads: zeroes the gradients of parameters frozen at this step (2ST),
   # after the cross-device mean and before clipping.
   freeze: Callable[[Any, jax.Array], Any] | None = None
+  # A constant factor inside a term (gated multi-exit: the final exit's weight w_M in "ce"
+  # and "aux"), divided out of the gate's logged norms.
+  term_scales: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
 def _forward(model, params, batch, key, train):
@@ -85,10 +88,12 @@ def _forward(model, params, batch, key, train):
 
 
 def _gate_metrics(info, objective: Objective):
-  """The gate's log: angle, on/off and the two norms; |g_CE| unweighted (SPEC §2.4), though
-  the gate sees (1 - lam) g_CE under SCL's convex form."""
-  w = objective.weights["ce"]
-  info = {**info, "norm_ce": info["norm_ce"] / w} if w > 0 else info
+  """The gate's log: angle, on/off and the two norms, unweighted (SPEC §2.4: |g_CE|, |g_ACL|),
+  though the gate sees (1 - lam) g_CE under SCL's convex form and w_M-weighted terms in
+  multi-exit training."""
+  scale = {"ce": objective.weights["ce"] * objective.term_scales.get("ce", 1.0),
+           "acl": objective.term_scales.get("aux", 1.0)}
+  info = {**info, **{f"norm_{k}": info[f"norm_{k}"] / w for k, w in scale.items() if w > 0}}
   return {f"gate/{k}": v for k, v in info.items()}
 
 
