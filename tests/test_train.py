@@ -173,8 +173,9 @@ def test_same_losses_on_1_2_4_devices(tiny_model_dir, tmp_path):
   assert p.returncode == 0, p.stderr[-3000:]
   d = np.load(out)
   # G-Loss with gloss_global: one graph over the global batch; ACL with contrastive_global:
-  # the gated two-grad step, angle over all params and in the split "top" mode.
-  for tag in ("ce", "gloss", "acl", "acl_top"):
+  # the gated two-grad step, angle over all params and in the split "top" mode; gated ACL-CL
+  # (three grads) with contrastive_global.
+  for tag in ("ce", "gloss", "acl", "acl_top", "acl_cl"):
     for n in (2, 4):
       np.testing.assert_allclose(d[f"{tag}_loss_{n}"], d[f"{tag}_loss_1"], rtol=1e-5)
       # The gradient itself, not only Adam's scale-free update: a sum over devices instead of

@@ -34,14 +34,22 @@ def data_parallel(model_dir, out):
   acl = tiny_config(model_dir, "runlocal,acl", **{"loss.contrastive_global": True}).loss
   acl_top = tiny_config(model_dir, "runlocal,acl", **{"loss.contrastive_global": True,
                                                       "loss.angle_params": "top"}).loss
+  # Gated ACL-CL on every exit: three gradients, the lower exits' cross-layer terms over the
+  # gathered batch too.
+  acl_cl = tiny_config(model_dir, "runlocal,acl_cl", **{"loss.contrastive_global": True})
+  multi = objectives.multi_exit_from_config(acl_cl.multi_exit, 2, 10)
+  model_all, params_all, _ = hf.load_pretrained(model_dir, 2, "all", with_tokenizer=False)
   results = {}
-  for tag, loss_cfg in (("ce", cfg.loss), ("gloss", gloss), ("acl", acl), ("acl_top", acl_top)):
+  for tag, loss_cfg in (("ce", cfg.loss), ("gloss", gloss), ("acl", acl), ("acl_top", acl_top),
+                        ("acl_cl", acl_cl.loss)):
+    me = multi if tag == "acl_cl" else None
+    m_, p_ = (model_all, params_all) if me else (model, params)
     for n in (1, 2, 4):
       mesh = step_lib.make_mesh(jax.devices()[:n])
-      obj = objectives.build_objective(loss_cfg, num_labels=2, last_exit=2)
+      obj = objectives.build_objective(loss_cfg, num_labels=2, last_exit=2, multi_exit=me)
       tx = optim.make_optimizer(lr=1e-3, total_steps=10)
-      state = step_lib.replicate(TrainState.create(params, tx, 0), mesh)
-      fn = step_lib.make_train_step(model, obj, tx, mesh)
+      state = step_lib.replicate(TrainState.create(p_, tx, 0), mesh)
+      fn = step_lib.make_train_step(m_, obj, tx, mesh)
       losses, norms = [], []
       for b in batches:
         state, m = fn(state, step_lib.shard_batch(b, mesh))
