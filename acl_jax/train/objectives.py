@@ -136,7 +136,11 @@ def _pairwise(loss_cfg, fn):
   """`fn(p, f, y, k, m)` over the global batch when loss.contrastive_global is set."""
   if not _legacy_get(loss_cfg, "loss", "contrastive_global"):
     return fn
-  return lambda p, f, y, k, m: fn(p, *gather_global(f, y), k, *gather_global(m))
+
+  def gathered(p, f, y, k, m):
+    f, y, m = gather_global(f, y, m)
+    return fn(p, f, y, k, m)
+  return gathered
 
 
 def _aux_fn(loss_cfg, num_labels, last_exit, class_weights, sigma):
