@@ -92,10 +92,9 @@ def make_optimizer(*, lr: float, total_steps: int, warmup_ratio: float = 0.1,
               "head": gated(sched(head_lr, s1), lambda c: c < s1),
               "lower_heads": gated(sched(head_lr, total_steps - s1), lambda c: c >= s1)}
   else:
-    lower = sched(head_lr)
-    if strategy == "alt":  # the k-th own update is global step 2k + 1
-      lower = gated(lambda k, f=lower: f(2 * k + 1), lambda c: c % 2 == 1)
-    else:
-      lower = gated(lower)
-    groups = {"encoder": gated(sched(lr)), "head": gated(sched(head_lr)), "lower_heads": lower}
+    head = sched(head_lr)
+    # ALT: the lower exits' k-th own update is global step 2k + 1.
+    lower = (gated(lambda k: head(2 * k + 1), lambda c: c % 2 == 1) if strategy == "alt"
+             else gated(head))
+    groups = {"encoder": gated(sched(lr)), "head": gated(head), "lower_heads": lower}
   return optax.chain(*clip, optax.multi_transform(groups, param_groups))
