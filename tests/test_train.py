@@ -115,8 +115,9 @@ def test_resume_after_sigkill_is_exact(tiny_model_dir, tmp_path):
 def test_crash_between_checkpoint_saves_is_mended(tiny_model_dir, tmp_path, monkeypatch, caplog):
   """A crash after the latest save of an improving eval but before its best save: the resume
   writes the best checkpoint from the restored state. A best checkpoint ahead of the latest
-  (older code saved the best first) is deleted and selection restarts. Both end as a straight
-  run does, with the best checkpoint at results.json's best_step."""
+  (older code saved the best first, or `ckpt/` was deleted) is moved to `best_stale/`, not
+  deleted, and selection restarts. Both end as a straight run does, with the best checkpoint
+  at results.json's best_step."""
   import shutil
   from acl_jax.train import checkpoint as ckpt_lib, loop
   cfg = lambda: helpers.tiny_config(tiny_model_dir)
@@ -148,6 +149,8 @@ def test_crash_between_checkpoint_saves_is_mended(tiny_model_dir, tmp_path, monk
   with caplog.at_level("WARNING"):
     restarted = loop.train_and_evaluate(cfg(), ahead)
   assert "selection restarts from step 0" in caplog.text
+  old_best = best_dir_step(str(tmp_path / "straight"))
+  assert os.listdir(os.path.join(ahead, "best_stale")) == [str(old_best)]
   for res, d in ((mended, wd), (restarted, ahead)):
     assert res["dev"] == straight["dev"]
     assert res["train"]["best_step"] == straight["train"]["best_step"] == best_dir_step(d)
@@ -164,6 +167,33 @@ def test_changed_optimizer_fails_resume_clearly_but_evaluates(tiny_model_dir, tm
     loop.train_and_evaluate(changed, wd)
   again = loop.evaluate_workdir(changed, wd, ["dev"])
   assert again["dev"] == first["dev"] and again["checkpoint_step"] == first["checkpoint_step"]
+
+
+def test_optimizer_mismatch_with_equal_leaf_count_is_named(tmp_path):
+  """Old and new optimizer states with as many arrays but another structure (as 2ST's
+  chain(adamw, scale_by_schedule) against conditionally_mask(adamw)): the resume error names
+  the optimizer, not a raw tree mismatch; params still restore alone."""
+  import jax
+  import jax.numpy as jnp
+  import optax
+  from acl_jax.train import checkpoint as ckpt_lib
+  from acl_jax.train.state import TrainState
+  params = {"w": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(3)}
+  old_tx = optax.chain(optax.adam(1e-3), optax.scale_by_schedule(lambda n: 1.0))
+  new_tx = optax.chain(optax.scale_by_schedule(lambda n: 1.0), optax.adam(1e-3))
+  old, new = (TrainState.create(params, tx, seed=0) for tx in (old_tx, new_tx))
+  assert len(jax.tree.leaves(old.opt_state)) == len(jax.tree.leaves(new.opt_state))
+  meta = {"step": 0, "param_shapes": ckpt_lib.param_shapes(params)}
+  wd = str(tmp_path / "run")
+  ckpts = ckpt_lib.Checkpoints(wd)
+  ckpts.save(old, meta)
+  with pytest.raises(ValueError, match="not this optimizer's state"):
+    ckpts.restore(new)
+  got, _ = ckpts.restore_params(params)
+  np.testing.assert_array_equal(got["w"], params["w"])
+  restored, _ = ckpts.restore(old)
+  assert jax.tree.structure(restored.opt_state) == jax.tree.structure(old.opt_state)
+  ckpts.close()
 
 
 def test_same_losses_on_1_2_4_devices(tiny_model_dir, tmp_path):

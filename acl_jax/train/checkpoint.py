@@ -32,6 +32,7 @@ class Checkpoints:
   """The latest and best checkpoints of one workdir, each a TrainState plus a JSON `meta`."""
 
   def __init__(self, workdir: str, keep_latest: int = 1):
+    self.workdir = workdir
     self.latest = _manager(os.path.join(workdir, "ckpt"), keep_latest)
     self.best = _manager(os.path.join(workdir, "best"), 1)
 
@@ -52,17 +53,25 @@ class Checkpoints:
     A crash after the latest save but before the best save of the same step leaves meta's
     best_step == state.step with no best checkpoint there: it is written from `state` (exactly
     that step's weights). A best checkpoint ahead of `state` (left by a crash in older code,
-    which saved the best first) belongs to a trajectory this run will not retrace: it is
-    deleted, and as the best checkpoint it replaced is gone too, selection restarts here.
+    which saved the best first, or by a deleted `ckpt/`) belongs to a trajectory this run will
+    not retrace: it is moved aside to `best_stale/` (never deleted: it may be the only trained
+    weights), and as the best checkpoint it replaced is gone too, selection restarts here.
     Returns the (possibly reset) meta.
     """
     step, have = int(state.step), self.best.latest_step()
     if have is not None and have > step:
+      aside = os.path.join(self.workdir, "best_stale")
+      os.makedirs(aside, exist_ok=True)
       for s in self.best.all_steps():
         if s > step:
-          self.best.delete(s)
-      log.warning("Best checkpoint at step %d is ahead of the latest (%d): deleted; checkpoint "
-                  "selection restarts from step %d.", have, step, step)
+          src = os.path.join(str(self.best.directory), str(s))
+          dst = os.path.join(aside, str(s))
+          if os.path.exists(dst):
+            dst = f"{dst}.{os.getpid()}"
+          os.replace(src, dst)
+      self.best.reload()
+      log.warning("Best checkpoint at step %d is ahead of the latest (%d): moved to %s; "
+                  "checkpoint selection restarts from step %d.", have, step, aside, step)
       return {**meta, "best_metric": None, "best_step": None, "evals_since_best": 0}
     if meta.get("best_step") == step and have != step:
       self.save(state, {**meta, "step": step}, best=True)
@@ -94,9 +103,10 @@ class Checkpoints:
           "or the same task and model.")
     return mngr, step, meta
 
-  def restore(self, target_state, best: bool = False) -> tuple[Any, dict] | None:
-    """Restores onto `target_state`'s structure, dtypes and shardings; None if absent."""
-    found = self._fitting(target_state.params, best)
+  def restore(self, target_state) -> tuple[Any, dict] | None:
+    """Restores the latest checkpoint onto `target_state`'s structure, dtypes and shardings;
+    None if absent."""
+    found = self._fitting(target_state.params, best=False)
     if found is None:
       return None
     mngr, step, meta = found
@@ -104,8 +114,11 @@ class Checkpoints:
       out = mngr.restore(step, args=ocp.args.Composite(
           state=ocp.args.StandardRestore(_abstract(target_state)), meta=ocp.args.JsonRestore()))
     except (ValueError, KeyError, TypeError) as e:
-      if _saved_leaf_count(mngr, step, "opt_state") == len(jax.tree.leaves(target_state.opt_state)):
-        raise  # not an optimizer-state mismatch: Orbax's own error says what it is
+      try:  # everything but the optimizer state: if that loads, the optimizer is what changed
+        _restore_items(mngr, step, {"step": target_state.step, "params": target_state.params,
+                                    "rng": target_state.rng})
+      except Exception:  # pylint: disable=broad-except
+        raise e from None  # not an optimizer-state mismatch: Orbax's own error says what it is
       raise ValueError(
           f"The checkpoint in {mngr.directory} (step {step}) fits this model but not this "
           f"optimizer's state (the optimizer or its settings changed since; it was trained by "
@@ -122,29 +135,23 @@ class Checkpoints:
     if found is None:
       return None
     mngr, step, meta = found
-    item = {"params": _abstract(target_params)}
-    # A checkpointer of its own: this manager's "state" item is bound to the standard handler.
-    path = os.path.join(str(mngr.directory), str(step), "state")
-    with ocp.PyTreeCheckpointer() as c:
-      out = c.restore(path, args=ocp.args.PyTreeRestore(
-          item=item, partial_restore=True,
-          restore_args=ocp.checkpoint_utils.construct_restore_args(item)))
-    return out["params"], meta
+    return _restore_items(mngr, step, {"params": target_params})["params"], meta
 
   def close(self):
     self.latest.close()
     self.best.close()
 
 
-def _saved_leaf_count(mngr, step: int, key: str) -> int | None:
-  """How many arrays the saved state's `key` subtree holds (None if unreadable)."""
-  try:
-    with ocp.StandardCheckpointer() as c:
-      md = c.metadata(os.path.join(str(mngr.directory), str(step), "state"))
-    tree = getattr(md, "item_metadata", md)
-    return len(jax.tree.leaves(getattr(tree, "tree", tree)[key]))
-  except Exception:  # pylint: disable=broad-except
-    return None
+def _restore_items(mngr, step: int, items: dict) -> dict:
+  """A partial restore of some of the saved state's top-level fields, onto `items`' live
+  structures and shardings."""
+  item = _abstract(items)
+  # A checkpointer of its own: the manager's "state" item is bound to the standard handler.
+  path = os.path.join(str(mngr.directory), str(step), "state")
+  with ocp.PyTreeCheckpointer() as c:
+    return c.restore(path, args=ocp.args.PyTreeRestore(
+        item=item, partial_restore=True,
+        restore_args=ocp.checkpoint_utils.construct_restore_args(item)))
 
 
 def param_shapes(params) -> dict[str, list[int]]:
