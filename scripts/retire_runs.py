@@ -7,7 +7,8 @@ r"""Moves a sweep's runs trained by outdated code out of its tables, so a rerun 
 
 A run (`ROOT/method=<m>,...`) is retired when the code that first trained it is not a
 descendant of --before (its first `code_versions` entry, read from results.json or, for an
-unfinished run, from its latest checkpoint's meta; a run with none predates revision records),
+unfinished run, from its latest checkpoint's meta; a run with none predates revision records,
+and one this repository does not hold cannot be shown current),
 or when its config.json lacks --without_field (the change added that field). Retired runs move
 to ROOT/<tag>/, kept but out of the sweep's summaries, and the same sweep command then trains
 them again with the current code instead of mixing two codes in one row.
@@ -42,16 +43,30 @@ def first_code_version(run: str) -> str | None:
   return versions[0].split("+")[0]
 
 
+def _is_commit(rev: str, repo: str) -> bool:
+  p = subprocess.run(["git", "-C", repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+                     capture_output=True, text=True, check=False)
+  return p.returncode == 0
+
+
 def trained_before(run: str, commit: str, repo: str = REPO) -> bool:
-  """Whether `run`'s first code is not `commit` or a descendant of it."""
+  """Whether `run`'s first code is not `commit` or a descendant of it.
+
+  A run whose recorded revision this repository does not hold (another clone, an amended or
+  rebased commit) cannot be shown current: it counts as stale, with a warning.
+  """
   rev = first_code_version(run)
   if rev is None:
+    return True
+  if not _is_commit(rev, repo):
+    print(f"warning: {run} was trained by {rev}, which is not a commit of {repo}: "
+          "retired as stale.", file=sys.stderr)
     return True
   p = subprocess.run(["git", "-C", repo, "merge-base", "--is-ancestor", commit, rev],
                      capture_output=True, text=True, check=False)
   if p.returncode not in (0, 1):
     raise ValueError(f"git cannot compare {commit!r} with {rev!r} (the code of {run}): "
-                     f"{p.stderr.strip()}. Give --before as a commit of this repository.")
+                     f"{p.stderr.strip()}.")
   return p.returncode == 1
 
 
@@ -66,6 +81,9 @@ def retire(root: str, methods: list[str], tag: str, before: str | None = None,
   """Moves the stale runs of `methods` under `root` to root/tag/; returns their new paths."""
   if not before and not without_field:
     raise ValueError("Give --before COMMIT and/or --without_field FIELD: what makes a run stale.")
+  if before and not _is_commit(before, repo):  # checked before anything moves
+    raise ValueError(f"--before {before!r} is not a commit of {repo}. Give --before as a "
+                     "commit of this repository.")
   moved = []
   for m in methods:
     for run in sorted(glob.glob(os.path.join(root, f"method={m},*"))):

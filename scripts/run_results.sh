@@ -69,17 +69,19 @@ multi_exit() {
     read -r cfg dd <<< "$(task_args "$task")"
     stage multi_exit "$task" "$pool"
     # Runs that a later library change made stale move out of the tables (kept under
-    # <task>/<tag>/), so the sweep below trains them again with the current code:
+    # <task>/<tag>/), so the sweep below trains them again with the current code (if a
+    # retirement fails, the task is not swept: its table would mix two codes):
     # KD and 2ST before session 3 (KD's default became SPEC's additive form, recorded as
     # multi_exit.kd_form; 2ST's frozen gradients stopped counting in the clipping);
     $PY scripts/retire_runs.py "$root/$task" --methods kd,2st --tag pre_s3 \
-        --without_field multi_exit.kd_form
+        --without_field multi_exit.kd_form &&
     # 2ST and ALT before 1c77d98 stepped a frozen exit group's AdamW (see optim.py);
     $PY scripts/retire_runs.py "$root/$task" --methods 2st,alt --tag pre_optfix \
-        --before 1c77d98f0d1a8516bbc00cd96742b5eec86bbaca
+        --before 1c77d98f0d1a8516bbc00cd96742b5eec86bbaca &&
     # gated ACL-CL before ed80301 measured its angle against every exit's loss.
     $PY scripts/retire_runs.py "$root/$task" --methods acl_cl --tag pre_gate_ce \
-        --before ed80301497295df386729ab49d2a5801d234c9ad
+        --before ed80301497295df386729ab49d2a5801d234c9ad ||
+      { echo "retire_runs.py failed: $root/$task not swept" >&2; continue; }
     $PY scripts/sweep.py --root "$root/$task" --config "$cfg" \
         --methods jt,2st,alt,kd,acl_cl --seeds "${ME_SEEDS:-0}" --set task.data_dir="$dd" $me --keep_going
     # Committed copies go to results/<root name>/<task>/: the per-exit table and plot over

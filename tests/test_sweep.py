@@ -204,8 +204,9 @@ def test_aggregate_another_results_file(tmp_path):
 
 
 def test_retire_runs_by_code_and_config(tmp_path):
-  """Runs first trained before a commit (or with no revision record, or lacking a config
-  field) move to root/<tag>/; later code, other methods and '+dirty' descendants stay."""
+  """Runs first trained before a commit (or with no revision record, one unknown to git, or
+  lacking a config field) move to root/<tag>/; later code, other methods and '+dirty'
+  descendants stay; a bad --before moves nothing."""
   import shutil
   import subprocess
   from scripts import retire_runs
@@ -241,11 +242,12 @@ def test_retire_runs_by_code_and_config(tmp_path):
   run("method=alt,seed=0")                                 # no record: retired
   run("method=alt,seed=1", [revs[1]], finished=False)      # unfinished, at the commit: kept
   run("method=alt,seed=2", [revs[0]], finished=False)      # unfinished, before: retired
+  run("method=alt,seed=3", ["e" * 40])                     # unknown to git: retired
   run("method=jt,seed=0", [revs[0]])                       # another method: kept
   run("method=kd,seed=0", [revs[2]], config={"multi_exit": {}})
   moved = retire_runs.retire(str(root), ["2st", "alt"], "old", before=revs[1], repo=str(repo))
   assert sorted(os.path.basename(m) for m in moved) == [
-      "method=2st,seed=0", "method=alt,seed=0", "method=alt,seed=2"]
+      "method=2st,seed=0", "method=alt,seed=0", "method=alt,seed=2", "method=alt,seed=3"]
   assert sorted(os.listdir(root / "old")) == sorted(os.path.basename(m) for m in moved)
   assert {"method=2st,seed=1", "method=alt,seed=1", "method=jt,seed=0"} <= set(os.listdir(root))
   moved = retire_runs.retire(str(root), ["kd", "jt"], "pre", without_field="multi_exit.kd_form")
@@ -255,3 +257,4 @@ def test_retire_runs_by_code_and_config(tmp_path):
   assert [os.path.basename(m) for m in moved] == ["method=alt,seed=0.2"]
   with pytest.raises(ValueError, match="--before as a commit"):
     retire_runs.retire(str(root), ["jt"], "x", before="f" * 40, repo=str(repo))
+  assert "method=jt,seed=0" in os.listdir(root)  # a bad --before moves nothing
