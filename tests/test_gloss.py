@@ -295,3 +295,63 @@ def test_balanced_class_weights_match_sklearn():
   assert got[3] == 1.0
   with pytest.raises(ValueError, match=r"\[0, 4\)"):
     balanced_class_weights(labels, 4)
+
+
+def _gloss_ref_order(x, y, order, n_l, k, sigma, form):
+  """NumPy G-Loss on the rows `order` (labelled first n_l), unweighted."""
+  x, y = x[order], y[order]
+  f_u = ref_propagate(x, np.eye(k)[y[:n_l]], sigma)
+  y_u = y[n_l:]
+  if form == "clean":
+    return np.mean(-np.log(np.clip(f_u[np.arange(len(y_u)), y_u], 1e-8, 1.0)))
+  logsumexp = np.log(np.sum(np.exp(f_u), axis=1))
+  return np.mean(logsumexp - f_u[np.arange(len(y_u)), y_u]) / len(y_u)
+
+
+@pytest.mark.parametrize("form", ["clean", "official"])
+def test_gloss_padding_rows_leave_the_graph(form):
+  """With example_mask, padding rows change neither the loss nor the gradient of the real
+  rows (and get none): the loss is G-Loss on the real rows, split in the key's order with
+  round(gamma_keep * B_real) labelled. An all-ones mask gives the unmasked loss."""
+  x, y = _data(8, n=14, k=3)
+  mask = np.ones(14, np.float32)
+  mask[[2, 5, 6, 11]] = 0.0  # 10 real rows
+  key = jax.random.key(3)
+  step = jax.jit(jax.value_and_grad(
+      lambda x, y, m: gloss(x, y, key, 3, SIGMA, 0.7, form, example_mask=m), has_aux=True))
+  (loss, aux), grad = step(x, y, mask)
+  perm = np.asarray(jax.random.permutation(key, 14))
+  order = [i for i in perm if mask[i] > 0]
+  want = _gloss_ref_order(x, y, order, 7, 3, SIGMA, form)  # round(0.7 * 10) = 7 labelled
+  np.testing.assert_allclose(float(loss), want, rtol=1e-4)
+  assert 0.0 <= float(aux["lp_acc"]) <= 1.0
+  assert np.all(np.asarray(grad)[mask == 0] == 0.0)
+  x2, y2 = x.copy(), y.copy()
+  x2[mask == 0] = 100.0 * _data(9, n=14)[0][mask == 0]
+  y2[mask == 0] = 0
+  (loss2, _), grad2 = step(x2, y2, mask)
+  np.testing.assert_allclose(float(loss2), float(loss), rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(grad2), np.asarray(grad), rtol=1e-5, atol=1e-9)
+  unmasked = jax.jit(jax.value_and_grad(lambda x, y: gloss(x, y, key, 3, SIGMA, 0.7, form),
+                                        has_aux=True))
+  (full, _), g_full = step(x, y, np.ones(14, np.float32))
+  (want, _), g_want = unmasked(x, y)
+  np.testing.assert_allclose(float(full), float(want), rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(g_full), np.asarray(g_want), rtol=1e-5, atol=1e-9)
+
+
+def test_gloss_masked_path_matches_the_unmasked_one():
+  """The static-shape masked solve (identity rows for non-hidden nodes), run on a batch
+  without padding, agrees with the unmasked solve; one real row gives loss 0, not NaN."""
+  from acl_jax.losses.graph import _gloss_masked
+  x, y = _data(10, n=12, k=3)
+  real = jnp.ones(12, bool)
+  for form in ("clean", "official"):
+    got, aux = jax.jit(lambda x, y: _gloss_masked(x, y, real, 0.7, 3, SIGMA, form, None, 1e-8,
+                                                  DEFAULT_W_FLOOR))(x, y)
+    want = _gloss_ref_order(x, y, np.arange(12), 8, 3, SIGMA, form)
+    np.testing.assert_allclose(float(got), want, rtol=1e-4)
+  one = jnp.zeros(12, bool).at[4].set(True)
+  loss, grad = jax.value_and_grad(lambda x: _gloss_masked(
+      x, y, one, 0.7, 3, SIGMA, "clean", None, 1e-8, DEFAULT_W_FLOOR)[0])(x)
+  assert float(loss) == 0.0 and np.all(np.isfinite(np.asarray(grad)))

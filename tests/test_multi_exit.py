@@ -152,6 +152,34 @@ def test_kd_and_train_acc_skip_padding_examples(setup):
   np.testing.assert_allclose(t_pad["ce"], t_half["ce"], rtol=1e-5)
 
 
+def test_gloss_objective_ignores_padding_rows(setup):
+  """The G-Loss objective passes example_mask on (per device and gathered): what the padding
+  rows hold changes neither the loss nor its gradient."""
+  model, params, (batch,) = setup
+  c = common.base_config()
+  c.loss.update(common.METHODS["gloss"])
+  obj = objectives.build_objective(c.loss, num_labels=3, last_exit=3, sigma=0.667)
+  mask = np.r_[np.ones(5), np.zeros(3)].astype(np.float32)
+
+  def loss_and_grad(b):
+    def one(b):
+      def loss(p):
+        logits, aux = model.apply({"params": p}, b["input_ids"], b["attention_mask"],
+                                  b["token_type_ids"])
+        return obj.terms(p, logits, aux, b, jax.random.PRNGKey(0), 1)[0]["aux"]
+      return jax.value_and_grad(loss)(params)
+    return jax.vmap(one, axis_name=step_lib.AXIS)(jax.tree.map(lambda x: x[None], b))
+
+  padded = dict(batch, example_mask=mask)
+  other = dict(padded, input_ids=np.where(mask[:, None] > 0, batch["input_ids"],
+                                          np.roll(batch["input_ids"], 1, axis=1)),
+               labels=np.where(mask > 0, batch["labels"], (batch["labels"] + 1) % 3))
+  (l1, g1), (l2, g2) = loss_and_grad(padded), loss_and_grad(other)
+  np.testing.assert_allclose(l1, l2, rtol=1e-5)
+  for a, b in zip(jax.tree.leaves(g1), jax.tree.leaves(g2)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
+
+
 def test_multi_exit_bad_config():
   c = _cfg("pabee")
   with pytest.raises(ValueError, match="Unknown multi_exit.strategy 'pabee'"):

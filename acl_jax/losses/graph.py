@@ -83,7 +83,8 @@ def check_labels(labels, num_classes: int) -> None:
         f"[{lo}, {hi}]. Set num_classes to at least {hi + 1} or fix the label map.")
 
 
-def transition_matrix(x: jax.Array, sigma, w_floor: float = DEFAULT_W_FLOOR) -> jax.Array:
+def transition_matrix(x: jax.Array, sigma, w_floor: float = DEFAULT_W_FLOOR,
+                      node_mask: Optional[jax.Array] = None) -> jax.Array:
   """Row-stochastic transition matrix T of the batch graph.
 
   W_ij = exp(-||x_i - x_j||^2 / (2 sigma^2)) on unit-normalised rows, W_ii = 0;
@@ -100,23 +101,35 @@ def transition_matrix(x: jax.Array, sigma, w_floor: float = DEFAULT_W_FLOOR) -> 
     x: [n, hidden] features; normalised here.
     sigma: kernel width > 0.
     w_floor: off-diagonal weight floor, relative to the strongest edge.
+    node_mask: optional [n] bool, False for padding nodes: they get no edges (zero rows
+      and columns of T), and the graph of the others is exactly the graph without them.
 
   Returns:
-    [n, n] T with zero diagonal and unit row sums.
+    [n, n] T with zero diagonal and unit row sums (zero rows for padding nodes).
   """
   n = x.shape[0]
   x = safe_normalize(x.astype(jnp.promote_types(x.dtype, jnp.float32)))
   sq_norm = jnp.sum(x * x, axis=-1)
   # Clipped at 0: the Gram form can dip below it by round-off.
   sq_dist = jnp.maximum(sq_norm[:, None] + sq_norm[None, :] - 2.0 * (x @ x.T), 0.0)
-  off_diag = ~jnp.eye(n, dtype=bool)
+  edge = ~jnp.eye(n, dtype=bool)
+  if node_mask is not None:
+    edge = edge & node_mask[:, None] & node_mask[None, :]
   log_w = -sq_dist / (2.0 * sigma * sigma)
-  log_w_max = jnp.max(jnp.where(off_diag, log_w, -jnp.inf))
-  w = jnp.where(off_diag, jnp.exp(jnp.where(off_diag, log_w - log_w_max, 0.0)) + w_floor, 0.0)
-  d_inv_sqrt = jax.lax.rsqrt(jnp.sum(w, axis=-1))
+  log_w_max = jnp.max(jnp.where(edge, log_w, -jnp.inf))
+  w = jnp.where(edge, jnp.exp(jnp.where(edge, log_w - log_w_max, 0.0)) + w_floor, 0.0)
+  if node_mask is None:
+    d_inv_sqrt = jax.lax.rsqrt(jnp.sum(w, axis=-1))
+    a = w * d_inv_sqrt[:, None] * d_inv_sqrt[None, :]
+    t = a / jnp.sum(a, axis=0, keepdims=True)
+    return t / jnp.sum(t, axis=1, keepdims=True)
+  # Padding nodes have zero degree: their rows and columns stay 0 instead of 0/0.
+  nonzero = lambda v: jnp.where(v > 0, v, 1.0)
+  d = jnp.sum(w, axis=-1)
+  d_inv_sqrt = jnp.where(d > 0, jax.lax.rsqrt(nonzero(d)), 0.0)
   a = w * d_inv_sqrt[:, None] * d_inv_sqrt[None, :]
-  t = a / jnp.sum(a, axis=0, keepdims=True)
-  return t / jnp.sum(t, axis=1, keepdims=True)
+  t = a / nonzero(jnp.sum(a, axis=0, keepdims=True))
+  return t / nonzero(jnp.sum(t, axis=1, keepdims=True))
 
 
 def propagate(
@@ -162,11 +175,15 @@ def gloss(
     class_weights: Optional[jax.Array] = None,
     eps: float = 1e-8,
     w_floor: float = DEFAULT_W_FLOOR,
+    example_mask: Optional[jax.Array] = None,
 ) -> tuple[jax.Array, dict]:
   """G-Loss: hide some batch labels, propagate the rest, score the hidden ones.
 
   A permutation drawn from `key` orders the batch; its first n_L = round(gamma_keep * B)
   items keep their labels and the other B - n_L are hidden (see `check_gamma_keep`).
+  With `example_mask`, padding rows (mask 0) leave the graph: the split keeps the first
+  round(gamma_keep * B_real) real items of the same order, and a batch without padding
+  takes the unmasked computation.
 
   Forms:
     clean (default): mean over hidden u of -log(max(F_U[u, y_u], eps)); with
@@ -187,9 +204,10 @@ def gloss(
     class_weights: optional [num_classes] weights (e.g. `balanced_class_weights`).
     eps: clip for the log in the clean form.
     w_floor: see `transition_matrix`.
+    example_mask: optional [batch] float, 0 for padding rows.
 
   Returns:
-    loss: scalar.
+    loss: scalar (0 when fewer than two rows are real: no hidden node is left).
     aux: {"lp_acc": accuracy of argmax F_U against the hidden labels}.
   """
   if form not in GLOSS_FORMS:
@@ -202,27 +220,67 @@ def gloss(
 
   perm = jax.random.permutation(key, batch)
   x, y = feats[perm], labels[perm].astype(jnp.int32)
-  y_l = jax.nn.one_hot(y[:num_labelled], num_classes, dtype=jnp.float32)
-  y_u = y[num_labelled:]
-  f_u = propagate(x, y_l, sigma, w_floor)
-  target = jax.nn.one_hot(y_u, num_classes, dtype=f_u.dtype)
-  weights = jnp.ones(y_u.shape, f_u.dtype)
-  if class_weights is not None:
-    weights = jnp.asarray(class_weights, f_u.dtype)[y_u]
-  num_hidden = batch - num_labelled
+  cw = None if class_weights is None else jnp.asarray(class_weights, jnp.float32)
+  full = lambda x, y: _gloss_split(x, y, num_labelled, num_classes, sigma, form, cw, eps,
+                                   w_floor)
+  if example_mask is None:
+    return full(x, y)
+  real = example_mask[perm] > 0
+  return jax.lax.cond(  # a batch without padding takes the unmasked path
+      jnp.all(real), full,
+      lambda x, y: _gloss_masked(x, y, real, gamma_keep, num_classes, sigma, form, cw, eps,
+                                 w_floor), x, y)
+
+
+def _nll(f_u, y_u, weights, num_hidden, form, eps):
+  """The weighted loss of F_U rows against their hidden labels (see `gloss`'s forms)."""
+  target = jax.nn.one_hot(y_u, f_u.shape[-1], dtype=f_u.dtype)
   # Zero weight on every hidden label (possible with class weights) gives 0, not NaN.
   weight_sum = jnp.sum(weights)
   safe_weight_sum = jnp.where(weight_sum > 0, weight_sum, 1.0)
-
   if form == "clean":
     p_true = jnp.sum(f_u * target, axis=-1)
     nll = -jnp.log(jnp.clip(p_true, eps, 1.0))
-    loss = jnp.sum(weights * nll) / safe_weight_sum
-  else:
-    nll = -jnp.sum(jax.nn.log_softmax(f_u, axis=-1) * target, axis=-1)
-    loss = jnp.sum(weights * nll) / safe_weight_sum / num_hidden
+    return jnp.sum(weights * nll) / safe_weight_sum
+  nll = -jnp.sum(jax.nn.log_softmax(f_u, axis=-1) * target, axis=-1)
+  return jnp.sum(weights * nll) / safe_weight_sum / num_hidden
 
+
+def _gloss_split(x, y, num_labelled, num_classes, sigma, form, class_weights, eps, w_floor):
+  """G-Loss on an ordered batch whose first `num_labelled` rows keep their labels."""
+  y_l = jax.nn.one_hot(y[:num_labelled], num_classes, dtype=jnp.float32)
+  y_u = y[num_labelled:]
+  f_u = propagate(x, y_l, sigma, w_floor)
+  weights = jnp.ones(y_u.shape, f_u.dtype)
+  if class_weights is not None:
+    weights = class_weights.astype(f_u.dtype)[y_u]
+  loss = _nll(f_u, y_u, weights, x.shape[0] - num_labelled, form, eps)
   lp_acc = jnp.mean((jnp.argmax(f_u, axis=-1) == y_u).astype(jnp.float32))
+  return loss, {"lp_acc": lp_acc}
+
+
+def _gloss_masked(x, y, real, gamma_keep, num_classes, sigma, form, class_weights, eps, w_floor):
+  """G-Loss on an ordered batch with padding rows (`real` False): the first
+  round(gamma_keep * B_real) real rows keep their labels, the other real rows are hidden.
+
+  The shapes stay static: label propagation is solved over all B rows, with identity rows
+  for every node that is not hidden, which gives the harmonic F_U of the real graph."""
+  n_real = jnp.sum(real.astype(jnp.int32))
+  n_keep = jnp.floor(gamma_keep * n_real.astype(jnp.float32) + 0.5).astype(jnp.int32)
+  n_keep = jnp.clip(n_keep, 1, jnp.maximum(n_real - 1, 1))
+  rank = jnp.cumsum(real.astype(jnp.int32)) - 1  # position among the real rows
+  lab, hid = real & (rank < n_keep), real & (rank >= n_keep)
+  t = transition_matrix(x, sigma, w_floor, node_mask=real)
+  u, l = hid.astype(t.dtype), lab.astype(t.dtype)
+  y_l = jax.nn.one_hot(y, num_classes, dtype=t.dtype) * l[:, None]
+  system = jnp.eye(x.shape[0], dtype=t.dtype) - u[:, None] * t * u[None, :]
+  f = jnp.linalg.solve(system, u[:, None] * (t @ y_l))
+  row = jnp.sum(f, axis=-1, keepdims=True)
+  f = f / jnp.where(row > 0, row, 1.0)
+  weights = u if class_weights is None else u * class_weights.astype(t.dtype)[y]
+  num_hidden = jnp.maximum(jnp.sum(u), 1.0)
+  loss = _nll(f, y, weights, num_hidden, form, eps)
+  lp_acc = jnp.sum(u * (jnp.argmax(f, axis=-1) == y)) / num_hidden
   return loss, {"lp_acc": lp_acc}
 
 

@@ -165,11 +165,12 @@ def _aux_fn(loss_cfg, num_labels, last_exit, class_weights, sigma):
     def gloss_fn(p, f, y, k, m):
       if loss_cfg.gloss_global:
         # One graph over the global batch: every device builds the same graph (same key).
-        f, y = gather_global(f, y)
+        f, y, m = gather_global(f, y, m)
       else:
         k = jax.random.fold_in(k, jax.lax.axis_index(AXIS))  # each device its own split
       return losses.gloss(f, y, k, num_labels, sigma=sigma, gamma_keep=gamma_keep,
-                          form=loss_cfg.gloss_form, class_weights=class_weights)
+                          form=loss_cfg.gloss_form, class_weights=class_weights,
+                          example_mask=m)
     return gloss_fn
   if name == "triplet":
     return _pairwise(loss_cfg, lambda p, f, y, k, m: losses.triplet_loss(
