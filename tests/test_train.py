@@ -288,15 +288,20 @@ def test_resume_with_a_changed_config_is_logged(tmp_path, caplog):
     loop._warn_config_changes(str(tmp_path / "config.json"), c)  # pylint: disable=protected-access
   assert "num_steps: 240 -> 480" in caplog.text and "loss.tau: 0.3 -> 0.1" in caplog.text
   # A workdir from before a field existed ran its legacy value: resuming with a new default
-  # is a change (gated ACL-CL's angle), an equal one (loss.combine) is not.
+  # is a change (gated ACL-CL's angle), an equal one (loss.combine) is not, and neither is a
+  # field the method does not read (gate_ce and kd_form in a single-exit run).
   import json
-  old = json.loads(quickstart.get_config().to_json_best_effort())
-  del old["multi_exit"]["gate_ce"], old["loss"]["combine"]
-  (tmp_path / "config.json").write_text(json.dumps(old))
-  caplog.clear()
-  with caplog.at_level(logging.WARNING):
-    loop._warn_config_changes(str(tmp_path / "config.json"), c)  # pylint: disable=protected-access
-  assert "multi_exit.gate_ce: 'all' -> 'last'" in caplog.text and "combine" not in caplog.text
+  for arg, logged in ((None, []), ("acl_cl", ["multi_exit.gate_ce: 'all' -> 'last'"])):
+    c = quickstart.get_config(arg)
+    old = json.loads(c.to_json_best_effort())
+    del old["multi_exit"]["gate_ce"], old["multi_exit"]["kd_form"], old["loss"]["combine"]
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+      loop._warn_config_changes(str(tmp_path / "config.json"), c)  # pylint: disable=protected-access
+    assert all(x in caplog.text for x in logged), (arg, caplog.text)
+    assert "combine" not in caplog.text and "kd_form" not in caplog.text, (arg, caplog.text)
+    assert ("gate_ce" in caplog.text) == bool(logged), (arg, caplog.text)
 
 
 def test_resume_drops_a_half_written_metrics_line(tmp_path):

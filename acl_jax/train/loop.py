@@ -232,9 +232,10 @@ def _warn_config_changes(path: str, cfg) -> None:
     return
   new = provenance.flatten(json.loads(cfg.to_json_best_effort()))
   # A field added to the config after the workdir started is a change only if the run used
-  # another value than it now gets (objectives.LEGACY_DEFAULTS: what such runs did).
-  for k, v in objectives.LEGACY_DEFAULTS.items():
-    old.setdefault(k, v)
+  # another value than it now gets (objectives.LEGACY_DEFAULTS: what such runs did), and only
+  # if this run's method reads it.
+  for k in objectives.legacy_fields_in_use(new):
+    old.setdefault(k, objectives.LEGACY_DEFAULTS[k])
   changed = sorted(k for k in old.keys() & new.keys() if old[k] != new[k])
   if changed:
     log.warning("Resuming with a config that differs from the one this workdir started with: "
@@ -469,6 +470,11 @@ def write_atomic(path: str, text: str) -> None:
     f.flush()
     os.fsync(f.fileno())  # the data reaches the disk before the rename makes it visible
   os.replace(tmp, path)
+  fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+  try:
+    os.fsync(fd)  # and the rename itself survives a power loss
+  finally:
+    os.close(fd)
 
 
 def merge_results(old: dict, new: dict) -> dict:

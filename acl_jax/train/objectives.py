@@ -31,13 +31,26 @@ KD_FORMS = ("add", "convex")
 GATE_CE = ("last", "all")
 # Fields added to the config after runs were made with it, and the value those runs used: a
 # workdir's config.json without the field reads as this (and resuming it with another value
-# is logged as a change, see loop._warn_config_changes).
+# is logged as a change, see loop._warn_config_changes); a hand-built config block without the
+# field gets it too.
 LEGACY_DEFAULTS = {"multi_exit.kd_form": "convex", "multi_exit.gate_ce": "all",
                    "loss.combine": "", "loss.contrastive_global": False}
+# Losses computed on pairs of batch examples (loss.contrastive_global gathers their batch).
+PAIRWISE_LOSSES = ("scl", "acl_embed", "triplet", "cosine")
 
 
 def _legacy_get(cfg, block: str, field: str):
   return cfg.get(field, LEGACY_DEFAULTS[f"{block}.{field}"])
+
+
+def legacy_fields_in_use(flat_cfg: dict) -> list[str]:
+  """The LEGACY_DEFAULTS fields that change what a (flattened) config trains."""
+  strategy, name = flat_cfg.get("multi_exit.strategy", ""), flat_cfg.get("loss.name", "ce")
+  used = {"multi_exit.kd_form": strategy == "kd",
+          "multi_exit.gate_ce": strategy == "acl_cl",
+          "loss.combine": name != "ce",
+          "loss.contrastive_global": name in PAIRWISE_LOSSES or strategy == "acl_cl"}
+  return [k for k in LEGACY_DEFAULTS if used[k]]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -161,7 +161,8 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
       # Average first, so the gate sees global gradients and every replica branches alike.
       g_ce, g_aux, g_rest = lax.pmean((g_ce, g_aux, g_rest), AXIS)
       mask = encoder_angle_mask(state.params) if objective.gate.angle_params == "encoder" else None
-      # g_ce carries its weight (1 for ACL, 1-lam for SCL); the gate adds lam * g_aux.
+      # g_ce carries its weight (1 for ACL, 1-lam for SCL); the gate adds lam * g_aux. In
+      # gated ACL-CL both terms are the final exit's, already times its weight w_M.
       grads, info = angle_gate(g_ce, g_aux, objective.weights["aux"],
                                threshold_deg=objective.gate.threshold_deg,
                                mode=objective.gate.mode, params_mask=mask)
@@ -210,9 +211,10 @@ def _top_gated_grads(model, objective: Objective, params, batch, drop_key, loss_
   the lower layers' per-layer states, read by lower exits); the parameter parts,
   averaged across devices, give the angle and the gate. A `lax.cond` then picks the upper
   gradient and the input cotangents of CE or of CE + lam*ACL (a linear combination of the two,
-  so no third backward is needed), and one vjp carries the cotangent through the lower
-  layers. Cost: one forward, two backwards of the top layer and one of the rest, instead of
-  two full backwards.
+  so the gate itself needs no third backward), and one vjp carries the cotangent through the
+  lower layers. Cost: one forward, two backwards of the top layer and one of the rest, instead
+  of two full backwards. Ungated terms (gated ACL-CL's lower exits) add a third backward of
+  the top layer only.
   """
   top = f"layer_{model.cfg.num_layers - 1}"
   upper_p, lower_p = _split_params(params, (top,))
