@@ -254,9 +254,20 @@ def test_sweep_and_table(model, tmp_path):
     batches.append(dict(input_ids=ids, attention_mask=mask, token_type_ids=tt,
                         labels=np.random.RandomState(i).randint(0, 3, 8),
                         example_mask=example_mask))
-  rows = sweep(CFG, params, batches, None, "entropy", [0.2, 0.8],
-               lambda p, y: {"accuracy": float(np.mean(p == y))}, repeats=2)
+  from acl_jax.exits.sweep import default_full_forward
+  full = default_full_forward(CFG)
+  seen = []
+
+  def full_forward(p, x):
+    seen.append(all(isinstance(v, jax.Array) for v in jax.tree.leaves(p)))
+    return full(p, x)
+  host_params = jax.device_get(params)  # as eval.py restores them
+  rows = sweep(CFG, host_params, batches, None, "entropy", [0.2, 0.8],
+               lambda p, y: {"accuracy": float(np.mean(p == y))}, full_forward_fn=full_forward,
+               repeats=2)
   assert len(rows) == 2
+  # Timed passes get device-resident params: no per-call copy of the weights.
+  assert seen and all(seen)
   keys = {"policy", "threshold", "metric", "full_metric", "mean_layers", "layer_speedup",
           "row_speedup", "time_fast_s", "time_full_s", "speedup", "agreement", "num_examples", "num_layers",
           "batch_size", "metrics"}
