@@ -26,19 +26,28 @@ from plot_per_exit import ORDER  # noqa: E402  pylint: disable=wrong-import-posi
 
 
 def collect(root: str, name: str) -> dict[str, dict[float, list[dict]]]:
-  """{method: {threshold: [one row per seed]}} from `root/method=*,seed=*/name`."""
+  """{group: {threshold: [one row per seed]}} from `root/method=*,...,seed=*/name`.
+
+  A group is a run's settings without the seed: the method alone, or the method followed by
+  its other grid settings (`acl_cl,loss.lam=0.5`), so only seeds are pooled.
+  """
   out: dict[str, dict[float, list[dict]]] = {}
   for run in sorted(os.listdir(root)):
     path = os.path.join(root, run, name)
     if not run.startswith("method=") or not os.path.isfile(path):
       continue
     settings = sweep.parse_name(run)
+    rest = sweep.run_name({k: v for k, v in settings.items() if k not in ("method", "seed")})
+    group = settings["method"] + ("," + rest if rest else "")
     for r in json.load(open(path))["rows"]:
-      out.setdefault(settings["method"], {}).setdefault(float(r["threshold"]), []).append(r)
+      out.setdefault(group, {}).setdefault(float(r["threshold"]), []).append(r)
   if not out:
     raise SystemExit(f"No {name} under {root}/method=*: run eval.py --exit_policy first.")
-  return dict(sorted(out.items(), key=lambda kv: (ORDER.index(kv[0]) if kv[0] in ORDER
-                                                  else len(ORDER), kv[0])))
+
+  def order(kv):
+    method = kv[0].split(",")[0]
+    return (ORDER.index(method) if method in ORDER else len(ORDER), kv[0])
+  return dict(sorted(out.items(), key=order))
 
 
 def _sd(values) -> float:

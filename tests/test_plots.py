@@ -13,7 +13,7 @@ def test_per_exit_and_lambda_and_tsne(tmp_path, capsys):
     wd = tmp_path / name
     wd.mkdir()
     res = {"dev": {f"exit_{m + 1}/accuracy": a for m, a in enumerate(accs)}}
-    (wd / "results.json").write_text(json.dumps(res))
+    (wd / "results.json").write_text(json.dumps({"train": {}, **res}))
     rng = np.random.default_rng(0)
     np.savez(wd / "features_dev.npz", feats=rng.normal(size=(40, 8)),
              labels=rng.integers(0, 2, 40), preds=rng.integers(0, 2, 40),
@@ -80,6 +80,14 @@ def test_early_exit_over_seeds(tmp_path, capsys):
   assert "| kd | 0.1 | 0.00 ± 0.00 | 1.20 ± 0.00x | yes | 2 |" in out
   early_exit_seeds.main([str(tmp_path), "--max_drop", "1.2"])
   assert "| kd | 0.3 | -1.00 ± 0.71 | 1.60 ± 0.00x | no (worst -1.50) | 2 |" in capsys.readouterr().out
+  # Runs of another grid setting are a group of their own, not more seeds of kd.
+  wd = tmp_path / "method=kd,loss.lam=0.9,seed=0"
+  wd.mkdir()
+  (wd / "early_exit_entropy_dev.json").write_text(json.dumps({"rows": rows}))
+  early_exit_seeds.main([str(tmp_path)])
+  out = capsys.readouterr().out
+  assert "| kd | 0.3 | 80.00 ± 0.00 | -1.00 ± 0.71 | 1.60 ± 0.00x | 2 |" in out
+  assert "| kd,loss.lam=0.9 | 0.3 | 80.00 | -1.50 | 1.60x | 1 |" in out
 
 
 def test_per_exit_paired_gains_over_a_baseline(tmp_path, capsys):
@@ -88,13 +96,14 @@ def test_per_exit_paired_gains_over_a_baseline(tmp_path, capsys):
   accs = {("jt", 0): (0.70, 0.80), ("acl_cl", 0): (0.72, 0.80), ("jt", 1): (0.60, 0.82),
           ("acl_cl", 1): (0.64, 0.80), ("kd", 2): (0.9, 0.9)}
   (tmp_path / "method=ce,seed=0").mkdir()
-  (tmp_path / "method=ce,seed=0" / "results.json").write_text(json.dumps({"dev": {"accuracy": 1}}))
+  (tmp_path / "method=ce,seed=0" / "results.json").write_text(
+      json.dumps({"train": {}, "dev": {"accuracy": 1}}))
   summary = {}
   for (m, seed), exits in accs.items():
     wd = tmp_path / f"method={m},seed={seed}"
     wd.mkdir()
     res = {"dev": {f"exit_{i + 1}/accuracy": a for i, a in enumerate(exits)}}
-    (wd / "results.json").write_text(json.dumps(res))
+    (wd / "results.json").write_text(json.dumps({"train": {}, **res}))
     summary.setdefault(f"method={m}", {"metrics": {}})["metrics"].update(
         {k: {"mean": v, "std": 0.0, "n": 1} for k, v in ((f"dev/{k}", v) for k, v in
                                                         res["dev"].items())})
