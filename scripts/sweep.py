@@ -7,10 +7,12 @@ r"""Resumable grid sweeps over config fields, methods and seeds, with a mean +- 
 
 Every run gets its own workdir under --root, named from its settings
 (`method=acl,loss.lam=0.5,seed=1`), and is one `train.py` process, so re-running the same
-command skips finished runs (results.json present) and resumes half-finished ones from their
-checkpoints. The summary (`summary.md`, `summary.json`) gives mean +- std over seeds and the
-seed count for every metric of every evaluated split. Extra train.py flags (e.g.
-`--distributed` on a multi-host job) go after `--`.
+command skips finished runs (train.py's results.json present) and resumes half-finished ones
+from their checkpoints. Each run records the --config and --set it was started with
+(`sweep_args.json`): a rerun that asks for others fails on that run instead of mixing them.
+The summary (`summary.md`, `summary.json`) gives mean +- std over seeds and the seed count for
+every metric of every evaluated split. Extra train.py flags (e.g. `--distributed` on a
+multi-host job) go after `--`.
 
 On a multi-host job (TPU pod, GPU cluster) every host runs the same sweep command with
 `-- --distributed` and a --root that all hosts share (as Orbax's multi-host checkpoints need
@@ -56,6 +58,10 @@ def mean_std(values, signed: bool = False) -> str:
 
 def plan(args) -> list[dict]:
   """Every run of the sweep as an ordered dict of settings (method, grid fields, seed)."""
+  for kv in args.set or []:
+    if kv.partition("=")[0] in ("seed", "workdir"):
+      raise SystemExit(f"--set {kv!r}: the sweep sets the seed (--seeds) and the workdir "
+                       "(from --root and the run's settings) itself.")
   axes = []
   if args.methods:
     axes.append([("method", m) for m in args.methods.split(",")])
@@ -63,15 +69,67 @@ def plan(args) -> list[dict]:
     key, _, values = g.partition("=")
     if not values:
       raise SystemExit(f"--grid {g!r}: expected key=v1,v2,...")
+    if key in ("seed", "method", "workdir"):
+      raise SystemExit(f"--grid {g!r}: use --seeds / --methods, not a grid over {key}.")
+    bad = [v for v in values.split(",") if "/" in v or "=" in v or not v]
+    if bad:
+      raise SystemExit(f"--grid {g!r}: value {bad[0]!r} cannot be part of a workdir name "
+                       "(no '/', '=' or empty values); pass it with --set in a sweep of its "
+                       "own --root instead.")
     axes.append([(key, v) for v in values.split(",")])
   axes.append([("seed", s) for s in args.seeds.split(",")])
   return [dict(combo) for combo in itertools.product(*axes)]
 
 
-def train_command(args, settings: dict, workdir: str) -> list[str]:
+def config_arg(args, settings: dict) -> str:
   config = args.config
   if "method" in settings:
     config += ("," if ":" in config else ":") + settings["method"]
+  return config
+
+
+# Each run's record of what the sweep asked of it beyond its name (config and --set flags),
+# so a rerun with other flags cannot skip or resume it under settings it was not started with.
+RUN_ARGS = "sweep_args.json"
+
+
+def run_args(args, settings: dict) -> dict:
+  return {"config": config_arg(args, settings), "set": sorted(args.set or [])}
+
+
+def changed_args(workdir: str, want: dict) -> str | None:
+  """How the run's recorded sweep arguments differ from `want`; None if equal or unrecorded
+  (runs started before the record existed)."""
+  path = os.path.join(workdir, RUN_ARGS)
+  if not os.path.isfile(path):
+    return None
+  have = json.load(open(path))
+  if have == want:
+    return None
+  parts = []
+  if have.get("config") != want["config"]:
+    parts.append(f"--config {have.get('config')} (now {want['config']})")
+  gone = sorted(set(have.get("set", [])) - set(want["set"]))
+  new = sorted(set(want["set"]) - set(have.get("set", [])))
+  if gone or new:
+    parts.append(f"--set {' '.join(gone) or '(none)'} (now {' '.join(new) or '(none)'})")
+  return "; ".join(parts)
+
+
+def done(workdir: str) -> bool:
+  """A run is finished when train.py wrote its results.json (eval.py alone, run on a
+  half-trained workdir, writes one without the "train" record)."""
+  path = os.path.join(workdir, "results.json")
+  if not os.path.isfile(path):
+    return False
+  try:
+    return "train" in json.load(open(path))
+  except ValueError:
+    return False
+
+
+def train_command(args, settings: dict, workdir: str) -> list[str]:
+  config = config_arg(args, settings)
   cmd = [sys.executable, os.path.join(REPO, "train.py"), "--config", config, "--workdir",
          workdir, f"--config.seed={settings['seed']}", "--config.progress=False"]
   cmd += [f"--config.{kv}" for kv in args.set or []]
@@ -96,20 +154,31 @@ def run_all(args) -> None:
   os.makedirs(args.root, exist_ok=True)
   for i, settings in enumerate(runs):
     wd = os.path.join(args.root, run_name(settings))
-    if os.path.exists(os.path.join(wd, "results.json")):
-      print(f"[{i + 1}/{len(runs)}] done: {wd}", flush=True)
-      continue
+    want = run_args(args, settings)
+    problem = None
     if os.path.islink(wd) and not os.path.exists(wd):
-      print(f"[{i + 1}/{len(runs)}] FAILED: {wd} is a link to a missing run "
-            f"({os.readlink(wd)}); remove the link to train this run here.", flush=True)
+      problem = (f"{wd} is a link to a missing run ({os.readlink(wd)}); remove the link to "
+                 "train this run here.")
+    elif changed_args(wd, want):
+      problem = (f"{wd} was started with {changed_args(wd, want)}: its results would not be "
+                 "this sweep's. Use another --root, or move the run away to train it again.")
+    if problem:
+      print(f"[{i + 1}/{len(runs)}] FAILED: {problem}", flush=True)
       if not args.keep_going:
         raise SystemExit(1)
+      continue
+    if done(wd):
+      print(f"[{i + 1}/{len(runs)}] done: {wd}", flush=True)
       continue
     cmd = train_command(args, settings, wd)
     print(f"[{i + 1}/{len(runs)}] run: {' '.join(cmd)}", flush=True)
     if args.dry_run:
       continue
     os.makedirs(wd, exist_ok=True)
+    tmp = os.path.join(wd, f"{RUN_ARGS}.tmp{os.getpid()}")
+    with open(tmp, "w") as f:
+      json.dump(want, f, indent=2)
+    os.replace(tmp, os.path.join(wd, RUN_ARGS))
     with open(os.path.join(wd, "train.log"), "a") as log:
       rc = subprocess.call(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
     if rc != 0:
@@ -119,10 +188,11 @@ def run_all(args) -> None:
 
 
 def _read(root: str, results: str = "results.json") -> list[tuple[dict, dict]]:
+  """(settings, results) of every finished run under root (see `done`)."""
   out = []
   for name in sorted(os.listdir(root)):
     path = os.path.join(root, name, results)
-    if not os.path.isfile(path):
+    if not os.path.isfile(path) or not done(os.path.join(root, name)):
       continue
     out.append((parse_name(name), json.load(open(path))))
   return out

@@ -50,7 +50,7 @@ def test_cross_task_table(tmp_path):
   for (t, m, s), acc in vals.items():
     wd = tmp_path / t / f"method={m},seed={s}"
     wd.mkdir(parents=True)
-    (wd / "results.json").write_text(json.dumps({"test": {"accuracy": acc}}))
+    (wd / "results.json").write_text(json.dumps({"train": {}, "test": {"accuracy": acc}}))
   text = results_tables.table(str(tmp_path), ["mr", "r8"], "test/accuracy", None)
   rows = {r.split(" | ")[0].lstrip("| "): r for r in text.splitlines() if r.startswith("| C")}
   assert "81.00 ± 1.41 (n=2)" in rows["CE"] and "95.00 (n=1)" in rows["CE"]
@@ -60,7 +60,7 @@ def test_cross_task_table(tmp_path):
   for lam, acc in (("0.9", 0.7), ("0.1", 0.8)):
     wd = tmp_path / "g" / "mr" / f"method=scl,loss.lam={lam},seed=0"
     wd.mkdir(parents=True)
-    (wd / "results.json").write_text(json.dumps({"test": {"accuracy": acc}}))
+    (wd / "results.json").write_text(json.dumps({"train": {}, "test": {"accuracy": acc}}))
   text = results_tables.table(str(tmp_path / "g"), ["mr"], "test/accuracy", None)
   body = [r for r in text.splitlines() if r.startswith("| CE")]
   assert body == ["| CE+SCL [loss.lam=0.1] | 80.00 (n=1) |  |",
@@ -75,7 +75,7 @@ def test_paired_differences_to_a_baseline(tmp_path):
   for (t, m, s), acc in vals.items():
     wd = tmp_path / t / f"method={m},seed={s}"
     wd.mkdir(parents=True)
-    (wd / "results.json").write_text(json.dumps({"test": {"accuracy": acc}}))
+    (wd / "results.json").write_text(json.dumps({"train": {}, "test": {"accuracy": acc}}))
   diffs = sweep.paired(str(tmp_path / "mr"), "ce", lambda r: {"acc": r["test"]["accuracy"]})
   assert list(diffs) == ["method=gloss"]
   np.testing.assert_allclose(diffs["method=gloss"]["acc"], [0.01, -0.03], atol=1e-12)
@@ -83,7 +83,7 @@ def test_paired_differences_to_a_baseline(tmp_path):
   for m, lam, acc in (("ce", "0.1", 0.70), ("scl", "0.1", 0.75), ("scl", "0.9", 0.60)):
     wd = tmp_path / "g" / f"method={m},loss.lam={lam},seed=0"
     wd.mkdir(parents=True)
-    (wd / "results.json").write_text(json.dumps({"test": {"accuracy": acc}}))
+    (wd / "results.json").write_text(json.dumps({"train": {}, "test": {"accuracy": acc}}))
   diffs = sweep.paired(str(tmp_path / "g"), "ce", lambda r: {"acc": r["test"]["accuracy"]})
   assert list(diffs) == ["method=scl,loss.lam=0.1"]
   np.testing.assert_allclose(diffs["method=scl,loss.lam=0.1"]["acc"], [0.05], atol=1e-12)
@@ -114,7 +114,7 @@ def test_headline_table_uses_each_tasks_metric(tmp_path):
   for t, res in runs.items():
     wd = tmp_path / t / "method=scl,seed=0"
     wd.mkdir(parents=True)
-    (wd / "results.json").write_text(json.dumps(res))
+    (wd / "results.json").write_text(json.dumps({"train": {}, **res}))
   text = results_tables.table(str(tmp_path), ["cola", "sst2", "mr"], "headline", ["scl"])
   head, _, row = [r for r in text.splitlines() if r.startswith("|")]
   assert head == ("| method | COLA (dev/mcc) | SST2 (dev/accuracy) | MR (test/accuracy) "
@@ -128,7 +128,7 @@ def test_tables_state_each_tasks_budget(tmp_path, monkeypatch, capsys):
                               ("mr", "ce", 200, 64)):
     wd = tmp_path / t / f"method={m},seed=0"
     wd.mkdir(parents=True)
-    (wd / "results.json").write_text(json.dumps({"dev": {"mcc": 0.1, "accuracy": 0.7}}))
+    (wd / "results.json").write_text(json.dumps({"train": {}, "dev": {"mcc": 0.1, "accuracy": 0.7}}))
     (wd / "config.json").write_text(json.dumps(
         {"num_steps": steps, "batch_size": 32, "task": {"max_length": length},
          "optim": {"lr": 5e-5}}))
@@ -149,11 +149,11 @@ def test_aggregate_flags_seeds_whose_configs_differ(tmp_path):
                     ("2", {"seed": 2, "loss": {"lam": 0.9}, "model": {"pool": "cls"}})):
     wd = tmp_path / f"method=scl,seed={seed}"
     wd.mkdir()
-    (wd / "results.json").write_text(json.dumps({"dev": {"accuracy": 0.8}}))
+    (wd / "results.json").write_text(json.dumps({"train": {}, "dev": {"accuracy": 0.8}}))
     (wd / "config.json").write_text(json.dumps(cfg))
   wd = tmp_path / "method=ce,seed=0"
   wd.mkdir()
-  (wd / "results.json").write_text(json.dumps({"dev": {"accuracy": 0.7}}))
+  (wd / "results.json").write_text(json.dumps({"train": {}, "dev": {"accuracy": 0.7}}))
   table, summary = sweep.aggregate(str(tmp_path))
   assert summary["method=scl"]["config_differs"] == ["loss.lam"]  # not the seed
   assert summary["method=scl"]["config_missing"] == ["model.pool"]  # added after seed 0 ran
@@ -170,6 +170,49 @@ def test_dangling_reuse_link_is_reported(tmp_path, capsys):
   assert "is a link to a missing run" in capsys.readouterr().out
   sweep.run_all(_args(tmp_path, methods="ce", seeds="0,1", keep_going=True))  # goes on
   assert "run:" in capsys.readouterr().out
+
+
+def test_rerun_with_other_flags_fails_on_recorded_runs(tmp_path, capsys, monkeypatch):
+  """A run records the --config/--set it was started with; a rerun asking for others fails on
+  it (skipping or resuming it would mix settings), unrecorded older runs pass."""
+  calls = []
+  monkeypatch.setattr(sweep.subprocess, "call", lambda cmd, **kw: calls.append(cmd) or 0)
+  sweep.run_all(_args(tmp_path, methods="ce", seeds="0,1", dry_run=False))
+  assert len(calls) == 2
+  rec = json.load(open(tmp_path / "method=ce,seed=0" / sweep.RUN_ARGS))
+  assert rec == {"config": "configs/glue.py:rte,ce", "set": ["task.data_dir=../shared/data/glue"]}
+  os.remove(tmp_path / "method=ce,seed=1" / sweep.RUN_ARGS)  # as a run from before the record
+  capsys.readouterr()
+  changed = dict(methods="ce", seeds="0,1", dry_run=False,
+                 set=["task.data_dir=../shared/data/glue", "num_steps=800"])
+  with pytest.raises(SystemExit):
+    sweep.run_all(_args(tmp_path, **changed))
+  assert ("method=ce,seed=0 was started with --set (none) (now num_steps=800)"
+          in capsys.readouterr().out)
+  sweep.run_all(_args(tmp_path, keep_going=True, **changed))
+  assert "FAILED" in capsys.readouterr().out and len(calls) == 3  # seed 1 (unrecorded) ran
+
+
+def test_eval_only_results_do_not_finish_a_run(tmp_path, capsys):
+  """eval.py on a half-trained run writes results.json without "train": the sweep still
+  trains the run, and the aggregate leaves it out."""
+  wd = tmp_path / "method=ce,seed=0"
+  wd.mkdir()
+  (wd / "results.json").write_text(json.dumps({"dev": {"accuracy": 0.5}}))
+  sweep.run_all(_args(tmp_path, methods="ce", seeds="0"))
+  assert "run:" in capsys.readouterr().out
+  _, summary = sweep.aggregate(str(tmp_path))
+  assert summary == {}
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"set": ["seed=5"]}, "sets the seed"),
+    ({"grid": ["method=ce"]}, "not a grid over method"),
+    ({"grid": ["model.name=org/model"]}, "cannot be part of a workdir name"),
+])
+def test_plan_rejects_settings_a_workdir_name_cannot_carry(tmp_path, kw, match):
+  with pytest.raises(SystemExit, match=match):
+    sweep.plan(_args(tmp_path, **kw))
 
 
 def test_results_md_quotes_its_generated_tables(tmp_path):
@@ -190,7 +233,7 @@ def test_aggregate_another_results_file(tmp_path):
   for seed, best, last in (("0", 0.80, 0.78), ("1", 0.82, 0.84)):
     wd = tmp_path / f"method=ce,seed={seed}"
     wd.mkdir()
-    (wd / "results.json").write_text(json.dumps({"test": {"accuracy": best}}))
+    (wd / "results.json").write_text(json.dumps({"train": {}, "test": {"accuracy": best}}))
     (wd / "results_latest.json").write_text(json.dumps({"test": {"accuracy": last}}))
   _, best = sweep.aggregate(str(tmp_path))
   _, last = sweep.aggregate(str(tmp_path), results="results_latest.json")
