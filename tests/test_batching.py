@@ -70,6 +70,22 @@ def test_train_plan_properties(tok):
   assert not all((a[1] == b[1]).all() for a, b in zip(plan, other))
 
 
+def test_shuffle_within_keeps_the_batches_and_unsorts_the_shards(tok):
+  """For several devices the examples of each batch are shuffled: the same batches, lengths
+  and order, but the first shard no longer holds the shortest examples."""
+  lengths = data.to_columns(tok)["length"]
+  plan = data.train_plan(lengths, 16, seed=3, epoch=0, boundaries=BOUNDS, chunk_batches=4)
+  mixed = data.train_plan(lengths, 16, seed=3, epoch=0, boundaries=BOUNDS, chunk_batches=4,
+                          shuffle_within=True)
+  for (s1, a), (s2, b) in zip(plan, mixed):
+    assert s1 == s2 and sorted(a.tolist()) == sorted(b.tolist())
+    assert (np.diff(lengths[a]) >= 0).all()  # the plain plan is length-sorted in a batch
+  assert not all((np.diff(lengths[b]) >= 0).all() for _, b in mixed)
+  again = data.train_plan(lengths, 16, seed=3, epoch=0, boundaries=BOUNDS, chunk_batches=4,
+                          shuffle_within=True)
+  assert all((a[1] == b[1]).all() for a, b in zip(mixed, again))
+
+
 def test_process_slices_concatenate(tok):
   cols = data.to_columns(tok)
   idx = data.train_plan(cols["length"], 16, 0, 0, BOUNDS)[0][1]

@@ -74,13 +74,16 @@ def num_train_batches(num_examples: int, global_batch_size: int) -> int:
 
 
 def train_plan(lengths: np.ndarray, global_batch_size: int, seed: int, epoch: int,
-               boundaries: Sequence[int], chunk_batches: int = 50
-               ) -> list[tuple[int, np.ndarray]]:
+               boundaries: Sequence[int], chunk_batches: int = 50,
+               shuffle_within: bool = False) -> list[tuple[int, np.ndarray]]:
   """The global batches of one epoch.
 
   Shuffles, drops the remainder, then sorts each chunk of `chunk_batches` batches by
   length so batches hold similar lengths while the epoch stays well mixed; finally
-  shuffles the batch order.
+  shuffles the batch order. With `shuffle_within`, each batch's examples are then shuffled
+  (by a stream of their own, so the batches and their order do not change): a batch is
+  padded to one length anyway, and its contiguous per-device shards become random draws
+  instead of length strata (device 0 would always get the shortest examples).
 
   Args:
     lengths: [N] token count of every example.
@@ -89,6 +92,7 @@ def train_plan(lengths: np.ndarray, global_batch_size: int, seed: int, epoch: in
     epoch: epoch number; the plan is a pure function of (seed, epoch).
     boundaries: allowed padded lengths, ascending.
     chunk_batches: batches per length-sorted chunk.
+    shuffle_within: shuffle the examples inside each batch (for several devices).
 
   Returns:
     num_train_batches(N, global_batch_size) pairs (seq_len, indices [global_batch_size]).
@@ -106,7 +110,11 @@ def train_plan(lengths: np.ndarray, global_batch_size: int, seed: int, epoch: in
       idx = part[b:b + global_batch_size]
       batches.append((_seq_len(int(lengths[idx].max()), boundaries), idx))
   order = rng.permutation(len(batches))
-  return [batches[i] for i in order]
+  batches = [batches[i] for i in order]
+  if shuffle_within:
+    within = np.random.default_rng([seed, epoch, 1])
+    batches = [(seq_len, within.permutation(idx)) for seq_len, idx in batches]
+  return batches
 
 
 def process_slice(indices: np.ndarray, process_index: int, process_count: int) -> np.ndarray:
@@ -171,7 +179,8 @@ def make_batch(cols: Columns, indices: np.ndarray, seq_len: int, pad_id: int = 0
 
 def train_batches(tok: Union[datasets.Dataset, Columns], global_batch_size: int, seed: int,
                   start_step: int, boundaries: Sequence[int], process_index: int = 0,
-                  process_count: int = 1, pad_id: int = 0) -> Iterator[tuple[int, Batch]]:
+                  process_count: int = 1, pad_id: int = 0, shuffle_within: bool = False
+                  ) -> Iterator[tuple[int, Batch]]:
   """Endless (step, batch) stream from start_step; step s is batch s % E of epoch s // E.
 
   Args:
@@ -183,6 +192,7 @@ def train_batches(tok: Union[datasets.Dataset, Columns], global_batch_size: int,
     process_index: this process.
     process_count: number of processes; each yields its slice of every global batch.
     pad_id: the tokenizer's pad token id.
+    shuffle_within: see `train_plan` (set it when the batch is split over several devices).
 
   Yields:
     (step, batch) with batch as in `make_batch`, [global_batch_size // process_count] rows.
@@ -197,7 +207,7 @@ def train_batches(tok: Union[datasets.Dataset, Columns], global_batch_size: int,
     epoch, pos = divmod(step, per_epoch)
     if epoch != plan_epoch:
       plan, plan_epoch = train_plan(cols["length"], global_batch_size, seed, epoch,
-                                    boundaries), epoch
+                                    boundaries, shuffle_within=shuffle_within), epoch
     seq_len, idx = plan[pos]
     yield step, make_batch(cols, process_slice(idx, process_index, process_count), seq_len,
                            pad_id)
