@@ -266,6 +266,18 @@ def test_num_labels_mismatch_with_checkpoint(tiny_model_dir, tmp_path):
     loop.train_and_evaluate(cfg, wd)
 
 
+def test_eval_split_with_one_class_skips_only_the_silhouette(tiny_model_dir, tmp_path, caplog):
+  """A split too small for a silhouette (one class) still finishes the run and reports its
+  other metrics."""
+  from acl_jax.train import loop
+  cfg = helpers.tiny_config(tiny_model_dir, **{"num_steps": 2, "eval_every": 2,
+                                               "task.max_eval_examples": 1})
+  with caplog.at_level("WARNING"):
+    res = loop.train_and_evaluate(cfg, str(tmp_path / "run"))
+  assert "accuracy" in res["dev"] and "silhouette_macro" not in res["dev"]
+  assert "No silhouette on dev" in caplog.text
+
+
 def test_nan_loss_names_step_and_term():
   from acl_jax.train.loop import check_finite
   check_finite(3, {"loss": 1.0, "loss/ce": 1.0, "grad_norm": 2.0, "train_acc": float("nan")})

@@ -135,7 +135,12 @@ def evaluate(setup: Setup, eval_step, params, split: str, with_features: bool = 
       out[f"exit_mean/{name}"] = float(np.mean([out[f"exit_{m}/{name}"] for m in exits]))
   if with_features:
     from acl_jax.losses import silhouette_scores  # pylint: disable=import-outside-toplevel
-    out.update(silhouette_scores(feats, labels))
+    num_classes = len(np.unique(labels))
+    if 2 <= num_classes <= len(labels) - 1:
+      out.update(silhouette_scores(feats, labels))
+    else:  # e.g. a small max_eval_examples: the run's other metrics still count
+      log.warning("No silhouette on %s: it needs 2 to N-1 classes, and the split has %d "
+                  "classes in %d examples.", split, num_classes, len(labels))
     if dump_path and is_main():
       from acl_jax.models import label_embeddings  # pylint: disable=import-outside-toplevel
       np.savez(dump_path, feats=feats, labels=labels, preds=all_preds[-1],
@@ -332,9 +337,12 @@ def train_and_evaluate(config, workdir: str) -> dict:
              jax.device_count())
 
   train_step = step_lib.make_train_step(setup.model, objective, tx, setup.mesh)
+  # On several devices each shard is a random draw of the batch, not a length stratum; one
+  # device keeps the plain plan (the order every single-device run so far trained on).
   batches = data_lib.train_batches(setup.tok["train"], cfg.batch_size, cfg.seed, start,
                                    setup.boundaries, jax.process_index(), jax.process_count(),
-                                   setup.tokenizer.pad_token_id or 0)
+                                   setup.tokenizer.pad_token_id or 0,
+                                   shuffle_within=jax.device_count() > 1)
   bar = None
   if cfg.progress and is_main():
     import sys  # pylint: disable=import-outside-toplevel
