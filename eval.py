@@ -56,7 +56,13 @@ def early_exit(workdirs):
     thresholds = [cast(t) for t in _THRESHOLDS.value]
   except ValueError as e:
     raise app.UsageError(f"--thresholds for {_POLICY.value} must be {cast.__name__}s: {e}") from e
-  split = _SPLIT.value.split(",")[0]
+  splits = _SPLIT.value.split(",")
+  if len(splits) > 1 or _CHECKPOINT.value != "best" or _DUMP.value:
+    raise app.UsageError(
+        "--exit_policy sweeps one split on the best checkpoint: give a single --split, and "
+        "drop --checkpoint latest / --dump_features (run eval.py without --exit_policy for "
+        "those).")
+  split = splits[0]
   jsons = []
   for wd in workdirs:
     md, js = loop.early_exit_workdir(_config(wd), wd, split, _POLICY.value, thresholds,

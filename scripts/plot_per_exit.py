@@ -96,7 +96,9 @@ def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("workdirs", nargs="*")
   p.add_argument("--root", default="", help="a sweep root: mean +- std over seeds")
-  p.add_argument("--labels", nargs="+")
+  p.add_argument("--labels", nargs="+",
+                 help="curve names: one per workdir, in order; with --root, NAME:LABEL pairs "
+                 "renaming the rows the table would print as NAME (e.g. acl_cl:ACL-CL)")
   p.add_argument("--split", default="dev")
   p.add_argument("--metric", default="accuracy")
   p.add_argument("--out", default="per_exit.png")
@@ -115,7 +117,13 @@ def main(argv=None):
   if a.root:
     curves = per_exit_summary(json.load(open(os.path.join(a.root, "summary.json"))), a.split,
                               a.metric)
-    labels = a.labels or [_label(k) for k in curves]
+    default = {k: _label(k) for k in curves}
+    rename = dict(x.partition(":")[::2] for x in a.labels or [])
+    unknown = sorted(set(rename) - set(default.values()))
+    if unknown or any(not v for v in rename.values()):
+      raise SystemExit(f"--labels with --root takes NAME:LABEL pairs, NAME one of "
+                       f"{sorted(default.values())}; got {a.labels}.")
+    labels = [rename.get(default[k], default[k]) for k in curves]
     exits = sorted({m for c in curves.values() for m in c})
     print(f"{a.split} {a.metric} (%), mean ± std over seeds\n")
     print("| run | seeds | " + " | ".join(f"exit {m}" for m in exits) + " | mean |")

@@ -42,6 +42,9 @@ def test_early_exit_input_errors(jt_workdir, tmp_path, tiny_model_dir):
   p = helpers.run_py(["eval.py", "--workdir", jt_workdir, "--exit_policy", "softmax",
                       "--thresholds", "0.1"])
   assert p.returncode != 0 and "Unknown --exit_policy" in p.stderr
+  p = helpers.run_py(["eval.py", "--workdir", jt_workdir, "--exit_policy", "entropy",
+                      "--thresholds", "0.1", "--split", "dev,test"])
+  assert p.returncode != 0 and "give a single --split" in p.stderr
   from acl_jax.train import loop
   one = str(tmp_path / "one")
   cfg = helpers.tiny_config(tiny_model_dir, **{"num_steps": 2, "eval_every": 2})

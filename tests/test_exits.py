@@ -284,6 +284,7 @@ def test_sweep_and_table(model, tmp_path):
   assert js.endswith("exits_entropy.json") and os.path.isfile(md)
   table = open(md).read()
   assert "measured speed-up" in table and table.count("\n| ") == 3
+  assert table.startswith("Early exit: jt, policy entropy, metric accuracy")
   data = json.load(open(js))
   assert data["label"] == "jt" and data["policy"] == "entropy" and len(data["rows"]) == 2
 

@@ -3,6 +3,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 
 from scripts import plot_lambda, plot_per_exit, plot_tsne
 
@@ -59,6 +60,13 @@ def test_per_exit_over_seeds(tmp_path, capsys):
   # SPEC order (JT before ACL-CL), runs without exits left out, no ± for a single seed
   assert rows[1:] == ["| jt | 1 | 60.00 | 90.00 | 75.00 |",
                       "| acl_cl | 3 | 70.00 ± 2.00 | 80.00 ± 1.00 | 75.00 |"]
+  # --labels renames rows by name, whatever the table's order.
+  plot_per_exit.main(["--root", str(tmp_path), "--out", str(tmp_path / "p" / "pe.png"),
+                      "--labels", "acl_cl:ACL-CL"])
+  rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith("| ")]
+  assert [r.split(" | ")[0] for r in rows[1:]] == ["| jt", "| ACL-CL"]
+  with pytest.raises(SystemExit, match="NAME:LABEL"):
+    plot_per_exit.main(["--root", str(tmp_path), "--labels", "JT", "ACL-CL"])
   assert os.path.getsize(tmp_path / "p" / "pe.png") > 1000
 
 

@@ -90,7 +90,8 @@ def sweep(cfg: EncoderConfig, params: Any, batches: Iterable[Mapping[str, np.nda
       from the batches.
     policy: a key of `POLICIES`.
     thresholds: the policy's thresholds to sweep.
-    metric_fn: (preds [n], labels [n]) -> float or dict of floats; None for accuracy.
+    metric_fn: (preds [n], labels [n]) -> float or dict of floats (the first is the
+      `metric` column, named by `metric_name`); None for accuracy.
     full_forward_fn: (params, inputs dict) -> logits [num_exits, b, K] of the whole model;
       None for a jitted `Classifier(cfg)`. It is the timing baseline and gives the reference
       `select_exit` decisions that the fast path is checked against.
@@ -99,10 +100,11 @@ def sweep(cfg: EncoderConfig, params: Any, batches: Iterable[Mapping[str, np.nda
     buckets: passed to `early_exit_predict`.
 
   Returns:
-    One dict per threshold: policy, threshold, metric, metrics (dict, when metric_fn returns
-    one), full_metric (final exit), mean_layers, layer_speedup, row_speedup (full-model rows x
-    layers over the padded rows the fast path ran), time_fast_s, time_full_s
-    (seconds per pass over all batches), speedup (time_full_s / time_fast_s), agreement
+    One dict per threshold: policy, threshold, metric, metrics and metric_name (when
+    metric_fn returns a dict), full_metric (final exit), mean_layers, layer_speedup,
+    row_speedup (full-model rows x layers over the padded rows the fast path ran),
+    time_fast_s, time_full_s (seconds per pass over all batches), speedup (time_full_s /
+    time_fast_s), agreement
     (fraction of real examples whose exit layer and prediction equal the reference),
     num_examples, num_layers, batch_size.
   """
@@ -164,6 +166,7 @@ def sweep(cfg: EncoderConfig, params: Any, batches: Iterable[Mapping[str, np.nda
                batch_size=int(len(batches[0]["input_ids"])))
     if metrics:
       row["metrics"] = metrics
+      row["metric_name"] = next(iter(metrics))
     rows.append(row)
   return rows
 
@@ -194,7 +197,8 @@ def write_table(rows: Sequence[Mapping[str, Any]], path_md: str,
   os.makedirs(folder, exist_ok=True)
   label = label or os.path.basename(folder)
   policy = rows[0]["policy"] if rows else None
-  lines = [f"Early exit: {label}, policy {policy}", "",
+  metric = rows[0].get("metric_name") if rows else None
+  lines = [f"Early exit: {label}, policy {policy}" + (f", metric {metric}" if metric else ""), "",
            "| " + " | ".join(c[0] for c in _COLUMNS) + " |",
            "|" + "|".join("---" for _ in _COLUMNS) + "|"]
   for r in rows:
