@@ -116,16 +116,19 @@ def changed_args(workdir: str, want: dict) -> str | None:
   return "; ".join(parts)
 
 
-def done(workdir: str) -> bool:
-  """A run is finished when train.py wrote its results.json (eval.py alone, run on a
-  half-trained workdir, writes one without the "train" record)."""
-  path = os.path.join(workdir, "results.json")
-  if not os.path.isfile(path):
-    return False
+def _load(path: str) -> dict | None:
   try:
-    return "train" in json.load(open(path))
-  except ValueError:
-    return False
+    with open(path) as f:
+      return json.load(f)
+  except (OSError, ValueError):
+    return None
+
+
+def done(workdir: str, res: dict | None = None) -> bool:
+  """A run is finished when train.py wrote its results.json (`res`, if already read): eval.py
+  alone, run on a half-trained workdir, writes one without the "train" record."""
+  res = _load(os.path.join(workdir, "results.json")) if res is None else res
+  return res is not None and "train" in res
 
 
 def train_command(args, settings: dict, workdir: str) -> list[str]:
@@ -159,9 +162,9 @@ def run_all(args) -> None:
     if os.path.islink(wd) and not os.path.exists(wd):
       problem = (f"{wd} is a link to a missing run ({os.readlink(wd)}); remove the link to "
                  "train this run here.")
-    elif changed_args(wd, want):
-      problem = (f"{wd} was started with {changed_args(wd, want)}: its results would not be "
-                 "this sweep's. Use another --root, or move the run away to train it again.")
+    elif changed := changed_args(wd, want):
+      problem = (f"{wd} was started with {changed}: its results would not be this sweep's. "
+                 "Use another --root, or move the run away to train it again.")
     if problem:
       print(f"[{i + 1}/{len(runs)}] FAILED: {problem}", flush=True)
       if not args.keep_going:
@@ -191,10 +194,11 @@ def _read(root: str, results: str = "results.json") -> list[tuple[dict, dict]]:
   """(settings, results) of every finished run under root (see `done`)."""
   out = []
   for name in sorted(os.listdir(root)):
-    path = os.path.join(root, name, results)
-    if not os.path.isfile(path) or not done(os.path.join(root, name)):
-      continue
-    out.append((parse_name(name), json.load(open(path))))
+    run = os.path.join(root, name)
+    base = _load(os.path.join(run, "results.json"))
+    res = base if results == "results.json" else _load(os.path.join(run, results))
+    if done(run, base) and res is not None:
+      out.append((parse_name(name), res))
   return out
 
 
