@@ -7,6 +7,7 @@ checkpoint before the best one at the same step, so the best is never ahead of t
 built from the live state, so optax states come back as their own types (not plain dicts) and
 arrays come back with the live shardings.
 """
+import dataclasses
 import logging
 import os
 from typing import Any
@@ -114,9 +115,10 @@ class Checkpoints:
       out = mngr.restore(step, args=ocp.args.Composite(
           state=ocp.args.StandardRestore(_abstract(target_state)), meta=ocp.args.JsonRestore()))
     except (ValueError, KeyError, TypeError) as e:
+      rest = {f.name: getattr(target_state, f.name) for f in dataclasses.fields(target_state)
+              if f.name != "opt_state"}
       try:  # everything but the optimizer state: if that loads, the optimizer is what changed
-        _restore_items(mngr, step, {"step": target_state.step, "params": target_state.params,
-                                    "rng": target_state.rng})
+        _restore_items(mngr, step, rest)
       except Exception:  # pylint: disable=broad-except
         raise e from None  # not an optimizer-state mismatch: Orbax's own error says what it is
       raise ValueError(
