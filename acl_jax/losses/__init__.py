@@ -19,7 +19,7 @@ from acl_jax.losses.graph import (
     GLOSS_FORMS, check_gamma_keep, check_labels, check_sigma, gloss, propagate, resolve_gamma,
     sigma_sqrt_heuristic, transition_matrix)
 from acl_jax.losses.metric_learning import cosine_loss, triplet_loss
-from acl_jax.losses.silhouette import silhouette_scores
+from acl_jax.losses.silhouette import silhouette_defined, silhouette_scores
 
 COMBINE_MODES = ("none", "convex", "additive")
 
@@ -83,6 +83,6 @@ __all__ = [
     "check_gamma_keep", "check_gate_args", "check_labels", "check_sigma", "check_tau",
     "combine_with_ce", "cosine_loss", "cross_entropy", "encoder_angle_mask", "get_loss",
     "gloss", "masked_supcon", "propagate", "resolve_gamma", "safe_normalize", "scl_loss",
-    "sigma_sqrt_heuristic", "silhouette_scores", "transition_matrix", "triplet_loss",
-    "weighted_mean",
+    "sigma_sqrt_heuristic", "silhouette_defined", "silhouette_scores", "transition_matrix",
+    "triplet_loss", "weighted_mean",
 ]

@@ -5,6 +5,11 @@ import numpy as np
 _CHUNK_ENTRIES = 1 << 22
 
 
+def silhouette_defined(num_classes: int, num_samples: int) -> bool:
+  """Whether a silhouette exists: it needs 2 <= number of classes <= N - 1."""
+  return 2 <= num_classes <= num_samples - 1
+
+
 def silhouette_scores(feats: np.ndarray, labels: np.ndarray) -> dict:
   """Micro and macro silhouette of L2-normalised features under Euclidean distance.
 
@@ -26,7 +31,7 @@ def silhouette_scores(feats: np.ndarray, labels: np.ndarray) -> dict:
   n, num_classes = x.shape[0], classes.size
   if x.ndim != 2 or y.size != n:
     raise ValueError(f"feats must be [N, hidden] with N labels; got {x.shape} and {y.size} labels.")
-  if not 2 <= num_classes <= n - 1:
+  if not silhouette_defined(num_classes, n):
     raise ValueError(
         f"silhouette needs 2 <= number of classes <= N - 1; got {num_classes} classes for "
         f"N={n} samples.")

@@ -134,9 +134,10 @@ def evaluate(setup: Setup, eval_step, params, split: str, with_features: bool = 
     for name in names:  # what multi-exit runs select checkpoints on
       out[f"exit_mean/{name}"] = float(np.mean([out[f"exit_{m}/{name}"] for m in exits]))
   if with_features:
-    from acl_jax.losses import silhouette_scores  # pylint: disable=import-outside-toplevel
+    # pylint: disable-next=import-outside-toplevel
+    from acl_jax.losses import silhouette_defined, silhouette_scores
     num_classes = len(np.unique(labels))
-    if 2 <= num_classes <= len(labels) - 1:
+    if silhouette_defined(num_classes, len(labels)):
       out.update(silhouette_scores(feats, labels))
     else:  # e.g. a small max_eval_examples: the run's other metrics still count
       log.warning("No silhouette on %s: it needs 2 to N-1 classes, and the split has %d "
