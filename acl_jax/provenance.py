@@ -1,5 +1,6 @@
 """What produced a result: the git revision of the checkout acl_jax runs from, and the run's
-config as flat dotted fields. Imports nothing heavy (the sweep runner uses it)."""
+config as flat dotted fields; and the atomic write that puts run records on disk. Imports
+nothing heavy (the sweep runner uses it)."""
 import os
 import subprocess
 
@@ -36,3 +37,22 @@ def flatten(d: dict, prefix: str = "") -> dict:
     else:
       out[f"{prefix}{k}"] = v
   return out
+
+
+def write_atomic(path: str, text: str) -> None:
+  """Writes `path` through a temp file and a rename, so a crash leaves the old file or none.
+
+  results.json doubles as the "run finished" marker of scripts/sweep.py, so it must never be
+  seen half-written.
+  """
+  tmp = f"{path}.tmp{os.getpid()}"
+  with open(tmp, "w") as f:
+    f.write(text)
+    f.flush()
+    os.fsync(f.fileno())  # the data reaches the disk before the rename makes it visible
+  os.replace(tmp, path)
+  fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+  try:
+    os.fsync(fd)  # and the rename itself survives a power loss
+  finally:
+    os.close(fd)

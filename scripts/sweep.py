@@ -178,10 +178,7 @@ def run_all(args) -> None:
     if args.dry_run:
       continue
     os.makedirs(wd, exist_ok=True)
-    tmp = os.path.join(wd, f"{RUN_ARGS}.tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-      json.dump(want, f, indent=2)
-    os.replace(tmp, os.path.join(wd, RUN_ARGS))
+    provenance.write_atomic(os.path.join(wd, RUN_ARGS), json.dumps(want, indent=2))
     with open(os.path.join(wd, "train.log"), "a") as log:
       rc = subprocess.call(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
     if rc != 0:

@@ -19,6 +19,7 @@ from acl_jax import data as data_lib
 from acl_jax import metrics as metrics_lib
 from acl_jax import provenance
 from acl_jax.models import hf
+from acl_jax.provenance import write_atomic
 from acl_jax.train import checkpoint as ckpt_lib
 from acl_jax.train import objectives, optim, step as step_lib
 from acl_jax.train.state import TrainState
@@ -465,25 +466,6 @@ def _open_workdir(config, workdir: str):
     ckpts.close()
     raise FileNotFoundError(f"No checkpoint in {workdir}; train first.")
   return setup, ckpts, step_lib.replicate(setup.params, setup.mesh)
-
-
-def write_atomic(path: str, text: str) -> None:
-  """Writes `path` through a temp file and a rename, so a crash leaves the old file or none.
-
-  results.json doubles as the "run finished" marker of scripts/sweep.py, so it must never be
-  seen half-written.
-  """
-  tmp = f"{path}.tmp{os.getpid()}"
-  with open(tmp, "w") as f:
-    f.write(text)
-    f.flush()
-    os.fsync(f.fileno())  # the data reaches the disk before the rename makes it visible
-  os.replace(tmp, path)
-  fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-  try:
-    os.fsync(fd)  # and the rename itself survives a power loss
-  finally:
-    os.close(fd)
 
 
 def merge_results(old: dict, new: dict) -> dict:
