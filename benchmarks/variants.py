@@ -19,12 +19,15 @@ from benchmarks import common  # noqa: E402  pylint: disable=wrong-import-positi
 
 def time_variants(model_name: str, batch_size: int, seq_len: int, variants: dict, *,
                   reps: int = 5, warmup: int = 2, seed: int = 0, num_labels: int = 2,
-                  steps_per_rep: int = 1) -> dict:
+                  steps_per_rep: int = 1, exits: str = "last", exit_pooling: str = "cls") -> dict:
   """Median step seconds of each variant.
 
   Args:
     model_name: "minilm", "bert_base" or "tiny" (see throughput.model_spec).
-    variants: name -> dict of `loss` config overrides (e.g. {"name": "acl_embed", "gate": True}).
+    variants: name -> dict of `loss` config overrides (e.g. {"name": "acl_embed", "gate": True}),
+      plus optionally "multi_exit": overrides of the `multi_exit` block (needs exits="all").
+    exits, exit_pooling: the model's exits ("last" or "all") and what each exit reads, shared
+      by every variant.
   Returns:
     name -> {"median": s, ..., "compile_s": first call, "loss": last loss}.
   """
@@ -37,20 +40,27 @@ def time_variants(model_name: str, batch_size: int, seq_len: int, variants: dict
 
   spec, folder = model_spec(model_name)
   if folder:
-    model, params, _ = load_pretrained(folder, num_labels, with_tokenizer=False)
+    model, params, _ = load_pretrained(folder, num_labels, exits=exits, with_tokenizer=False,
+                                       exit_pooling=exit_pooling)
   else:
-    cfg = config_from_hf(spec, num_labels=num_labels)
+    cfg = config_from_hf(spec, num_labels=num_labels, exits=exits, exit_pooling=exit_pooling)
     model, params = Classifier(cfg), init_params(cfg, jax.random.key(seed))
   mesh = step_lib.make_mesh()
   batch = step_lib.shard_batch(synthetic_batch(Shape(model_name, batch_size, seq_len),
                                                spec["vocab_size"], seed), mesh)
-  tx = optim.make_optimizer(lr=2e-5, total_steps=100_000)
+  total = 100_000
   runs = {}
   for name, over in variants.items():
     c = base_config()
+    over = dict(over)
+    c.multi_exit.update(over.pop("multi_exit", {}))
     c.loss.update(over)
+    multi = objectives.multi_exit_from_config(c.multi_exit, len(model.cfg.exit_layers), total)
     obj = objectives.build_objective(c.loss, num_labels=num_labels,
-                                     last_exit=model.cfg.num_layers)
+                                     last_exit=model.cfg.num_layers, multi_exit=multi)
+    tx = optim.make_optimizer(lr=2e-5, total_steps=total,
+                              strategy=multi.strategy if multi else "",
+                              stage1_steps=multi.stage1_steps if multi else 0)
     fn = step_lib.make_train_step(model, obj, tx, mesh)
     state = step_lib.replicate(TrainState.create(params, tx, seed), mesh)
     runs[name] = {"fn": fn, "state": state, "times": []}
