@@ -202,6 +202,23 @@ def test_gamma_rounding():
   assert check_gamma_keep(0.7, 10) == 7
   assert check_gamma_keep(0.25, 10) == 3  # 2.5 rounds half up
   assert check_gamma_keep(0.05, 10) == 1
+  # 0.7 * 45 = 31.5 in decimal, 31.4999... in binary floating point: halves still round up.
+  assert check_gamma_keep(0.7, 45) == 32 and check_gamma_keep(0.35, 90) == 32
+
+
+def test_gloss_masked_split_rounds_like_the_unmasked_one():
+  """45 real rows of 48 at gamma_keep 0.7 keep round(31.5) = 32 labels, as an unpadded batch
+  of 45 does (the masked count once came from a float32 product, the unmasked from float64)."""
+  x, y = _data(11, n=48, k=3)
+  mask = np.ones(48, np.float32)
+  mask[[3, 17, 40]] = 0.0
+  key = jax.random.key(5)
+  loss, _ = jax.jit(lambda x, y, m: gloss(x, y, key, 3, SIGMA, 0.7, "clean",
+                                          example_mask=m))(x, y, mask)
+  perm = np.asarray(jax.random.permutation(key, 48))
+  order = [i for i in perm if mask[i] > 0]
+  want = _gloss_ref_order(x, y, order, check_gamma_keep(0.7, 45), 3, SIGMA, "clean")
+  np.testing.assert_allclose(float(loss), want, rtol=1e-4)
 
 
 def test_resolve_gamma():

@@ -21,12 +21,18 @@ def check_sigma(sigma) -> None:
         "to 0.667; sigma_sqrt_heuristic() estimates one from pretrained embeddings.")
 
 
+def _round_kept(gamma_keep: float, n: int) -> int:
+  """round(gamma_keep * n), halves up, on the decimal the config wrote: 0.7 * 45 is 31.5 and
+  gives 32, though the binary 0.7 makes the float product 31.4999... (hence the 1e-9)."""
+  return int(math.floor(float(gamma_keep) * n + 0.5 + 1e-9))
+
+
 def check_gamma_keep(gamma_keep: float, batch_size: Optional[int] = None) -> int:
   """Validates gamma_keep and returns n_L, the number of labelled nodes.
 
-  n_L = round(gamma_keep * batch_size), rounding halves up. (The official code keeps the
-  items whose random rank is < gamma * N, which is ceil(gamma * N); the two differ only
-  when gamma * N is not within 0.5 of an integer.)
+  n_L = round(gamma_keep * batch_size), rounding halves up (`_round_kept`). (The official
+  code keeps the items whose random rank is < gamma * N, which is ceil(gamma * N); the two
+  differ only when gamma * N is not within 0.5 of an integer.)
 
   Args:
     gamma_keep: kept (labelled) fraction, in (0, 1).
@@ -42,7 +48,7 @@ def check_gamma_keep(gamma_keep: float, batch_size: Optional[int] = None) -> int
         "gamma_keep.")
   if batch_size is None:
     return -1
-  num_labelled = int(math.floor(gamma_keep * batch_size + 0.5))
+  num_labelled = _round_kept(gamma_keep, batch_size)
   if not 0 < num_labelled < batch_size:
     raise ValueError(
         f"gamma_keep={gamma_keep} with batch size {batch_size} keeps {num_labelled} labelled "
@@ -267,8 +273,9 @@ def _gloss_masked(x, y, real, gamma_keep, num_classes, sigma, form, class_weight
   The shapes stay static: label propagation is solved over all B rows, with identity rows
   for every node that is not hidden, which gives the harmonic F_U of the real graph."""
   n_real = jnp.sum(real.astype(jnp.int32))
-  n_keep = jnp.floor(gamma_keep * n_real.astype(jnp.float32) + 0.5).astype(jnp.int32)
-  n_keep = jnp.clip(n_keep, 1, jnp.maximum(n_real - 1, 1))
+  # n_L for every possible real count, from the host rule the unmasked path uses.
+  kept = np.array([_round_kept(gamma_keep, n) for n in range(x.shape[0] + 1)], np.int32)
+  n_keep = jnp.clip(jnp.asarray(kept)[n_real], 1, jnp.maximum(n_real - 1, 1))
   rank = jnp.cumsum(real.astype(jnp.int32)) - 1  # position among the real rows
   lab, hid = real & (rank < n_keep), real & (rank >= n_keep)
   t = transition_matrix(x, sigma, w_floor, node_mask=real)
