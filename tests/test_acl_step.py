@@ -80,6 +80,15 @@ def test_bad_acl_config(bad, match):
     objectives.build_objective(loss_cfg("acl", gate=True, **bad), num_labels=3, last_exit=3)
 
 
+def test_hand_built_top_gate_refuses_project():
+  """The top mode has no projection branch: a hand-built GateSpec asking for one fails at
+  construction instead of silently dropping."""
+  from acl_jax.train.step import GateSpec
+  with pytest.raises(ValueError, match="'top' supports gate_mode='drop' only"):
+    GateSpec(90.0, "project", "top")
+  assert GateSpec(90.0, "project", "all").mode == "project"
+
+
 def test_acl_needs_a_linear_head():
   from acl_jax.models import label_embeddings
   with pytest.raises(ValueError, match="No linear classifier"):

@@ -327,9 +327,6 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
     if loss_cfg.angle_params not in ANGLE_PARAMS:
       raise ValueError(f"loss.angle_params must be one of {ANGLE_PARAMS}, got "
                        f"{loss_cfg.angle_params!r}.")
-    if loss_cfg.angle_params == "top" and loss_cfg.gate_mode != "drop":
-      raise ValueError("loss.angle_params='top' supports gate_mode='drop' only: 'project' "
-                       "needs the full-parameter gradients; use angle_params='all'.")
     gate = GateSpec(float(loss_cfg.gate_threshold), loss_cfg.gate_mode, loss_cfg.angle_params)
   label = (multi_exit.strategy + ":" if multi_exit else "") + name + ("+grad" if gate else "")
   freeze = (two_stage_freeze(multi_exit.stage1_steps)

@@ -59,6 +59,13 @@ class GateSpec:
   mode: str = "drop"
   angle_params: str = "all"
 
+  def __post_init__(self):
+    # The top mode picks CE or CE + lam*ACL inside a lax.cond; it has no projection branch.
+    if self.angle_params == "top" and self.mode != "drop":
+      raise ValueError(f"loss.angle_params='top' supports gate_mode='drop' only, got "
+                       f"{self.mode!r}: 'project' needs the full-parameter gradients; use "
+                       "angle_params='all'.")
+
 
 @dataclasses.dataclass(frozen=True)
 class Objective:
