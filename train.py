@@ -27,6 +27,12 @@ def init_distributed():
   """Starts jax.distributed when asked; must run before any other JAX call."""
   import jax  # pylint: disable=import-outside-toplevel
   if not (_DIST.value or _COORD.value):
+    if _NPROC.value is not None or _PID.value is not None:
+      # Else every host would train alone on the full batch, all writing one workdir.
+      raise app.UsageError(
+          "--num_processes/--process_id were given without --coordinator=HOST:PORT (or "
+          "--distributed for the platform's auto-detection), so no multi-host job would "
+          "start; add one of them.")
     return
   if jax.default_backend() == "cpu" or _COORD.value:
     try:

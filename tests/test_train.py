@@ -242,6 +242,14 @@ def test_unknown_config_key_and_method():
   assert p.returncode != 0 and "Unknown config argument 'nonsense'" in p.stderr
 
 
+def test_process_flags_without_a_coordinator_fail(tmp_path):
+  """--num_processes/--process_id alone would start N independent single-host runs."""
+  p = helpers.run_py(["train.py", "--config", "configs/quickstart.py", "--workdir",
+                      str(tmp_path / "x"), "--num_processes=2", "--process_id=0"])
+  assert p.returncode != 0 and "without --coordinator" in p.stderr
+  assert not (tmp_path / "x").exists()
+
+
 def test_unknown_task_model_loss(tiny_model_dir, tmp_path):
   from acl_jax.train import loop
   with pytest.raises(ValueError, match="known"):
