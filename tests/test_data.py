@@ -259,6 +259,28 @@ def test_generic_int_labels_and_heldout_dev(tmp_path):
     data.load_task("csv")
 
 
+def test_generic_blank_labels_are_dropped_not_a_class(tmp_path, caplog):
+  rows = [{"text": f"doc {i}", "label": ["pos", "neg", ""][i % 3]} for i in range(30)]
+  _write(tmp_path / "t.csv", "csv", rows)
+  files = {"train": str(tmp_path / "t.csv"), "dev": str(tmp_path / "t.csv")}
+  with caplog.at_level(logging.WARNING, logger="acl_jax.data.tasks"):
+    td = data.load_task("csv", files=files)
+  assert td.label_names == ["neg", "pos"] and td.num_dropped == {"train": 10, "dev": 10}
+  assert "empty text or label" in caplog.text
+  with pytest.raises(ValueError, match="text or label is empty"):
+    data.load_task("csv", files=files, on_empty="error")
+
+
+def test_generic_bad_jsonl_line_is_named(tmp_path):
+  path = tmp_path / "t.jsonl"
+  path.write_text('{"text": "a", "label": 0}\n\n{"text": "b", "label": 1}\n{"text": "c",\n')
+  with pytest.raises(ValueError, match=r"t.jsonl line 4 is not valid JSON"):
+    data.load_task("jsonl", files={"train": str(path)})
+  path.write_text('{"text": "a", "label": 0}\n["b", 1]\n')
+  with pytest.raises(ValueError, match=r"line 2 is a JSON list, not an object"):
+    data.load_task("jsonl", files={"train": str(path)})
+
+
 # ----------------------------------------------------------------------- tokenisation
 
 

@@ -205,6 +205,22 @@ def read_quickstart(path: str) -> Columns:
 GENERIC_FORMATS = ("csv", "tsv", "jsonl")
 
 
+def _jsonl_records(f, path: str):
+  """The JSON objects of a JSONL file's non-blank lines; a bad line names its file line."""
+  for i, ln in enumerate(f):
+    if not ln.strip():
+      continue
+    try:
+      rec = json.loads(ln)
+    except json.JSONDecodeError as e:
+      raise ValueError(f"{path} line {i + 1} is not valid JSON ({e.msg}, column {e.colno}); "
+                       "a JSONL file holds one JSON object per line.") from None
+    if not isinstance(rec, dict):
+      raise ValueError(f"{path} line {i + 1} is a JSON {type(rec).__name__}, not an object "
+                       "with text and label fields.")
+    yield rec
+
+
 def read_generic(path: str, fmt: str, text_column: str, text_pair_column: Optional[str],
                  label_column: str) -> Columns:
   """Reads a CSV, TSV or JSONL file with named text/label columns.
@@ -232,7 +248,7 @@ def read_generic(path: str, fmt: str, text_column: str, text_pair_column: Option
   cols = {k: [] for k in wanted}
   with open(path, encoding="utf-8-sig", newline="") as f:
     if fmt == "jsonl":
-      records = (json.loads(ln) for ln in f if ln.strip())
+      records = _jsonl_records(f, path)
     elif fmt == "csv":
       records = csv.DictReader(f)
     else:

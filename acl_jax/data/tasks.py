@@ -126,7 +126,9 @@ def _is_empty(text) -> bool:
 
 
 def _drop_empty(cols: readers.Columns) -> tuple[readers.Columns, int]:
-  fields = [k for k in ("text", "text_pair") if k in cols]
+  """Drops rows with an empty text, text pair or label (a blank label must not become a
+  class of its own)."""
+  fields = [k for k in ("text", "text_pair", "label") if k in cols]
   keep = [i for i in range(len(cols["label"]))
           if not any(_is_empty(cols[k][i]) for k in fields)]
   return _take(cols, keep), len(cols["label"]) - len(keep)
@@ -347,8 +349,8 @@ def load_task(name: str, data_dir: Optional[str] = None, *, text: str = "raw",
     val_fraction: share of train held out as "dev" where the data has no dev split
       (TextGCN, quickstart, generic files without a dev file).
     split_seed: seed of that held-out split.
-    on_empty: "skip" drops rows whose text is empty or whitespace (logging the count per
-      split); "error" raises.
+    on_empty: "skip" drops rows whose text or label is empty or whitespace (logging the
+      count per split); "error" raises.
     text_column: generic files: column with the text.
     text_pair_column: generic files: column with the second text, if any.
     label_column: generic files: column with the label (strings or integers).
@@ -377,9 +379,10 @@ def load_task(name: str, data_dir: Optional[str] = None, *, text: str = "raw",
   if any(dropped.values()):
     counts = {k: v for k, v in dropped.items() if v}
     if on_empty == "error":
-      raise ValueError(f"Task {spec.name!r} has empty or whitespace-only texts: {counts} "
-                       "rows per split. Pass on_empty='skip' to drop them.")
-    log.warning("Task %r: dropped empty or whitespace-only rows per split: %s",
+      raise ValueError(f"Task {spec.name!r} has rows whose text or label is empty or "
+                       f"whitespace-only: {counts} rows per split. Pass on_empty='skip' to "
+                       "drop them.")
+    log.warning("Task %r: dropped rows with an empty text or label, per split: %s",
                 spec.name, counts)
 
   values = raw.label_values or _sorted_labels(splits["train"]["label"])
