@@ -143,6 +143,11 @@ def main(argv=None):
                               a.metric, dict(zip(curves, labels))))
     return
   labels = a.labels or [os.path.basename(os.path.normpath(w)) for w in a.workdirs]
+  if len(labels) != len(a.workdirs) or len(set(labels)) != len(labels):
+    raise SystemExit(f"--labels needs one distinct label per workdir: got {len(labels)} "
+                     f"label(s) {labels} for {len(a.workdirs)} workdir(s)"
+                     + ("" if a.labels else "; their folder names repeat, so pass --labels")
+                     + ".")
   rows = {}
   for wd, lab in zip(a.workdirs, labels):
     curve = per_exit(json.load(open(os.path.join(wd, "results.json"))), a.split, a.metric)

@@ -22,6 +22,10 @@ def test_per_exit_and_lambda_and_tsne(tmp_path, capsys):
     wds.append(str(wd))
   plot_per_exit.main(wds + ["--out", str(tmp_path / "pe.png")])
   assert "| acl_cl | 70.00 | 75.00 | 80.00 |" in capsys.readouterr().out
+  with pytest.raises(SystemExit, match="one distinct label per workdir: got 1 label"):
+    plot_per_exit.main(wds + ["--labels", "JT", "--out", str(tmp_path / "pe.png")])
+  with pytest.raises(SystemExit, match="one distinct label per workdir"):
+    plot_per_exit.main(wds + ["--labels", "A", "A", "--out", str(tmp_path / "pe.png")])
   plot_tsne.main(wds + ["--out", str(tmp_path / "t.png"), "--max_points", "30"])
   summary = {f"method={m},loss.lam={l}": {"metrics": {"dev/accuracy": {"mean": a, "std": 0.01,
                                                                        "n": 3}}}
