@@ -2,6 +2,7 @@
 config as flat dotted fields; and the atomic write that puts run records on disk. Imports
 nothing heavy (the sweep runner uses it)."""
 import os
+import socket
 import subprocess
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -45,7 +46,9 @@ def write_atomic(path: str, text: str) -> None:
   results.json doubles as the "run finished" marker of scripts/sweep.py, so it must never be
   seen half-written.
   """
-  tmp = f"{path}.tmp{os.getpid()}"
+  # Host and pid: the hosts of a multi-host sweep write the same files on a shared disk, and
+  # containers often give each host's process the same pid.
+  tmp = f"{path}.tmp.{socket.gethostname()}.{os.getpid()}"
   with open(tmp, "w") as f:
     f.write(text)
     f.flush()

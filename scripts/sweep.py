@@ -12,12 +12,13 @@ from their checkpoints. Each run records the --config and --set it was started w
 (`sweep_args.json`): a rerun that asks for others fails on that run instead of mixing them.
 The summary (`summary.md`, `summary.json`) gives mean +- std over seeds and the seed count for
 every metric of every evaluated split. Extra train.py flags (e.g. `--distributed` on a
-multi-host job) go after `--`.
+multi-host job) go after `--`; `--config...` and `--workdir` may not, as the sweep sets them.
 
 On a multi-host job (TPU pod, GPU cluster) every host runs the same sweep command with
 `-- --distributed` and a --root that all hosts share (as Orbax's multi-host checkpoints need
 anyway). Process 0 writes results.json; every host reads the same files, so all hosts skip and
-resume the same runs and enter each train.py together.
+resume the same runs and enter each train.py together. Each host logs to its own file in the
+workdir (`train.p<I>.log` with `--process_id=I`, else `train.<hostname>.log`).
 
 The runs share JAX's persistent compilation cache (`--compile_cache`, default
 `<root>/.jax_cache`; an already set `JAX_COMPILATION_CACHE_DIR` wins): runs that differ only
@@ -31,6 +32,7 @@ import argparse
 import itertools
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -179,10 +181,11 @@ def run_all(args) -> None:
       continue
     os.makedirs(wd, exist_ok=True)
     provenance.write_atomic(os.path.join(wd, RUN_ARGS), json.dumps(want, indent=2))
-    with open(os.path.join(wd, "train.log"), "a") as log:
+    log_path = os.path.join(wd, log_name(args.extra))
+    with open(log_path, "a") as log:
       rc = subprocess.call(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
     if rc != 0:
-      print(f"  FAILED (exit {rc}); see {wd}/train.log", flush=True)
+      print(f"  FAILED (exit {rc}); see {log_path}", flush=True)
       if not args.keep_going:
         raise SystemExit(rc)
 
@@ -251,11 +254,12 @@ def config_differences(configs: list[dict]) -> tuple[list[str], list[str]]:
   return differ, missing
 
 
-def fmt_cell(values: np.ndarray) -> str:
-  """Mean ± std in percent; a single value has no spread to show."""
-  if len(values) < 2:
-    return f"{100 * values.mean():.2f} (n=1)"
-  return f"{100 * values.mean():.2f} ± {100 * values.std(ddof=1):.2f}"
+def fmt_cell(values: np.ndarray, seeds: int = 0) -> str:
+  """Mean ± std in percent; a single value has no spread to show. The count is shown when it
+  is 1 or below the row's `seeds` (some runs lack the metric)."""
+  n = len(values)
+  cell = f"{100 * values.mean():.2f}" + (f" ± {100 * values.std(ddof=1):.2f}" if n > 1 else "")
+  return cell + (f" (n={n})" if n < max(2, seeds) else "")
 
 
 def aggregate(root: str, splits=None, results: str = "results.json") -> tuple[str, dict]:
@@ -295,7 +299,7 @@ def aggregate(root: str, splits=None, results: str = "results.json") -> tuple[st
       if len(v):
         row[c] = {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0,
                   "n": int(len(v))}
-        cells.append(fmt_cell(v))
+        cells.append(fmt_cell(v, len(g["seeds"])))
       else:
         cells.append("")
     summary[key] = {"seeds": g["seeds"], "metrics": row}
@@ -313,11 +317,45 @@ def aggregate(root: str, splits=None, results: str = "results.json") -> tuple[st
   if notes:
     table += "\nConfig fields that differ between the seeds of a row:\n" + "\n".join(notes) + "\n"
   stem = "summary" + os.path.splitext(results)[0].removeprefix("results")
-  with open(os.path.join(root, f"{stem}.md"), "w") as f:
-    f.write(table)
-  with open(os.path.join(root, f"{stem}.json"), "w") as f:
-    json.dump(summary, f, indent=2)
+  provenance.write_atomic(os.path.join(root, f"{stem}.md"), table)
+  provenance.write_atomic(os.path.join(root, f"{stem}.json"), json.dumps(summary, indent=2))
   return table, summary
+
+
+def check_splits(root: str, splits: list[str]) -> None:
+  """Fails, naming what exists, when root has no finished run or lacks a requested split."""
+  runs = _read(root)
+  if not runs:
+    raise SystemExit(f"No finished run under {root} (one is finished once train.py has "
+                     "written its results.json): nothing to aggregate.")
+  have = sorted({k for _, res in runs for k, v in res.items()
+                 if isinstance(v, dict) and k != "train"})
+  unknown = [x for x in splits if x not in have]
+  if unknown:
+    raise SystemExit(f"--splits: no run under {root} has {unknown}; the runs have {have}.")
+
+
+# train.py flags after `--` that would override what the sweep sets per run (and names the
+# run's workdir after) or records in sweep_args.json.
+_SWEEP_OWNED = ("--config", "--workdir")
+
+
+def check_extra(extra: list[str]) -> None:
+  owned = [x for x in extra if x.split("=", 1)[0].split(".", 1)[0] in _SWEEP_OWNED]
+  if owned:
+    raise SystemExit(f"After '--': {owned} would override the run's settings, which the sweep "
+                     "sets and names its workdirs after; use --set key=value or --grid.")
+
+
+def log_name(extra: list[str]) -> str:
+  """train.log, or one per process on a multi-host job (all hosts run the sweep on one shared
+  root): `train.p<process_id>.log`, else `train.<hostname>.log`."""
+  pid = [x.split("=", 1)[1] for x in extra if x.startswith("--process_id=")]
+  if pid:
+    return f"train.p{pid[-1]}.log"
+  if any(x.split("=", 1)[0] in ("--distributed", "--coordinator") for x in extra):
+    return f"train.{socket.gethostname()}.log"
+  return "train.log"
 
 
 def main(argv=None):
@@ -342,6 +380,7 @@ def main(argv=None):
   # train.py runs with cwd=REPO: an absolute root keeps its workdirs where this process
   # looks for finished runs, whatever the caller's working directory.
   args.root = os.path.abspath(args.root)
+  check_extra(extra)
   args.extra = extra
   if not args.aggregate_only:
     if not args.config:
@@ -349,7 +388,11 @@ def main(argv=None):
     run_all(args)
   if not os.path.isdir(args.root):
     raise SystemExit(f"--root {args.root} does not exist: nothing to aggregate.")
-  table, _ = aggregate(args.root, [s for s in args.splits.split(",") if s])
+  splits = [s for s in args.splits.split(",") if s]
+  if args.dry_run and not _read(args.root):
+    return
+  check_splits(args.root, splits)
+  table, _ = aggregate(args.root, splits)
   print(table)
 
 

@@ -1,6 +1,7 @@
 """Sweep runner: planning, naming, skipping finished runs, aggregation over seeds."""
 import json
 import os
+import socket
 
 import numpy as np
 import pytest
@@ -41,6 +42,34 @@ def test_aggregate_mean_std_and_skip(tmp_path, capsys):
   sweep.run_all(_args(tmp_path, seeds="0,1,2"))
   out = capsys.readouterr().out
   assert out.count("done:") == 4 and out.count("run:") == 2
+
+
+def test_cells_missing_seeds_show_their_count_and_bad_splits_fail(tmp_path):
+  for s, res in (("0", {"dev": {"accuracy": 0.8}, "test": {"accuracy": 0.7}}),
+                 ("1", {"dev": {"accuracy": 0.9}, "test": {"accuracy": 0.6}}),
+                 ("2", {"dev": {"accuracy": 0.7}})):
+    wd = tmp_path / f"method=ce,seed={s}"
+    wd.mkdir()
+    (wd / "results.json").write_text(json.dumps({"train": {}, **res}))
+  table, _ = sweep.aggregate(str(tmp_path))
+  assert "| method=ce | 3 | 80.00 ± 10.00 | 65.00 ± 7.07 (n=2) |" in table
+  assert not [f for f in os.listdir(tmp_path) if ".tmp" in f]
+  with pytest.raises(SystemExit, match=r"no run under .* has \['tset'\]; the runs have "
+                     r"\['dev', 'test'\]"):
+    sweep.main(["--root", str(tmp_path), "--aggregate_only", "--splits", "dev,tset"])
+  with pytest.raises(SystemExit, match="No finished run"):
+    sweep.main(["--root", str(tmp_path / "method=ce,seed=0"), "--aggregate_only"])
+
+
+def test_extra_flags_may_not_override_run_settings(tmp_path):
+  for extra in (["--config.seed=5"], ["--workdir", "/x"], ["--config", "configs/glue.py:cola"]):
+    with pytest.raises(SystemExit, match="would override the run's settings"):
+      sweep.main(["--root", str(tmp_path), "--config", "configs/glue.py:rte", "--dry_run",
+                  "--"] + extra)
+  assert sweep.log_name([]) == "train.log"
+  assert sweep.log_name(["--coordinator=h:1", "--num_processes=2", "--process_id=1"]) == \
+      "train.p1.log"
+  assert sweep.log_name(["--distributed"]) == f"train.{socket.gethostname()}.log"
 
 
 def test_cross_task_table(tmp_path):
