@@ -18,6 +18,7 @@ from acl_jax.exits import policies
 from acl_jax.exits.fast import early_exit_predict
 from acl_jax.models.bert import Classifier
 from acl_jax.models.config import EncoderConfig
+from acl_jax.provenance import write_atomic
 
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -206,8 +207,8 @@ def write_table(rows: Sequence[Mapping[str, Any]], path_md: str,
     cells = ["—" if r[k] is None else fmt.format(r[k] * 1e3 if k in ms else r[k])
              for _, k, fmt in _COLUMNS]
     lines.append("| " + " | ".join(cells) + " |")
-  with open(path_md, "w") as f:
-    f.write("\n".join(lines) + "\n")
-  with open(path_json, "w") as f:
-    json.dump({"label": label, "policy": policy, "rows": list(rows)}, f, indent=1)
+  # Atomic: run_results.sh takes a JSON newer than results.json as "this run is swept".
+  write_atomic(path_md, "\n".join(lines) + "\n")
+  write_atomic(path_json, json.dumps({"label": label, "policy": policy, "rows": list(rows)},
+                                     indent=1))
   return path_md, path_json
