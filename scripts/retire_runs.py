@@ -110,7 +110,8 @@ def main(argv=None):
   p.add_argument("--before", help="runs first trained by code older than this commit")
   p.add_argument("--without_field", help="runs whose config.json lacks this dotted field")
   a = p.parse_args(argv)
-  if not os.path.isdir(a.root):
+  if not os.path.isdir(a.root):  # not an error: run_results.sh retires before a first sweep
+    print(f"retire_runs: {a.root} does not exist yet; nothing to retire.", file=sys.stderr)
     return
   for d in retire(a.root, a.methods.split(","), a.tag, a.before, a.without_field):
     print(f"retired ({a.tag}): {d}")
