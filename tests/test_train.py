@@ -262,6 +262,18 @@ def test_unknown_task_model_loss(tiny_model_dir, tmp_path):
                             str(tmp_path / "c"))
 
 
+@pytest.mark.parametrize("over,match", [
+    ({"batch_size": 0}, "batch_size must be >= 1, got 0"),
+    ({"eval_every": -1}, "eval_every must be >= 0"),
+    ({"num_steps": 0, "num_epochs": 0}, "num_epochs must be >= 1 when num_steps is 0")])
+def test_bad_step_counts_fail_before_loading(tmp_path, over, match):
+  """Checked before any data or model is read (the model name here does not exist)."""
+  from acl_jax.train import loop
+  with pytest.raises(ValueError, match=match):
+    loop.train_and_evaluate(helpers.tiny_config("no-such-org/no-such-model", **over),
+                            str(tmp_path / "a"))
+
+
 def test_num_labels_mismatch_with_checkpoint(tiny_model_dir, tmp_path):
   from acl_jax.train import loop
   wd = str(tmp_path / "run")

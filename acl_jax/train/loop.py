@@ -252,6 +252,13 @@ def _warn_config_changes(path: str, cfg) -> None:
 
 def _check_before_loading(cfg) -> None:
   """Config errors that need no data or model, raised before the slow loading starts."""
+  for key, low in (("batch_size", 1), ("eval_batch_size", 1), ("num_steps", 0),
+                   ("eval_every", 0), ("checkpoint_every", 0), ("early_stop_patience", 0)):
+    if cfg[key] < low:
+      raise ValueError(f"{key} must be >= {low}, got {cfg[key]}: set --config.{key}.")
+  if cfg.num_steps == 0 and cfg.num_epochs < 1:
+    raise ValueError(f"num_epochs must be >= 1 when num_steps is 0, got {cfg.num_epochs}: set "
+                     "--config.num_epochs or --config.num_steps.")
   for key in ("batch_size", "eval_batch_size"):
     if cfg[key] % jax.device_count():
       raise ValueError(f"{key} {cfg[key]} must be divisible by the device count "
