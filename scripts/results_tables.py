@@ -173,6 +173,30 @@ def paired_table(root: str, tasks: list[str], metric: str, baseline: str,
   return "\n".join(lines) + "\n"
 
 
+def check_names(root: str, tasks: list[str], metrics: list[str], methods: list[str] | None,
+                results: str = "results.json") -> None:
+  """Fails, naming what the runs have, on a metric or method found under no task: a typo
+  would otherwise print a table of empty cells. A task without a folder is only warned about
+  (run_results.sh tabulates while sweeps are still running)."""
+  missing = [t for t in tasks if not os.path.isdir(os.path.join(root, t))]
+  if missing:
+    print(f"results_tables: no folder under {root} for task(s) {missing}; their columns are "
+          "empty.", file=sys.stderr)
+  per_task, _ = columns(root, tasks, "test/accuracy", results)
+  groups = [g for s in per_task.values() for g in s.values()]
+  if not groups:
+    return
+  have = sorted({m for g in groups for m in g["metrics"]})
+  bad = [m for m in metrics if m != "headline" and m not in have]
+  if bad:
+    raise SystemExit(f"--metrics {bad}: no run under {root} has them; the runs have {have}.")
+  keys = {k for s in per_task.values() for k in s}
+  bad = [m for m in methods or [] if (m if "=" in m else f"method={m}") not in keys]
+  if bad:
+    raise SystemExit(f"--methods {bad}: no such rows under {root}; the rows are "
+                     f"{sorted(keys)}.")
+
+
 def main():
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--root", required=True)
@@ -189,6 +213,7 @@ def main():
   a = p.parse_args()
   tasks = a.tasks.split(",")
   methods = [m for m in a.methods.split(",") if m] or None
+  check_names(a.root, tasks, a.metrics.split(","), methods, a.results)
   text = "\n".join(table(a.root, tasks, m, methods, a.results) for m in a.metrics.split(","))
   if a.vs:
     text += "\n" + "\n".join(paired_table(a.root, tasks, m, a.vs, methods, a.results)

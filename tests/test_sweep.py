@@ -96,6 +96,18 @@ def test_cross_task_table(tmp_path):
                   "| CE+SCL [loss.lam=0.9] | 70.00 (n=1) |  |"]
 
 
+def test_results_tables_refuses_unknown_metrics_and_methods(tmp_path):
+  from scripts import results_tables
+  wd = tmp_path / "mr" / "method=ce,seed=0"
+  wd.mkdir(parents=True)
+  (wd / "results.json").write_text(json.dumps({"train": {}, "test": {"accuracy": 0.8}}))
+  results_tables.check_names(str(tmp_path), ["mr"], ["test/accuracy", "headline"], ["ce"])
+  with pytest.raises(SystemExit, match=r"--metrics \['test/acc'\]: .* have \['test/accuracy'\]"):
+    results_tables.check_names(str(tmp_path), ["mr"], ["test/acc"], None)
+  with pytest.raises(SystemExit, match=r"--methods \['acl'\]: .* rows are \['method=ce'\]"):
+    results_tables.check_names(str(tmp_path), ["mr", "r8"], ["test/accuracy"], ["ce", "acl"])
+
+
 def test_paired_differences_to_a_baseline(tmp_path):
   from scripts import results_tables
   # gloss - ce per seed: +1, -3 on mr; scl has no seed-1 ce run to pair with on r8
