@@ -10,7 +10,6 @@ Variants, timed in alternating repetitions in one process:
 Targets: acl_grad <= 1.6x ce; acl_grad_top <= 1.15x acl_sum. Writes
 benchmarks/results/acl_grad_overhead.json.
 """
-import argparse
 import json
 import os
 import sys
@@ -28,13 +27,7 @@ VARIANTS = {
 
 
 def main():
-  p = argparse.ArgumentParser()
-  p.add_argument("--model", default="minilm")
-  p.add_argument("--batch", type=int, default=32)
-  p.add_argument("--seq", type=int, default=64)
-  p.add_argument("--reps", type=int, default=5)
-  p.add_argument("--out", default=os.path.join(variants.REPO, "benchmarks", "results",
-                                               "acl_grad_overhead.json"))
+  p = variants.arg_parser("acl_grad_overhead.json")
   a = p.parse_args()
   res = variants.time_variants(a.model, a.batch, a.seq, VARIANTS, reps=a.reps)
   rows = [[n, r["median"], r["median"] / res["ce"]["median"],

@@ -8,7 +8,6 @@ ratio <= 1.05. CE+SCL is timed alongside because the paper also reports a G-Loss
 faster than an SCL one on MR (27.77 s against 33.04 s). Writes
 benchmarks/results/gloss_overhead.json.
 """
-import argparse
 import os
 import sys
 
@@ -21,13 +20,8 @@ VARIANTS = {"ce": {"name": "ce"}, "gloss": {"name": "gloss", "lam": 0.8, "sigma"
 
 
 def main():
-  p = argparse.ArgumentParser()
-  p.add_argument("--model", default="minilm")
+  p = variants.arg_parser("gloss_overhead.json", one_batch=False)
   p.add_argument("--batches", default="32,64,128")
-  p.add_argument("--seq", type=int, default=64)
-  p.add_argument("--reps", type=int, default=5)
-  p.add_argument("--out", default=os.path.join(variants.REPO, "benchmarks", "results",
-                                               "gloss_overhead.json"))
   a = p.parse_args()
   out, rows = {}, []
   for b in (int(x) for x in a.batches.split(",")):

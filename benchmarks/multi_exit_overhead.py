@@ -15,7 +15,6 @@ alternating repetitions in one process:
                 the heads, one backward through the rest
 Writes benchmarks/results/multi_exit_overhead.json.
 """
-import argparse
 import json
 import os
 import sys
@@ -37,15 +36,9 @@ VARIANTS = {
 
 
 def main():
-  p = argparse.ArgumentParser()
-  p.add_argument("--model", default="minilm")
-  p.add_argument("--batch", type=int, default=32)
-  p.add_argument("--seq", type=int, default=64)
-  p.add_argument("--reps", type=int, default=5)
+  p = variants.arg_parser("multi_exit_overhead.json")
   p.add_argument("--variants", default=",".join(VARIANTS),
                  help=f"comma-separated subset of {list(VARIANTS)}")
-  p.add_argument("--out", default=os.path.join(variants.REPO, "benchmarks", "results",
-                                               "multi_exit_overhead.json"))
   a = p.parse_args()
   names = [v for v in a.variants.split(",") if v]
   unknown = sorted(set(names) - set(VARIANTS))

@@ -4,6 +4,7 @@ Used by `acl_grad_overhead.py` and `gloss_overhead.py`: every variant gets its o
 train step and state; after each is compiled and warmed up, timed repetitions go round-robin
 (v1, v2, ..., v1, v2, ...) so drift on the machine hits every variant alike.
 """
+import argparse
 import os
 import sys
 import time
@@ -83,6 +84,18 @@ def time_variants(model_name: str, batch_size: int, seq_len: int, variants: dict
       runs[name]["times"].append(go(name, steps_per_rep))
   return {name: {**common.summarize(r["times"]), "compile_s": r["compile_s"], "loss": r["loss"]}
           for name, r in runs.items()}
+
+
+def arg_parser(out_name: str, one_batch: bool = True) -> argparse.ArgumentParser:
+  """The variant benchmarks' shared flags; `out_name` is the JSON under benchmarks/results."""
+  p = argparse.ArgumentParser()
+  p.add_argument("--model", default="minilm")
+  if one_batch:
+    p.add_argument("--batch", type=int, default=32)
+  p.add_argument("--seq", type=int, default=64)
+  p.add_argument("--reps", type=int, default=5)
+  p.add_argument("--out", default=os.path.join(REPO, "benchmarks", "results", out_name))
+  return p
 
 
 def ratio_rows(res: dict, base: str) -> list:
