@@ -95,21 +95,28 @@ def budget_line(root: str, tasks: list[str]) -> str:
   return ("Budgets (from the runs' config.json): " + "; ".join(parts) + ".") if parts else ""
 
 
-def columns(root: str, tasks: list[str], metric: str,
-            results: str = "results.json") -> tuple[dict, dict]:
-  """({task: its sweep summary ({} without runs)}, {task: the metric its column shows})."""
-  per_task = {}
+def summaries(root: str, tasks: list[str], results: str = "results.json") -> dict:
+  """{task: its sweep summary, re-aggregated from the runs ({} without a folder)}."""
+  out = {}
   for t in tasks:
     path = os.path.join(root, t)
-    per_task[t] = sweep.aggregate(path, results=results)[1] if os.path.isdir(path) else {}
+    out[t] = sweep.aggregate(path, results=results)[1] if os.path.isdir(path) else {}
+  return out
+
+
+def columns(per_task: dict, tasks: list[str], metric: str) -> dict:
+  """{task: the metric its column shows} (`headline` resolves per task)."""
   if metric == "headline":
-    return per_task, {t: headline_metric(t, per_task[t]) for t in tasks}
-  return per_task, dict.fromkeys(tasks, metric)
+    return {t: headline_metric(t, per_task[t]) for t in tasks}
+  return dict.fromkeys(tasks, metric)
 
 
 def table(root: str, tasks: list[str], metric: str, methods: list[str] | None,
-          results: str = "results.json") -> str:
-  per_task, col = columns(root, tasks, metric, results)
+          results: str = "results.json", per_task: dict | None = None) -> str:
+  """One row per method, one column per task; `per_task` (from `summaries`) saves reading
+  the runs again."""
+  per_task = summaries(root, tasks, results) if per_task is None else per_task
+  col = columns(per_task, tasks, metric)
   if methods:
     keys = [m if "=" in m else f"method={m}" for m in methods]
   else:
@@ -136,14 +143,16 @@ def table(root: str, tasks: list[str], metric: str, methods: list[str] | None,
 
 
 def paired_table(root: str, tasks: list[str], metric: str, baseline: str,
-                 methods: list[str] | None, results: str = "results.json") -> str:
+                 methods: list[str] | None, results: str = "results.json",
+                 per_task: dict | None = None) -> str:
   """Each method's per-seed difference to the baseline method on the same seed, in points.
 
   Cells: mean ± std of the paired differences, and on how many seeds the method was ahead
   (ties count as not ahead). Seeds share the data order, so pairing removes that part of the
   seed spread from the comparison.
   """
-  _, col = columns(root, tasks, metric, results)
+  col = columns(summaries(root, tasks, results) if per_task is None else per_task, tasks,
+                metric)
   per_task = {}
   for t in tasks:
     path = os.path.join(root, t)
@@ -174,7 +183,7 @@ def paired_table(root: str, tasks: list[str], metric: str, baseline: str,
 
 
 def check_names(root: str, tasks: list[str], metrics: list[str], methods: list[str] | None,
-                results: str = "results.json") -> None:
+                per_task: dict) -> None:
   """Fails, naming what the runs have, on a metric or method found under no task: a typo
   would otherwise print a table of empty cells. A task without a folder is only warned about
   (run_results.sh tabulates while sweeps are still running)."""
@@ -182,7 +191,6 @@ def check_names(root: str, tasks: list[str], metrics: list[str], methods: list[s
   if missing:
     print(f"results_tables: no folder under {root} for task(s) {missing}; their columns are "
           "empty.", file=sys.stderr)
-  per_task, _ = columns(root, tasks, "test/accuracy", results)
   groups = [g for s in per_task.values() for g in s.values()]
   if not groups:
     return
@@ -213,10 +221,12 @@ def main():
   a = p.parse_args()
   tasks = a.tasks.split(",")
   methods = [m for m in a.methods.split(",") if m] or None
-  check_names(a.root, tasks, a.metrics.split(","), methods, a.results)
-  text = "\n".join(table(a.root, tasks, m, methods, a.results) for m in a.metrics.split(","))
+  per_task = summaries(a.root, tasks, a.results)
+  check_names(a.root, tasks, a.metrics.split(","), methods, per_task)
+  text = "\n".join(table(a.root, tasks, m, methods, a.results, per_task)
+                   for m in a.metrics.split(","))
   if a.vs:
-    text += "\n" + "\n".join(paired_table(a.root, tasks, m, a.vs, methods, a.results)
+    text += "\n" + "\n".join(paired_table(a.root, tasks, m, a.vs, methods, a.results, per_task)
                               for m in a.metrics.split(","))
   budgets = budget_line(a.root, tasks)
   text += f"\n{budgets}\n" if budgets else ""

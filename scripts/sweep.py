@@ -262,7 +262,8 @@ def fmt_cell(values: np.ndarray, seeds: int = 0) -> str:
   return cell + (f" (n={n})" if n < max(2, seeds) else "")
 
 
-def aggregate(root: str, splits=None, results: str = "results.json") -> tuple[str, dict]:
+def aggregate(root: str, splits=None, results: str = "results.json",
+              runs: list[tuple[dict, dict]] | None = None) -> tuple[str, dict]:
   """Mean +- std over seeds of every metric, grouped by the other settings.
 
   `results` names the per-run file: results.json (the checkpoint model selection kept), or
@@ -271,10 +272,10 @@ def aggregate(root: str, splits=None, results: str = "results.json") -> tuple[st
   The seeds of a group should differ in the seed alone. Fields of their config.json files set
   to different values ("config_differs") or missing from some of them ("config_missing": a run
   trained before the field was added) are listed under the table and in summary.json, so a
-  reader can judge whether the group is sound.
+  reader can judge whether the group is sound. `runs` (from `_read`) saves reading them again.
   """
   groups: dict[str, dict] = {}
-  for settings, res in _read(root, results):
+  for settings, res in _read(root, results) if runs is None else runs:
     key = run_name({k: v for k, v in settings.items() if k != "seed"})
     g = groups.setdefault(key, {"seeds": [], "values": {}, "configs": []})
     g["seeds"].append(settings.get("seed"))
@@ -322,9 +323,9 @@ def aggregate(root: str, splits=None, results: str = "results.json") -> tuple[st
   return table, summary
 
 
-def check_splits(root: str, splits: list[str]) -> None:
-  """Fails, naming what exists, when root has no finished run or lacks a requested split."""
-  runs = _read(root)
+def check_splits(root: str, runs: list[tuple[dict, dict]], splits: list[str]) -> None:
+  """Fails, naming what exists, when root has no finished run (`runs`, from `_read`) or
+  they lack a requested split."""
   if not runs:
     raise SystemExit(f"No finished run under {root} (one is finished once train.py has "
                      "written its results.json): nothing to aggregate.")
@@ -389,10 +390,11 @@ def main(argv=None):
   if not os.path.isdir(args.root):
     raise SystemExit(f"--root {args.root} does not exist: nothing to aggregate.")
   splits = [s for s in args.splits.split(",") if s]
-  if args.dry_run and not _read(args.root):
+  runs = _read(args.root)
+  if args.dry_run and not runs:
     return
-  check_splits(args.root, splits)
-  table, _ = aggregate(args.root, splits)
+  check_splits(args.root, runs, splits)
+  table, _ = aggregate(args.root, splits, runs=runs)
   print(table)
 
 

@@ -101,11 +101,13 @@ def test_results_tables_refuses_unknown_metrics_and_methods(tmp_path):
   wd = tmp_path / "mr" / "method=ce,seed=0"
   wd.mkdir(parents=True)
   (wd / "results.json").write_text(json.dumps({"train": {}, "test": {"accuracy": 0.8}}))
-  results_tables.check_names(str(tmp_path), ["mr"], ["test/accuracy", "headline"], ["ce"])
+  check = lambda tasks, metrics, methods: results_tables.check_names(
+      str(tmp_path), tasks, metrics, methods, results_tables.summaries(str(tmp_path), tasks))
+  check(["mr"], ["test/accuracy", "headline"], ["ce"])
   with pytest.raises(SystemExit, match=r"--metrics \['test/acc'\]: .* have \['test/accuracy'\]"):
-    results_tables.check_names(str(tmp_path), ["mr"], ["test/acc"], None)
+    check(["mr"], ["test/acc"], None)
   with pytest.raises(SystemExit, match=r"--methods \['acl'\]: .* rows are \['method=ce'\]"):
-    results_tables.check_names(str(tmp_path), ["mr", "r8"], ["test/accuracy"], ["ce", "acl"])
+    check(["mr", "r8"], ["test/accuracy"], ["ce", "acl"])
 
 
 def test_paired_differences_to_a_baseline(tmp_path):
