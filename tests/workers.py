@@ -9,7 +9,7 @@ import numpy as np
 
 
 def data_parallel(model_dir, out):
-  """Same global batch, same init: the step on meshes of 1, 2 and 4 devices."""
+  """Same global batch, same init: the step on meshes of 1 and 4 devices."""
   import jax
   from acl_jax.models import hf
   from acl_jax.train import objectives, optim, step as step_lib
@@ -44,7 +44,7 @@ def data_parallel(model_dir, out):
                         ("acl_cl", acl_cl.loss)):
     me = multi if tag == "acl_cl" else None
     m_, p_ = (model_all, params_all) if me else (model, params)
-    for n in (1, 2, 4):
+    for n in (1, 4):  # a device-count bug (sum for mean) shows at 4; 2 adds nothing distinct
       mesh = step_lib.make_mesh(jax.devices()[:n])
       obj = objectives.build_objective(loss_cfg, num_labels=2, last_exit=2, multi_exit=me)
       tx = optim.make_optimizer(lr=1e-3, total_steps=10)
