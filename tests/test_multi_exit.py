@@ -304,7 +304,7 @@ def test_acl_cl_gate_adds_lower_exits_outside_the_gate(setup, angle_params):
 
 def test_acl_cl_contrastive_global_on_one_device_is_the_local_loss(setup):
   """contrastive_global gathers every exit's features over the data axis: on one device the
-  step is the local one (the 1/2/4-device equality is in test_train's data-parallel test)."""
+  step is the local one (the 1-vs-4-device equality is in test_train's data-parallel test)."""
   local, m_local = _acl_cl_step(setup, gate=True)
   glob, m_glob = _acl_cl_step(setup, gate=True, contrastive_global=True)
   np.testing.assert_allclose(m_glob["loss"], m_local["loss"], rtol=1e-6)
