@@ -1,4 +1,5 @@
 """Training: end to end, exact resume after SIGKILL, data parallelism, multi-process, bad input."""
+import glob
 import json
 import os
 import signal
@@ -42,6 +43,10 @@ def test_train_eval_end_to_end(tiny_model_dir, tmp_path):
   assert {"macro_f1", "silhouette_micro", "silhouette_macro"} <= set(dev)
   recs = [json.loads(x) for x in open(os.path.join(wd, "metrics.jsonl"))]
   assert [r["step"] for r in recs if r["kind"] == "dev"] == [3, 6]
+  # The latest checkpoint holds the whole state (resume); the best the params (evaluation).
+  tree = lambda kind: open(glob.glob(os.path.join(wd, kind, "*", "state", "_METADATA"))[0]).read()
+  assert "opt_state" in tree("ckpt") and "opt_state" not in tree("best")
+  assert "params" in tree("best")
   assert all(np.isfinite(r["loss"]) for r in recs if r["kind"] == "train")
   # eval.py rebuilds the model from the workdir and merges its splits into results.json:
   # what it did not evaluate (here the training record and a stale split) stays.

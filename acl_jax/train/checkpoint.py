@@ -1,5 +1,8 @@
 """Atomic Orbax checkpoints: the latest (for resume) and the best (for evaluation).
 
+The latest holds the whole TrainState; the best holds the params and step alone, since only
+evaluation reads it (Adam's two moments would double its size for nothing).
+
 Orbax writes each step into a temporary folder and renames it when complete, so a crash or
 SIGKILL mid-save leaves the previous checkpoint intact. The training loop saves the latest
 checkpoint before the best one at the same step, so the best is never ahead of the latest, and
@@ -42,6 +45,8 @@ class Checkpoints:
     step = int(meta["step"])
     if mngr.latest_step() == step:
       return
+    if best:  # read by restore_params only (best checkpoints of older code hold it all)
+      state = {"params": state.params, "step": state.step}
     if not mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                    meta=ocp.args.JsonSave(meta))):
       raise RuntimeError(f"Orbax refused to save step {step} in {mngr.directory} (it holds "
