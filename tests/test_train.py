@@ -280,6 +280,19 @@ def test_bad_step_counts_fail_before_loading(tmp_path, over, match):
                             str(tmp_path / "a"))
 
 
+def test_finished_run_without_checkpoints_is_not_retrained(tmp_path):
+  """Pruned checkpoints of a finished run must not turn a rerun into a silent retrain."""
+  from acl_jax.train import loop
+  wd = tmp_path / "run"
+  (wd / "ckpt").mkdir(parents=True)
+  (wd / "results.json").write_text(json.dumps({"train": {"final_step": 6}, "dev": {}}))
+  with pytest.raises(ValueError, match="no checkpoint to resume from"):
+    loop.train_and_evaluate(helpers.tiny_config("no-such-org/no-such-model"), str(wd))
+  (wd / "results.json").write_text(json.dumps({"dev": {}}))  # eval.py's alone: not finished
+  with pytest.raises(OSError, match="offline"):  # gets past the check, to the model load
+    loop.train_and_evaluate(helpers.tiny_config("no-such-org/no-such-model"), str(wd))
+
+
 def test_num_labels_mismatch_with_checkpoint(tiny_model_dir, tmp_path):
   from acl_jax.train import loop
   wd = str(tmp_path / "run")

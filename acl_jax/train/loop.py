@@ -273,11 +273,28 @@ def _check_before_loading(cfg) -> None:
                              sigma=1.0 if cfg.loss.sigma_mode == "sqrt" else None)
 
 
+def _check_not_pruned(workdir: str) -> None:
+  """A finished run (results.json with its training record) whose latest checkpoint is gone
+  would silently train again from step 0 and overwrite its results: refuse."""
+  try:
+    with open(os.path.join(workdir, "results.json")) as f:
+      finished = "train" in json.load(f)
+  except (OSError, ValueError):
+    return
+  ckpt = os.path.join(workdir, "ckpt")
+  if finished and not (os.path.isdir(ckpt) and any(d.isdigit() for d in os.listdir(ckpt))):
+    raise ValueError(f"{workdir} holds a finished run (results.json) but no checkpoint to "
+                     "resume from (ckpt/ was deleted): training would restart from step 0 "
+                     "and overwrite its results. Use a new --workdir, or move results.json "
+                     "away to retrain it here.")
+
+
 def train_and_evaluate(config, workdir: str) -> dict:
   """Trains per `config` in `workdir` (resuming if it holds a checkpoint); returns results."""
   os.makedirs(workdir, exist_ok=True)
   cfg = config
   _check_before_loading(cfg)
+  _check_not_pruned(workdir)
   setup = build(config)
   n_train = len(setup.tok["train"])
   steps_per_epoch = data_lib.num_train_batches(n_train, cfg.batch_size)
