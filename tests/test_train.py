@@ -153,6 +153,7 @@ def test_crash_between_checkpoint_saves_is_mended(tiny_model_dir, tmp_path, monk
   ahead = str(tmp_path / "ahead")
   shutil.copytree(str(tmp_path / "straight"), ahead)
   shutil.rmtree(os.path.join(ahead, "ckpt"))  # only the best checkpoint is left
+  os.remove(os.path.join(ahead, "results.json"))  # else a finished run refuses to retrain
   with caplog.at_level("WARNING"):
     restarted = loop.train_and_evaluate(cfg(), ahead)
   assert "selection restarts from step 0" in caplog.text
