@@ -1,6 +1,7 @@
 """What produced a result: the git revision of the checkout acl_jax runs from, and the run's
 config as flat dotted fields; and the atomic write that puts run records on disk. Imports
 nothing heavy (the sweep runner uses it)."""
+import json
 import os
 import socket
 import subprocess
@@ -38,6 +39,18 @@ def flatten(d: dict, prefix: str = "") -> dict:
     else:
       out[f"{prefix}{k}"] = v
   return out
+
+
+def run_finished(workdir: str, results: dict | None = None) -> bool:
+  """Whether train.py finished the run: its results.json (`results`, if already read) holds
+  the "train" record. eval.py alone, run on a half-trained workdir, writes one without it."""
+  if results is None:
+    try:
+      with open(os.path.join(workdir, "results.json")) as f:
+        results = json.load(f)
+    except (OSError, ValueError):
+      return False
+  return "train" in results
 
 
 def write_atomic(path: str, text: str) -> None:

@@ -126,13 +126,6 @@ def _load(path: str) -> dict | None:
     return None
 
 
-def done(workdir: str, res: dict | None = None) -> bool:
-  """A run is finished when train.py wrote its results.json (`res`, if already read): eval.py
-  alone, run on a half-trained workdir, writes one without the "train" record."""
-  res = _load(os.path.join(workdir, "results.json")) if res is None else res
-  return res is not None and "train" in res
-
-
 def train_command(args, settings: dict, workdir: str) -> list[str]:
   config = config_arg(args, settings)
   cmd = [sys.executable, os.path.join(REPO, "train.py"), "--config", config, "--workdir",
@@ -172,7 +165,7 @@ def run_all(args) -> None:
       if not args.keep_going:
         raise SystemExit(1)
       continue
-    if done(wd):
+    if provenance.run_finished(wd):
       print(f"[{i + 1}/{len(runs)}] done: {wd}", flush=True)
       continue
     cmd = train_command(args, settings, wd)
@@ -191,13 +184,13 @@ def run_all(args) -> None:
 
 
 def _read(root: str, results: str = "results.json") -> list[tuple[dict, dict]]:
-  """(settings, results) of every finished run under root (see `done`)."""
+  """(settings, results) of every finished run under root (see `provenance.run_finished`)."""
   out = []
   for name in sorted(os.listdir(root)):
     run = os.path.join(root, name)
     base = _load(os.path.join(run, "results.json"))
     res = base if results == "results.json" else _load(os.path.join(run, results))
-    if done(run, base) and res is not None:
+    if base is not None and provenance.run_finished(run, base) and res is not None:
       out.append((parse_name(name), res))
   return out
 

@@ -276,13 +276,8 @@ def _check_before_loading(cfg) -> None:
 def _check_not_pruned(workdir: str) -> None:
   """A finished run (results.json with its training record) whose latest checkpoint is gone
   would silently train again from step 0 and overwrite its results: refuse."""
-  try:
-    with open(os.path.join(workdir, "results.json")) as f:
-      finished = "train" in json.load(f)
-  except (OSError, ValueError):
-    return
   ckpt = os.path.join(workdir, "ckpt")
-  if finished and not (os.path.isdir(ckpt) and any(d.isdigit() for d in os.listdir(ckpt))):
+  if provenance.run_finished(workdir) and not (os.path.isdir(ckpt) and any(d.isdigit() for d in os.listdir(ckpt))):
     raise ValueError(f"{workdir} holds a finished run (results.json) but no checkpoint to "
                      "resume from (ckpt/ was deleted): training would restart from step 0 "
                      "and overwrite its results. Use a new --workdir, or move results.json "
