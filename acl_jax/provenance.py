@@ -1,8 +1,10 @@
 """What produced a result: the git revision of the checkout acl_jax runs from, and the run's
 config as flat dotted fields; and the atomic write that puts run records on disk. Imports
 nothing heavy (the sweep runner uses it)."""
+import filecmp
 import json
 import os
+import shutil
 import socket
 import subprocess
 
@@ -72,3 +74,79 @@ def write_atomic(path: str, text: str) -> None:
     os.fsync(fd)  # and the rename itself survives a power loss
   finally:
     os.close(fd)
+
+
+# A run's records: the small files that say what it was and what it measured (config.json,
+# sweep_args.json, results.json, results_latest.json, metrics.jsonl, early-exit sweeps), as
+# opposed to its checkpoints, features, TensorBoard events and logs.
+RECORD_SUFFIXES = (".json", ".jsonl", ".md")
+
+
+def record_files(workdir: str) -> list[str]:
+  """Names of the run's record files (top level only; no temp files of `write_atomic`)."""
+  return sorted(n for n in os.listdir(workdir)
+                if n.endswith(RECORD_SUFFIXES) and ".tmp." not in n
+                and os.path.isfile(os.path.join(workdir, n)))
+
+
+def _copy_atomic(src: str, dst: str) -> None:
+  """`src` to `dst` with its modification time (scripts compare record ages) via a rename."""
+  tmp = f"{dst}.tmp.{socket.gethostname()}.{os.getpid()}"
+  shutil.copy2(src, tmp)
+  os.replace(tmp, dst)
+
+
+def _same(a: str, b: str) -> bool:
+  return os.path.isfile(b) and filecmp.cmp(a, b, shallow=False)
+
+
+def archive_run(workdir: str, dest: str) -> list[str]:
+  """Copies a finished run's records to `dest`, a folder that can live in git where run
+  folders (gigabytes of checkpoints) cannot; returns the names it wrote (unchanged files are
+  left alone). A run that is a relative link to another run (a reused grid point) is archived
+  as the same link, so it points at the other run's archive."""
+  if os.path.islink(workdir):
+    target = os.readlink(workdir)
+    if os.path.isabs(target):
+      raise ValueError(f"{workdir} links to the absolute path {target}: an archive cannot "
+                       "carry it; make the link relative (scripts/run_results.sh reuse does).")
+    if os.path.islink(dest) and os.readlink(dest) == target:
+      return []
+    if os.path.lexists(dest):
+      raise ValueError(f"{dest} exists and is not a link to {target}: move it away first.")
+    os.makedirs(os.path.dirname(dest), exist_ok=True)
+    os.symlink(target, dest)
+    return [os.path.basename(dest)]
+  if not run_finished(workdir):
+    raise ValueError(f"{workdir} is not a finished run (no results.json with its train "
+                     "record): only finished runs are archived.")
+  os.makedirs(dest, exist_ok=True)
+  wrote = []
+  for name in record_files(workdir):
+    src, dst = os.path.join(workdir, name), os.path.join(dest, name)
+    if not _same(src, dst):
+      _copy_atomic(src, dst)
+      wrote.append(name)
+  return wrote
+
+
+def restore_run(archived: str, workdir: str) -> bool:
+  """Puts an archived finished run's records back in `workdir` (a fresh machine's empty run
+  folder), so sweeps count it as done and tables read it; its checkpoints are gone, which
+  train.py reports instead of retraining. Returns whether it restored anything: nothing when
+  the archive holds no finished run, the workdir already holds a finished one, or the workdir
+  holds checkpoints of its own (an unfinished run resumes from those instead)."""
+  if os.path.islink(archived):
+    if os.path.lexists(workdir):
+      return False
+    os.makedirs(os.path.dirname(workdir), exist_ok=True)
+    os.symlink(os.readlink(archived), workdir)
+    return True
+  if not run_finished(archived) or run_finished(workdir):
+    return False
+  if any(os.path.isdir(os.path.join(workdir, d)) for d in ("ckpt", "best")):
+    return False
+  os.makedirs(workdir, exist_ok=True)
+  for name in record_files(archived):
+    _copy_atomic(os.path.join(archived, name), os.path.join(workdir, name))
+  return True

@@ -13,6 +13,10 @@ PY=${PY:-.venv/bin/python}
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 DATA=${DATA:-../shared/data}
 OUT=${OUT:-runs/results}
+# Every finished run's records (not its checkpoints) are copied to ARCHIVE, a tree inside the
+# checkout that is committed: a fresh machine restores them (scripts/archive_runs.py) and the
+# stages go on from there instead of training every run again.
+ARCHIVE=${ARCHIVE:-results/runs}
 stage() { echo "=== $* $(date -u +%FT%TZ)"; }
 
 # reuse RUN SOURCE...: a grid point that is the very same run as a finished run of another
@@ -31,6 +35,9 @@ reuse() {
     fi
   done
 }
+
+# archive_of ROOT: ROOT's place in the archive ($OUT/single/mr -> $ARCHIVE/single/mr).
+archive_of() { echo "$ARCHIVE/${1#"$OUT"/}"; }
 
 # in_list VALUE COMMA_LIST: whether VALUE is one of the list's items.
 in_list() { case ",$2," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
@@ -82,8 +89,9 @@ multi_exit() {
     $PY scripts/retire_runs.py "$root/$task" --methods acl_cl --tag pre_gate_ce \
         --before ed80301497295df386729ab49d2a5801d234c9ad ||
       { echo "retire_runs.py failed: $root/$task not swept" >&2; continue; }
-    $PY scripts/sweep.py --root "$root/$task" --config "$cfg" \
-        --methods jt,2st,alt,kd,acl_cl --seeds "${ME_SEEDS:-0}" --set task.data_dir="$dd" $me --keep_going
+    $PY scripts/sweep.py --root "$root/$task" --archive "$(archive_of "$root/$task")" \
+        --config "$cfg" --methods jt,2st,alt,kd,acl_cl --seeds "${ME_SEEDS:-0}" \
+        --set task.data_dir="$dd" $me --keep_going
     # Committed copies go to results/<root name>/<task>/: the per-exit table and plot over
     # every seed (with each strategy's paired per-exit gain over JT), and the seed-0 runs'
     # results and early-exit sweeps.
@@ -159,8 +167,9 @@ each_seed_task() {
 
 # protocol_sweep ROOT SEED TASK CONFIG DATA_DIR MAX_LEN SWEEP_ARGS...: one sweep.py call.
 protocol_sweep() {
-  $PY scripts/sweep.py --root "$1" --config "$4" --seeds "$2" --set task.data_dir="$5" \
-      --set task.max_length="$6" --set num_steps="$(task_steps "$3")" $PROTO --keep_going "${@:7}"
+  $PY scripts/sweep.py --root "$1" --archive "$(archive_of "$1")" --config "$4" --seeds "$2" \
+      --set task.data_dir="$5" --set task.max_length="$6" --set num_steps="$(task_steps "$3")" \
+      $PROTO --keep_going "${@:7}"
 }
 
 single() {
@@ -332,8 +341,11 @@ tsne() {
 
 main() {
   mkdir -p "$OUT"
+  [ -d "$ARCHIVE" ] && $PY scripts/archive_runs.py "$OUT" "$ARCHIVE" --restore | tail -n 1
   for st in ${STAGES:-grad_conflict multi_exit single tsne lambda_sens gloss_ablation gloss_probe}; do
     "$st"
+    # The records stages write after training (final-weight and early-exit evaluations) too.
+    $PY scripts/archive_runs.py "$OUT" "$ARCHIVE" | tail -n 1
   done
   $PY scripts/sync_results.py  # RESULTS.md's quoted tables follow the files just written
   stage done

@@ -26,6 +26,11 @@ in seed or loss weights compile the same step, so every run after the first load
 instead of compiling it again (about 8 s per batch shape for MiniLM on 2 CPU cores). Cached
 executables are the same programs, so results do not change.
 
+With `--archive DIR` every finished run's records (config, results, metrics: no checkpoints)
+are also copied to DIR/<run name>, a folder that can be committed; a run missing from --root
+but finished in DIR (a fresh machine, a fresh checkout) is restored from it instead of trained
+again (scripts/archive_runs.py does the same for a whole runs tree).
+
   python scripts/sweep.py --root runs/sweeps/sst2 --aggregate_only
 """
 import argparse
@@ -152,6 +157,9 @@ def run_all(args) -> None:
   os.makedirs(args.root, exist_ok=True)
   for i, settings in enumerate(runs):
     wd = os.path.join(args.root, run_name(settings))
+    arch = os.path.join(args.archive, run_name(settings)) if args.archive else None
+    if arch and provenance.restore_run(arch, wd):
+      print(f"[{i + 1}/{len(runs)}] restored from the archive: {wd}", flush=True)
     want = run_args(args, settings)
     problem = None
     if os.path.islink(wd) and not os.path.exists(wd):
@@ -167,6 +175,7 @@ def run_all(args) -> None:
       continue
     if provenance.run_finished(wd):
       print(f"[{i + 1}/{len(runs)}] done: {wd}", flush=True)
+      archive(args, wd, arch)
       continue
     cmd = train_command(args, settings, wd)
     print(f"[{i + 1}/{len(runs)}] run: {' '.join(cmd)}", flush=True)
@@ -181,6 +190,23 @@ def run_all(args) -> None:
       print(f"  FAILED (exit {rc}); see {log_path}", flush=True)
       if not args.keep_going:
         raise SystemExit(rc)
+    elif provenance.run_finished(wd):
+      archive(args, wd, arch)
+
+
+def archive(args, wd: str, arch: str | None) -> None:
+  """Copies a finished run's records to its --archive folder (nothing without --archive)."""
+  if not arch:
+    return
+  try:
+    wrote = provenance.archive_run(wd, arch)
+  except (OSError, ValueError) as e:
+    print(f"  archive FAILED: {e}", flush=True)
+    if not args.keep_going:
+      raise SystemExit(1) from e
+    return
+  if wrote:
+    print(f"  archived {', '.join(wrote)} to {arch}", flush=True)
 
 
 def _read(root: str, results: str = "results.json") -> list[tuple[dict, dict]]:
@@ -367,6 +393,11 @@ def main(argv=None):
   p.add_argument("--dry_run", action="store_true")
   p.add_argument("--keep_going", action="store_true", help="continue after a failed run")
   p.add_argument("--aggregate_only", action="store_true")
+  p.add_argument("--archive", default=None,
+                 help="folder that keeps a copy of each finished run's records (config, "
+                 "results, metrics; no checkpoints) under the run's name, e.g. inside the git "
+                 "checkout; a run missing from --root but finished there is restored from it "
+                 "instead of trained again")
   p.add_argument("--compile_cache", default=None,
                  help="JAX compilation cache folder shared by the runs (default "
                  "<root>/.jax_cache; 'none' turns it off)")
@@ -374,6 +405,7 @@ def main(argv=None):
   # train.py runs with cwd=REPO: an absolute root keeps its workdirs where this process
   # looks for finished runs, whatever the caller's working directory.
   args.root = os.path.abspath(args.root)
+  args.archive = args.archive and os.path.abspath(args.archive)
   check_extra(extra)
   args.extra = extra
   if not args.aggregate_only:

@@ -12,7 +12,7 @@ from scripts import sweep
 def _args(tmp_path, **kw):
   a = dict(root=str(tmp_path), config="configs/glue.py:rte", methods="ce,acl", grid=None,
            set=["task.data_dir=../shared/data/glue"], seeds="0,1", splits="", dry_run=True,
-           keep_going=False, aggregate_only=False, extra=[])
+           keep_going=False, aggregate_only=False, extra=[], archive=None)
   a.update(kw)
   return type("A", (), a)()
 
@@ -236,6 +236,75 @@ def test_rerun_with_other_flags_fails_on_recorded_runs(tmp_path, capsys, monkeyp
   assert "FAILED" in capsys.readouterr().out and len(calls) == 3  # seed 1 (unrecorded) ran
 
 
+def _fake_train(calls):
+  """subprocess.call standing in for train.py: a finished run with records and checkpoints."""
+  def call(cmd, **kw):
+    wd = cmd[cmd.index("--workdir") + 1]
+    seed = int(cmd[cmd.index([c for c in cmd if c.startswith("--config.seed=")][0])
+                   ].split("=")[1])
+    os.makedirs(os.path.join(wd, "ckpt", "200"))
+    with open(os.path.join(wd, "config.json"), "w") as f:
+      json.dump({"seed": seed, "loss": {"name": "ce"}}, f)
+    with open(os.path.join(wd, "results.json"), "w") as f:
+      json.dump({"train": {"steps": 200}, "dev": {"accuracy": 0.5 + seed / 10}}, f)
+    with open(os.path.join(wd, "features_dev.npz"), "wb") as f:
+      f.write(b"not a record")
+    calls.append(cmd)
+    return 0
+  return call
+
+
+def test_archive_keeps_records_and_restores_them_on_a_fresh_root(tmp_path, capsys, monkeypatch):
+  """--archive copies each finished run's records (not checkpoints or features) as it
+  finishes; on a fresh machine (runs/ gone) the sweeps restore them instead of training
+  again, and the tables read them. A reused run (a link to another root's run) stays a link."""
+  calls = []
+  monkeypatch.setattr(sweep.subprocess, "call", _fake_train(calls))
+  runs, arch = tmp_path / "runs", tmp_path / "results" / "runs"
+  lam = dict(root=str(runs / "lam"), archive=str(arch / "lam"), methods="ce", seeds="0",
+             grid=["loss.lam=0.5"], dry_run=False)
+  main = dict(root=str(runs / "rte"), archive=str(arch / "rte"), methods="ce", seeds="0,1",
+              dry_run=False)
+  sweep.run_all(_args(tmp_path, **lam))
+  os.makedirs(runs / "rte")
+  os.symlink("../lam/method=ce,loss.lam=0.5,seed=0", runs / "rte" / "method=ce,seed=0")
+  sweep.run_all(_args(tmp_path, **main))
+  assert len(calls) == 2  # the lam run and rte seed 1; rte seed 0 is the link
+  assert sorted(os.listdir(arch / "rte" / "method=ce,seed=1")) == [
+      "config.json", "results.json", sweep.RUN_ARGS]
+  assert os.readlink(arch / "rte" / "method=ce,seed=0") == "../lam/method=ce,loss.lam=0.5,seed=0"
+  table_before, summary_before = sweep.aggregate(str(runs / "rte"))
+
+  import shutil
+  shutil.rmtree(runs)
+  capsys.readouterr()
+  sweep.run_all(_args(tmp_path, **lam))
+  sweep.run_all(_args(tmp_path, **dict(main, seeds="0,1,2")))
+  assert capsys.readouterr().out.count("restored from the archive") == 3
+  assert len(calls) == 3 and calls[-1][calls[-1].index("--workdir") + 1].endswith("seed=2")
+  assert os.path.islink(runs / "rte" / "method=ce,seed=0")
+  assert not os.path.exists(runs / "rte" / "method=ce,seed=1" / "ckpt")
+  os.remove(runs / "rte" / "method=ce,seed=2" / "results.json")  # back to the two seeds
+  table_after, summary_after = sweep.aggregate(str(runs / "rte"))
+  assert (table_after, summary_after) == (table_before, summary_before)
+  # A run folder holding its own checkpoints is never overwritten from the archive.
+  wd = tmp_path / "other" / "method=ce,seed=1"
+  os.makedirs(wd / "ckpt")
+  assert not sweep.provenance.restore_run(str(arch / "rte" / "method=ce,seed=1"), str(wd))
+  assert not (wd / "results.json").exists()
+
+
+def test_archive_refuses_unfinished_runs_and_foreign_links(tmp_path):
+  wd = tmp_path / "method=ce,seed=0"
+  wd.mkdir()
+  (wd / "results.json").write_text(json.dumps({"dev": {"accuracy": 0.5}}))  # eval.py only
+  with pytest.raises(ValueError, match="not a finished run"):
+    sweep.provenance.archive_run(str(wd), str(tmp_path / "a"))
+  os.symlink(str(wd), str(tmp_path / "abs"))
+  with pytest.raises(ValueError, match="absolute path"):
+    sweep.provenance.archive_run(str(tmp_path / "abs"), str(tmp_path / "a2"))
+
+
 def test_eval_only_results_do_not_finish_a_run(tmp_path, capsys):
   """eval.py on a half-trained run writes results.json without "train": the sweep still
   trains the run, and the aggregate leaves it out."""
@@ -344,3 +413,43 @@ def test_retire_runs_by_code_and_config(tmp_path):
   with pytest.raises(ValueError, match="--before as a commit"):
     retire_runs.retire(str(root), ["jt"], "x", before="f" * 40, repo=str(repo))
   assert "method=jt,seed=0" in os.listdir(root)  # a bad --before moves nothing
+
+
+def test_archive_runs_tree_round_trip(tmp_path, capsys):
+  """scripts/archive_runs.py: a whole runs tree (nested roots, retired runs, reuse links) to
+  the archive and back; unfinished runs and non-record files stay behind."""
+  from scripts import archive_runs
+  runs, arch = tmp_path / "runs", tmp_path / "archive"
+
+  def run(rel, finished=True):
+    wd = runs / rel
+    os.makedirs(wd / "ckpt" / "100")
+    (wd / "sweep_args.json").write_text("{}")
+    if finished:
+      (wd / "results.json").write_text(json.dumps({"train": {}, "dev": {"accuracy": 0.7}}))
+      (wd / "metrics.jsonl").write_text('{"step": 1}\n')
+      (wd / "early_exit_entropy_dev.md").write_text("| t |")
+      (wd / "train.log").write_text("log")
+
+  run("single/mr/method=ce,seed=0")
+  run("single/mr/pre_s3/method=ce,seed=0")  # a retired run
+  run("lambda/mr/method=scl,loss.lam=0.9,seed=0")
+  run("single/mr/method=acl,seed=0", finished=False)
+  os.symlink("../../lambda/mr/method=scl,loss.lam=0.9,seed=0", runs / "single/mr/method=scl,seed=0")
+  archive_runs.main([str(runs), str(arch)])
+  assert capsys.readouterr().out.splitlines()[-1] == "4 archived, 0 unchanged, 1 unfinished"
+  assert sorted(os.listdir(arch / "single/mr/method=ce,seed=0")) == [
+      "early_exit_entropy_dev.md", "metrics.jsonl", "results.json", "sweep_args.json"]
+  assert not (arch / "single/mr/method=acl,seed=0").exists()
+  archive_runs.main([str(runs), str(arch)])
+  assert capsys.readouterr().out.splitlines()[-1] == "0 archived, 4 unchanged, 1 unfinished"
+
+  import shutil
+  shutil.rmtree(runs / "single")  # the unfinished run (its checkpoints) goes too
+  archive_runs.main([str(runs), str(arch), "--restore"])
+  assert capsys.readouterr().out.splitlines()[-1] == "3 restored, 1 kept"  # lambda still there
+  assert json.load(open(runs / "single/mr/method=scl,seed=0/results.json"))["dev"] == {
+      "accuracy": 0.7}
+  assert (runs / "single/mr/pre_s3/method=ce,seed=0/metrics.jsonl").exists()
+  with pytest.raises(SystemExit, match="no archive"):
+    archive_runs.main([str(runs), str(tmp_path / "nothing"), "--restore"])
