@@ -55,6 +55,15 @@ def run_finished(workdir: str, results: dict | None = None) -> bool:
   return "train" in results
 
 
+def checkpoint_steps(workdir: str, kind: str = "ckpt") -> list[int]:
+  """The steps saved in the run's `kind` checkpoint folder ("ckpt": latest, "best"), sorted;
+  read from the folder names, without opening Orbax (Orbax's temp folders are not steps)."""
+  path = os.path.join(workdir, kind)
+  if not os.path.isdir(path):
+    return []
+  return sorted(int(d) for d in os.listdir(path) if d.isdigit())
+
+
 def write_atomic(path: str, text: str) -> None:
   """Writes `path` through a temp file and a rename, so a crash leaves the old file or none.
 

@@ -24,7 +24,7 @@ import sys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-from acl_jax.provenance import flatten  # pylint: disable=wrong-import-position
+from acl_jax.provenance import checkpoint_steps, flatten  # pylint: disable=wrong-import-position
 
 
 def first_code_version(run: str) -> str | None:
@@ -33,10 +33,9 @@ def first_code_version(run: str) -> str | None:
   path = os.path.join(run, "results.json")
   if os.path.exists(path):  # eval.py alone on an unfinished run writes one without "train"
     versions = json.load(open(path)).get("train", {}).get("code_versions")
-  ckpt = os.path.join(run, "ckpt")
-  steps = sorted(int(d) for d in os.listdir(ckpt) if d.isdigit()) if os.path.isdir(ckpt) else []
+  steps = checkpoint_steps(run)
   if not versions and steps:
-    meta = os.path.join(ckpt, str(steps[-1]), "meta", "metadata")
+    meta = os.path.join(run, "ckpt", str(steps[-1]), "meta", "metadata")
     versions = json.load(open(meta)).get("code_versions")
   if not versions or versions[0] == "unknown":
     return None

@@ -294,6 +294,22 @@ def test_finished_run_without_checkpoints_is_not_retrained(tmp_path):
     loop.train_and_evaluate(helpers.tiny_config("no-such-org/no-such-model"), str(wd))
 
 
+def test_evaluation_fails_before_loading_the_model(tmp_path):
+  """eval.py on a run without weights (restored from a records archive, or pruned), or for a
+  split the task lacks, fails before the model loads (a missing model here would fail with
+  "offline" instead)."""
+  from acl_jax.train import loop
+  wd = tmp_path / "run"
+  wd.mkdir()
+  (wd / "results.json").write_text(json.dumps({"train": {"final_step": 6}, "dev": {}}))
+  cfg = helpers.tiny_config("no-such-org/no-such-model")
+  with pytest.raises(FileNotFoundError, match="No checkpoint in .*records archive"):
+    loop.evaluate_workdir(cfg, str(wd), ["dev"])
+  (wd / "best" / "6").mkdir(parents=True)
+  with pytest.raises(ValueError, match="Split 'tset' not in task"):
+    loop.evaluate_workdir(cfg, str(wd), ["dev", " tset"])
+
+
 def test_num_labels_mismatch_with_checkpoint(tiny_model_dir, tmp_path):
   from acl_jax.train import loop
   wd = str(tmp_path / "run")

@@ -55,8 +55,15 @@ def _subsample(ds, n: int, seed: int):
   return ds
 
 
-def build(config) -> Setup:
-  """Loads the task, model and tokenised splits named by the config."""
+def _check_splits(task, splits) -> None:
+  missing = [s for s in splits if s not in task.splits]
+  if missing:
+    raise ValueError(f"Split {missing[0]!r} not in task {task.name}; has {sorted(task.splits)}.")
+
+
+def build(config, splits=()) -> Setup:
+  """Loads the task, model and tokenised splits named by the config; `splits` the caller will
+  read must exist (checked before the model loads)."""
   t = config.task
   files = {k: v for k, v in (("train", t.train_file), ("dev", t.dev_file),
                               ("test", t.test_file)) if v}
@@ -65,6 +72,7 @@ def build(config) -> Setup:
       split_seed=t.split_seed, on_empty=t.on_empty, text_column=t.text_column,
       text_pair_column=t.text_pair_column or None, label_column=t.label_column,
       files=files or None, main_metric=t.main_metric or None)
+  _check_splits(task, splits)
   # .get: workdirs written before model.exit_pooling existed read as "cls".
   overrides = {"exit_pooling": config.model.get("exit_pooling", "cls")}
   if config.model.dropout >= 0:
@@ -276,8 +284,7 @@ def _check_before_loading(cfg) -> None:
 def _check_not_pruned(workdir: str) -> None:
   """A finished run (results.json with its training record) whose latest checkpoint is gone
   would silently train again from step 0 and overwrite its results: refuse."""
-  ckpt = os.path.join(workdir, "ckpt")
-  if provenance.run_finished(workdir) and not (os.path.isdir(ckpt) and any(d.isdigit() for d in os.listdir(ckpt))):
+  if provenance.run_finished(workdir) and not provenance.checkpoint_steps(workdir):
     raise ValueError(f"{workdir} holds a finished run (results.json) but no checkpoint to "
                      "resume from (ckpt/ was deleted): training would restart from step 0 "
                      "and overwrite its results. Use a new --workdir, or move results.json "
@@ -453,10 +460,9 @@ def evaluate_best(setup: Setup, ckpts, target_params, eval_step, splits, dump_di
     raise FileNotFoundError("No checkpoint to evaluate in this workdir; train first.")
   params, meta = restored
   out = {"checkpoint_step": int(meta["step"])}
+  splits = [s.strip() for s in splits]
+  _check_splits(setup.task, splits)
   for split in splits:
-    split = split.strip()
-    if split not in setup.tok:
-      raise ValueError(f"Split {split!r} not in task {setup.task.name}; has {sorted(setup.tok)}.")
     dump = os.path.join(dump_dir, f"features_{split}.npz") if dump_dir else None
     out[split] = evaluate(setup, eval_step, params, split, with_features=True,
                           dump_path=dump)
@@ -473,13 +479,19 @@ def make_tx(cfg, total_steps: int, multi=None):
                               head_lr_mult=o.head_lr_mult)
 
 
-def _open_workdir(config, workdir: str):
+def _open_workdir(config, workdir: str, splits=()):
   """(setup, checkpoints, params restore target) of a finished run, rebuilt from its config.
 
   Evaluation restores the params alone, so a run whose optimizer state this code no longer
   builds (an optimizer change since) still evaluates.
   """
-  setup = build(config)
+  # Checked before the model and data load: a run restored from the records archive, or one
+  # whose checkpoints were pruned, fails at once.
+  if not (provenance.checkpoint_steps(workdir, "best") or provenance.checkpoint_steps(workdir)):
+    raise FileNotFoundError(
+        f"No checkpoint in {workdir}: train it first (a run restored from a records archive, "
+        "or pruned, keeps its results but not its weights).")
+  setup = build(config, splits)
   ckpts = ckpt_lib.Checkpoints(workdir)
   if ckpts.read_meta(best=True) is None and ckpts.read_meta() is None:
     ckpts.close()
@@ -501,7 +513,8 @@ def merge_results(old: dict, new: dict) -> dict:
 def evaluate_workdir(config, workdir: str, splits, dump_features: bool = False,
                      checkpoint: str = "best") -> dict:
   """Rebuilds the model of a finished run and evaluates its best (or latest) checkpoint."""
-  setup, ckpts, target = _open_workdir(config, workdir)
+  splits = [s.strip() for s in splits]
+  setup, ckpts, target = _open_workdir(config, workdir, splits)
   eval_step = step_lib.make_eval_step(setup.model, setup.mesh)
   try:
     return evaluate_best(setup, ckpts, target, eval_step, splits,
@@ -525,7 +538,7 @@ def early_exit_workdir(config, workdir: str, split: str, policy: str, thresholds
   from acl_jax.exits.policies import check_threshold  # pylint: disable=import-outside-toplevel
   for t in thresholds:  # fail before loading anything
     check_threshold(policy, t)
-  setup, ckpts, target = _open_workdir(config, workdir)
+  setup, ckpts, target = _open_workdir(config, workdir, [split])
   restored = ckpts.restore_params(target, best=True) or ckpts.restore_params(target)
   ckpts.close()
   params = jax.device_get(restored[0])
