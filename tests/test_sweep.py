@@ -453,3 +453,20 @@ def test_archive_runs_tree_round_trip(tmp_path, capsys):
   assert (runs / "single/mr/pre_s3/method=ce,seed=0/metrics.jsonl").exists()
   with pytest.raises(SystemExit, match="no archive"):
     archive_runs.main([str(runs), str(tmp_path / "nothing"), "--restore"])
+
+
+def test_committed_run_archive_is_whole():
+  """Every run under results/runs (the committed records) is a finished run with its config,
+  or a link to one inside the archive: what a fresh machine restores must be complete."""
+  from scripts import archive_runs
+  arch = os.path.join(sweep.REPO, "results", "runs")
+  if not os.path.isdir(arch):
+    return
+  for rel in archive_runs.find_runs(arch):
+    path = os.path.join(arch, rel)
+    if os.path.islink(path):
+      target = os.path.realpath(path)
+      assert target.startswith(os.path.realpath(arch) + os.sep), f"{rel} leaves the archive"
+      path = target
+    assert sweep.provenance.run_finished(path), f"{rel} is not a finished run"
+    assert os.path.isfile(os.path.join(path, "config.json")), f"{rel} has no config.json"
