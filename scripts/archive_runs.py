@@ -8,10 +8,10 @@ checkout has none of them. The archive mirrors the runs tree with only each fini
 records (config.json, sweep_args.json, results.json, results_latest.json, metrics.jsonl,
 early-exit sweeps; `provenance.RECORD_SUFFIXES`): small enough to commit, and all the tables,
 plots and sweeps read. A reused run (a relative link to another run) is archived as the same
-link. --restore copies archived runs back into run folders that are missing (or unfinished
-and without checkpoints): sweeps then count them as done and the tables include them, while
-train.py refuses to train them again (their checkpoints are gone). Unfinished runs are never
-archived; a run folder with its own checkpoints is never overwritten.
+link. --restore copies archived runs back into run folders that do not exist: sweeps then
+count them as done and the tables include them, while train.py and eval.py refuse to train or
+evaluate them (their checkpoints are gone). Unfinished runs are never archived, and an existing
+run folder is never overwritten: to retrain an archived run, remove it from the archive too.
 
 scripts/sweep.py --archive does the same run by run as a sweep goes; this script covers a
 whole tree at once, including records written after training (eval.py's results_latest.json
@@ -56,13 +56,18 @@ def find_runs(root: str) -> list[str]:
 
 
 def archive(runs: str, dest: str) -> dict:
-  counts = {"archived": 0, "unchanged": 0, "unfinished": 0}
+  counts = {"archived": 0, "unchanged": 0, "unfinished": 0, "failed": 0}
   for rel in find_runs(runs):
     src = os.path.join(runs, rel)
     if not os.path.islink(src) and not provenance.run_finished(src):
       counts["unfinished"] += 1
       continue
-    wrote = provenance.archive_run(src, os.path.join(dest, rel))
+    try:
+      wrote = provenance.archive_run(src, os.path.join(dest, rel))
+    except (OSError, ValueError) as e:  # one bad run does not keep the others out
+      print(f"FAILED {rel}: {e}", file=sys.stderr)
+      counts["failed"] += 1
+      continue
     counts["archived" if wrote else "unchanged"] += 1
     if wrote:
       print(f"archived {rel}: {', '.join(wrote)}")
@@ -94,6 +99,8 @@ def main(argv=None):
       raise SystemExit(f"{a.runs} does not exist: there are no runs to archive.")
     counts = archive(a.runs, a.archive)
   print(", ".join(f"{v} {k}" for k, v in counts.items()))
+  if counts.get("failed"):
+    raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -76,8 +76,11 @@ def lacks_field(run: str, field: str) -> bool:
 
 
 def retire(root: str, methods: list[str], tag: str, before: str | None = None,
-           without_field: str | None = None, repo: str = REPO) -> list[str]:
-  """Moves the stale runs of `methods` under `root` to root/tag/; returns their new paths."""
+           without_field: str | None = None, repo: str = REPO,
+           archive: str | None = None) -> list[str]:
+  """Moves the stale runs of `methods` under `root` to root/tag/; returns their new paths.
+  Their copies in `archive` (the records archive of root, scripts/archive_runs.py) move the
+  same way, so restoring the archive does not bring them back into the tables."""
   if not before and not without_field:
     raise ValueError("Give --before COMMIT and/or --without_field FIELD: what makes a run stale.")
   if before and not _is_commit(before, repo):  # checked before anything moves
@@ -98,6 +101,11 @@ def retire(root: str, methods: list[str], tag: str, before: str | None = None,
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         shutil.move(run, dest)
         moved.append(dest)
+        kept = archive and os.path.join(archive, os.path.basename(run))
+        if kept and os.path.lexists(kept):
+          to = os.path.join(archive, tag, os.path.basename(dest))
+          os.makedirs(os.path.dirname(to), exist_ok=True)
+          shutil.move(kept, to)
   return moved
 
 
@@ -108,11 +116,13 @@ def main(argv=None):
   p.add_argument("--tag", required=True, help="subfolder of root the stale runs move to")
   p.add_argument("--before", help="runs first trained by code older than this commit")
   p.add_argument("--without_field", help="runs whose config.json lacks this dotted field")
+  p.add_argument("--archive", help="root's records archive: retired runs' copies move too")
   a = p.parse_args(argv)
   if not os.path.isdir(a.root):  # not an error: run_results.sh retires before a first sweep
     print(f"retire_runs: {a.root} does not exist yet; nothing to retire.", file=sys.stderr)
     return
-  for d in retire(a.root, a.methods.split(","), a.tag, a.before, a.without_field):
+  for d in retire(a.root, a.methods.split(","), a.tag, a.before, a.without_field,
+                  archive=a.archive):
     print(f"retired ({a.tag}): {d}")
 
 

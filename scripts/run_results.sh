@@ -15,8 +15,10 @@ DATA=${DATA:-../shared/data}
 OUT=${OUT:-runs/results}
 # Every finished run's records (not its checkpoints) are copied to ARCHIVE, a tree inside the
 # checkout that is committed: a fresh machine restores them (scripts/archive_runs.py) and the
-# stages go on from there instead of training every run again.
-ARCHIVE=${ARCHIVE:-results/runs}
+# stages go on from there instead of training every run again. Only the default OUT has a
+# default archive (another OUT must not mix its runs into the committed one); ARCHIVE= turns
+# it off.
+if [ "$OUT" = runs/results ]; then ARCHIVE=${ARCHIVE-results/runs}; else ARCHIVE=${ARCHIVE-}; fi
 stage() { echo "=== $* $(date -u +%FT%TZ)"; }
 
 # reuse RUN SOURCE...: a grid point that is the very same run as a finished run of another
@@ -36,8 +38,13 @@ reuse() {
   done
 }
 
-# archive_of ROOT: ROOT's place in the archive ($OUT/single/mr -> $ARCHIVE/single/mr).
-archive_of() { echo "$ARCHIVE/${1#"$OUT"/}"; }
+# archive_of ROOT: ROOT's place in the archive ($OUT/single/mr -> $ARCHIVE/single/mr); empty
+# (no archive) without one.
+archive_of() { [ -z "$ARCHIVE" ] || echo "$ARCHIVE/${1#"$OUT"/}"; }
+
+# has_weights RUN: whether the run still has checkpoints (a run restored from the archive has
+# its records only: evaluations that need weights skip it; its archived outputs stay).
+has_weights() { compgen -G "$1/best/[0-9]*" > /dev/null || compgen -G "$1/ckpt/[0-9]*" > /dev/null; }
 
 # in_list VALUE COMMA_LIST: whether VALUE is one of the list's items.
 in_list() { case ",$2," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
@@ -80,16 +87,18 @@ multi_exit() {
     # retirement fails, the task is not swept: its table would mix two codes):
     # KD and 2ST before session 3 (KD's default became SPEC's additive form, recorded as
     # multi_exit.kd_form; 2ST's frozen gradients stopped counting in the clipping);
-    $PY scripts/retire_runs.py "$root/$task" --methods kd,2st --tag pre_s3 \
+    local arch
+    arch=$(archive_of "$root/$task")
+    $PY scripts/retire_runs.py "$root/$task" --archive "$arch" --methods kd,2st --tag pre_s3 \
         --without_field multi_exit.kd_form &&
     # 2ST and ALT before 1c77d98 stepped a frozen exit group's AdamW (see optim.py);
-    $PY scripts/retire_runs.py "$root/$task" --methods 2st,alt --tag pre_optfix \
+    $PY scripts/retire_runs.py "$root/$task" --archive "$arch" --methods 2st,alt --tag pre_optfix \
         --before 1c77d98f0d1a8516bbc00cd96742b5eec86bbaca &&
     # gated ACL-CL before ed80301 measured its angle against every exit's loss.
-    $PY scripts/retire_runs.py "$root/$task" --methods acl_cl --tag pre_gate_ce \
+    $PY scripts/retire_runs.py "$root/$task" --archive "$arch" --methods acl_cl --tag pre_gate_ce \
         --before ed80301497295df386729ab49d2a5801d234c9ad ||
       { echo "retire_runs.py failed: $root/$task not swept" >&2; continue; }
-    $PY scripts/sweep.py --root "$root/$task" --archive "$(archive_of "$root/$task")" \
+    $PY scripts/sweep.py --root "$root/$task" --archive "$arch" \
         --config "$cfg" --methods jt,2st,alt,kd,acl_cl --seeds "${ME_SEEDS:-0}" \
         --set task.data_dir="$dd" $me --keep_going
     # Committed copies go to results/<root name>/<task>/: the per-exit table and plot over
@@ -112,6 +121,7 @@ multi_exit() {
       [ -f "$d/results.json" ] || continue
       dirs+=("$d")
       # Resumable: a run whose early-exit sweep is newer than its training is not re-timed.
+      has_weights "$d" || continue
       [ "$d/early_exit_entropy_dev.json" -nt "$d/results.json" ] || todo+=("--workdir=$d")
     done
     if [ ${#dirs[@]} -eq 0 ]; then echo "no finished runs under $root/$task"; continue; fi
@@ -132,7 +142,7 @@ multi_exit() {
     # The other seeds, untimed: the metric change and layer speed-up over every seed.
     todo=()
     for d in "$root/$task"/method=*,seed=*; do
-      [ -f "$d/results.json" ] && [ "${d##*,seed=}" != 0 ] || continue
+      [ -f "$d/results.json" ] && [ "${d##*,seed=}" != 0 ] && has_weights "$d" || continue
       [ "$d/early_exit_entropy_dev.json" -nt "$d/results.json" ] || todo+=("--workdir=$d")
     done
     [ ${#todo[@]} -eq 0 ] || $PY eval.py "${todo[@]}" --exit_policy entropy --thresholds "$thr" \
@@ -303,7 +313,7 @@ latest() {
     [[ $cfg == configs/glue.py:* ]] && split=dev metrics=headline,dev/accuracy
     todo=()
     for d in "$OUT/$r"/method=*; do
-      [ -f "$d/results.json" ] || continue
+      [ -f "$d/results.json" ] && has_weights "$d" || continue
       [ "$d/results_latest.json" -nt "$d/results.json" ] || todo+=("$d")
     done
     for d in "${todo[@]}"; do
@@ -328,11 +338,15 @@ tsne() {
   # t-SNE of dev features (issue 6): CE, CE+SCL and ACL of the single stage, seed 0.
   for task in ${TSNE_TASKS:-mr}; do
     stage tsne "$task"
-    local dirs=()
+    local dirs=() wd
     for m in ce scl acl; do
-      local wd="$OUT/single/$task/method=$m,seed=0"
-      [ -f "$wd/features_dev.npz" ] || $PY eval.py --workdir="$wd" --split dev --dump_features > /dev/null
+      wd="$OUT/single/$task/method=$m,seed=0"
+      [ -f "$wd/features_dev.npz" ] || ! has_weights "$wd" ||
+        $PY eval.py --workdir="$wd" --split dev --dump_features > /dev/null
       dirs+=("$wd")
+    done
+    for wd in "${dirs[@]}"; do
+      [ -f "$wd/features_dev.npz" ] || { echo "tsne: $wd has no features and no weights"; continue 2; }
     done
     mkdir -p "results/tsne"
     $PY scripts/plot_tsne.py "${dirs[@]}" --labels CE CE+SCL ACL --out "results/tsne/$task.png"
@@ -341,11 +355,12 @@ tsne() {
 
 main() {
   mkdir -p "$OUT"
-  [ -d "$ARCHIVE" ] && $PY scripts/archive_runs.py "$OUT" "$ARCHIVE" --restore | tail -n 1
+  [ -n "$ARCHIVE" ] && [ -d "$ARCHIVE" ] &&
+    $PY scripts/archive_runs.py "$OUT" "$ARCHIVE" --restore | tail -n 1
   for st in ${STAGES:-grad_conflict multi_exit single tsne lambda_sens gloss_ablation gloss_probe}; do
     "$st"
     # The records stages write after training (final-weight and early-exit evaluations) too.
-    $PY scripts/archive_runs.py "$OUT" "$ARCHIVE" | tail -n 1
+    [ -z "$ARCHIVE" ] || $PY scripts/archive_runs.py "$OUT" "$ARCHIVE" | tail -n 1
   done
   $PY scripts/sync_results.py  # RESULTS.md's quoted tables follow the files just written
   stage done

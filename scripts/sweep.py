@@ -27,9 +27,9 @@ instead of compiling it again (about 8 s per batch shape for MiniLM on 2 CPU cor
 executables are the same programs, so results do not change.
 
 With `--archive DIR` every finished run's records (config, results, metrics: no checkpoints)
-are also copied to DIR/<run name>, a folder that can be committed; a run missing from --root
-but finished in DIR (a fresh machine, a fresh checkout) is restored from it instead of trained
-again (scripts/archive_runs.py does the same for a whole runs tree).
+are also copied to DIR/<run name>, a folder that can be committed. On a fresh machine
+`scripts/archive_runs.py --restore` puts them back, and the sweep then counts those runs as
+done instead of training them again.
 
   python scripts/sweep.py --root runs/sweeps/sst2 --aggregate_only
 """
@@ -158,8 +158,6 @@ def run_all(args) -> None:
   for i, settings in enumerate(runs):
     wd = os.path.join(args.root, run_name(settings))
     arch = os.path.join(args.archive, run_name(settings)) if args.archive else None
-    if arch and provenance.restore_run(arch, wd):
-      print(f"[{i + 1}/{len(runs)}] restored from the archive: {wd}", flush=True)
     want = run_args(args, settings)
     problem = None
     if os.path.islink(wd) and not os.path.exists(wd):
@@ -396,8 +394,7 @@ def main(argv=None):
   p.add_argument("--archive", default=None,
                  help="folder that keeps a copy of each finished run's records (config, "
                  "results, metrics; no checkpoints) under the run's name, e.g. inside the git "
-                 "checkout; a run missing from --root but finished there is restored from it "
-                 "instead of trained again")
+                 "checkout (scripts/archive_runs.py --restore puts them back)")
   p.add_argument("--compile_cache", default=None,
                  help="JAX compilation cache folder shared by the runs (default "
                  "<root>/.jax_cache; 'none' turns it off)")

@@ -256,8 +256,10 @@ def _fake_train(calls):
 
 def test_archive_keeps_records_and_restores_them_on_a_fresh_root(tmp_path, capsys, monkeypatch):
   """--archive copies each finished run's records (not checkpoints or features) as it
-  finishes; on a fresh machine (runs/ gone) the sweeps restore them instead of training
-  again, and the tables read them. A reused run (a link to another root's run) stays a link."""
+  finishes; on a fresh machine (runs/ gone) archive_runs.py --restore puts them back, the
+  sweep counts them as done and the tables read them. A reused run (a link to another root's
+  run) stays a link."""
+  from scripts import archive_runs
   calls = []
   monkeypatch.setattr(sweep.subprocess, "call", _fake_train(calls))
   runs, arch = tmp_path / "runs", tmp_path / "results" / "runs"
@@ -278,20 +280,55 @@ def test_archive_keeps_records_and_restores_them_on_a_fresh_root(tmp_path, capsy
   import shutil
   shutil.rmtree(runs)
   capsys.readouterr()
+  archive_runs.main([str(runs), str(tmp_path / "results" / "runs"), "--restore"])
+  assert capsys.readouterr().out.splitlines()[-1] == "3 restored, 0 kept"
   sweep.run_all(_args(tmp_path, **lam))
   sweep.run_all(_args(tmp_path, **dict(main, seeds="0,1,2")))
-  assert capsys.readouterr().out.count("restored from the archive") == 3
   assert len(calls) == 3 and calls[-1][calls[-1].index("--workdir") + 1].endswith("seed=2")
   assert os.path.islink(runs / "rte" / "method=ce,seed=0")
   assert not os.path.exists(runs / "rte" / "method=ce,seed=1" / "ckpt")
   os.remove(runs / "rte" / "method=ce,seed=2" / "results.json")  # back to the two seeds
   table_after, summary_after = sweep.aggregate(str(runs / "rte"))
   assert (table_after, summary_after) == (table_before, summary_before)
-  # A run folder holding its own checkpoints is never overwritten from the archive.
+  # An existing run folder is never written over from the archive, even an unfinished one.
   wd = tmp_path / "other" / "method=ce,seed=1"
   os.makedirs(wd / "ckpt")
   assert not sweep.provenance.restore_run(str(arch / "rte" / "method=ce,seed=1"), str(wd))
-  assert not (wd / "results.json").exists()
+  assert os.listdir(wd) == ["ckpt"]
+
+
+def test_archive_mirrors_the_run_and_never_writes_through_links(tmp_path):
+  """A retrained run's archive loses the records the run no longer has; a run of its own is
+  not archived into another run's archive through a link; two hosts making the same link
+  both succeed."""
+  prov = sweep.provenance
+  wd, dest = tmp_path / "runs" / "method=ce,seed=0", tmp_path / "arch" / "method=ce,seed=0"
+  wd.mkdir(parents=True)
+  (wd / "results.json").write_text(json.dumps({"train": {}}))
+  (wd / "early_exit_entropy_dev.json").write_text("{}")
+  assert prov.archive_run(str(wd), str(dest)) == ["early_exit_entropy_dev.json", "results.json"]
+  os.remove(wd / "early_exit_entropy_dev.json")  # retrained: its old sweep is gone
+  assert prov.archive_run(str(wd), str(dest)) == ["-early_exit_entropy_dev.json"]
+  assert os.listdir(dest) == ["results.json"]
+  other = tmp_path / "arch" / "method=scl,seed=0"
+  os.symlink("method=ce,seed=0", other)
+  with pytest.raises(ValueError, match="is a link"):
+    prov.archive_run(str(wd), str(other))
+  assert prov._link("method=ce,seed=0", str(other)) is False  # pylint: disable=protected-access
+  with pytest.raises(ValueError, match="not a link to"):
+    prov._link("elsewhere", str(other))  # pylint: disable=protected-access
+
+
+def test_retired_runs_leave_the_archive_too(tmp_path):
+  from scripts import retire_runs
+  root, arch = tmp_path / "runs" / "sst2", tmp_path / "arch" / "sst2"
+  for d in (root, arch):
+    (d / "method=kd,seed=0").mkdir(parents=True)
+    (d / "method=kd,seed=0" / "config.json").write_text(json.dumps({"seed": 0}))
+  moved = retire_runs.retire(str(root), ["kd"], "pre_s3", without_field="multi_exit.kd_form",
+                             archive=str(arch))
+  assert moved == [str(root / "pre_s3" / "method=kd,seed=0")]
+  assert os.listdir(arch) == ["pre_s3"] and os.listdir(arch / "pre_s3") == ["method=kd,seed=0"]
 
 
 def test_archive_refuses_unfinished_runs_and_foreign_links(tmp_path):
@@ -437,12 +474,15 @@ def test_archive_runs_tree_round_trip(tmp_path, capsys):
   run("single/mr/method=acl,seed=0", finished=False)
   os.symlink("../../lambda/mr/method=scl,loss.lam=0.9,seed=0", runs / "single/mr/method=scl,seed=0")
   archive_runs.main([str(runs), str(arch)])
-  assert capsys.readouterr().out.splitlines()[-1] == "4 archived, 0 unchanged, 1 unfinished"
+  assert capsys.readouterr().out.splitlines()[-1] == "4 archived, 0 unchanged, 1 unfinished, 0 failed"
   assert sorted(os.listdir(arch / "single/mr/method=ce,seed=0")) == [
       "early_exit_entropy_dev.md", "metrics.jsonl", "results.json", "sweep_args.json"]
   assert not (arch / "single/mr/method=acl,seed=0").exists()
-  archive_runs.main([str(runs), str(arch)])
-  assert capsys.readouterr().out.splitlines()[-1] == "0 archived, 4 unchanged, 1 unfinished"
+  os.symlink(str(runs / "single/mr/method=ce,seed=0"), runs / "single/mr/method=cosine,seed=0")
+  with pytest.raises(SystemExit):  # an absolute link cannot travel; the others still do
+    archive_runs.main([str(runs), str(arch)])
+  assert capsys.readouterr().out.splitlines()[-1] == (
+      "0 archived, 4 unchanged, 1 unfinished, 1 failed")
 
   import shutil
   shutil.rmtree(runs / "single")  # the unfinished run (its checkpoints) goes too
