@@ -163,6 +163,11 @@ def run_all(args) -> None:
     if os.path.islink(wd) and not os.path.exists(wd):
       problem = (f"{wd} is a link to a missing run ({os.readlink(wd)}); remove the link to "
                  "train this run here.")
+    elif arch and not os.path.lexists(wd) and (os.path.islink(arch)
+                                               or provenance.run_finished(arch)):
+      problem = (f"{wd} is missing but finished in the archive ({arch}): restore it with "
+                 f"scripts/archive_runs.py --restore, or remove it from the archive to train "
+                 "it again.")
     elif changed := changed_args(wd, want):
       problem = (f"{wd} was started with {changed}: its results would not be this sweep's. "
                  "Use another --root, or move the run away to train it again.")

@@ -279,7 +279,9 @@ def test_archive_keeps_records_and_restores_them_on_a_fresh_root(tmp_path, capsy
 
   import shutil
   shutil.rmtree(runs)
-  capsys.readouterr()
+  with pytest.raises(SystemExit):  # not restored: the sweep will not silently retrain it
+    sweep.run_all(_args(tmp_path, **lam))
+  assert "finished in the archive" in capsys.readouterr().out and len(calls) == 2
   archive_runs.main([str(runs), str(tmp_path / "results" / "runs"), "--restore"])
   assert capsys.readouterr().out.splitlines()[-1] == "3 restored, 0 kept"
   sweep.run_all(_args(tmp_path, **lam))
