@@ -205,7 +205,7 @@ def check_names(root: str, tasks: list[str], metrics: list[str], methods: list[s
                      f"{sorted(keys)}.")
 
 
-def main():
+def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--root", required=True)
   p.add_argument("--tasks", required=True, help="comma list of task folders under --root")
@@ -218,7 +218,7 @@ def main():
   p.add_argument("--vs", default="",
                  help="a baseline method (e.g. ce): also tabulate every method's per-seed "
                  "difference to it (same seed and other settings), mean ± std and seeds ahead")
-  a = p.parse_args()
+  a = p.parse_args(argv)
   tasks = a.tasks.split(",")
   methods = [m for m in a.methods.split(",") if m] or None
   per_task = summaries(a.root, tasks, a.results)
