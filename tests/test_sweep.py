@@ -1,6 +1,7 @@
 """Sweep runner: planning, naming, skipping finished runs, aggregation over seeds."""
 import json
 import os
+import re
 import socket
 
 import numpy as np
@@ -512,3 +513,21 @@ def test_committed_run_archive_is_whole():
       path = target
     assert sweep.provenance.run_finished(path), f"{rel} is not a finished run"
     assert os.path.isfile(os.path.join(path, "config.json")), f"{rel} has no config.json"
+
+
+def test_committed_rerun_table_is_what_the_committed_records_give(tmp_path, capsys):
+  """results/single/glue_rerun.md (quoted in RESULTS.md) is results_tables.py's output on the
+  committed run records, byte for byte: the table can be checked against its runs."""
+  import shutil
+  from scripts import results_tables
+  table = os.path.join(sweep.REPO, "results", "single", "glue_rerun.md")
+  head = open(table).read().split("\n", 1)[0]
+  tasks = [t.lower() for t in re.findall(r"\| (\w+) \(dev/", open(table).read())]
+  root = tmp_path / "single"  # a copy: aggregation writes summaries into the task folders
+  shutil.copytree(os.path.join(sweep.REPO, "results", "runs", "single"), root, symlinks=True)
+  out = tmp_path / "table.md"
+  results_tables.main(["--root", str(root), "--tasks", ",".join(dict.fromkeys(tasks)),
+                       "--metrics", "headline", "--methods", "ce,scl,acl_embed,acl,gloss",
+                       "--vs", "ce", "--out", str(out)])
+  assert head.startswith("**headline**")
+  assert out.read_text() == open(table).read()
