@@ -4,7 +4,8 @@
 # subsets) are stated here and in RESULTS.md. Pick stages with STAGES (default: all, in order):
 #   nohup bash scripts/run_results.sh > runs/results.log 2>&1 &
 #   STAGES="single" SINGLE_TASKS="mr r8" nohup bash scripts/run_results.sh > runs/single.log 2>&1 &
-# Stages: grad_conflict multi_exit single tsne lambda_sens gloss_ablation gloss_probe latest.
+# Stages: grad_conflict multi_exit single tsne lambda_sens gloss_ablation gloss_probe latest
+# glue_rerun.
 # The body is functions and `main "$@"; exit $?` is one line, so bash has read all of it
 # before the work starts: editing this file while a run is going does not change that run.
 set -u
@@ -209,6 +210,19 @@ single() {
       --tasks "${more[*]}" --methods ce,gloss --vs ce \
       --metrics test/accuracy,test/macro_f1,test/silhouette_macro \
       --out results/single/textgcn_more.md > /dev/null
+  return 0
+}
+glue_rerun() {
+  # The GLUE tasks' single-exit runs trained again on a fresh machine (session 10 found the
+  # run folders behind results/single/headline.md gone), tabulated from their records alone:
+  # the single stage's runs (same roots, protocol and seeds), in a table of their own.
+  local tasks=${GR_TASKS:-mrpc cola rte} t have=()
+  each_seed_task single_one "${GR_SEEDS:-0 1 2}" "$tasks"
+  for t in $tasks; do [ -d "$OUT/single/$t" ] && have+=("$t"); done
+  local IFS=,
+  [ ${#have[@]} -gt 0 ] && $PY scripts/results_tables.py --root "$OUT/single" \
+      --tasks "${have[*]}" --metrics headline --methods ce,scl,acl_embed,acl,gloss --vs ce \
+      --out results/single/glue_rerun.md > /dev/null
   return 0
 }
 single_one() {
