@@ -64,15 +64,19 @@ def checkpoint_steps(workdir: str, kind: str = "ckpt") -> list[int]:
   return sorted(int(d) for d in os.listdir(path) if d.isdigit())
 
 
+def _tmp_name(path: str) -> str:
+  """A temp name beside `path`, own to this process: the hosts of a multi-host sweep write the
+  same files on a shared disk, and containers often give each host's process the same pid."""
+  return f"{path}.tmp.{socket.gethostname()}.{os.getpid()}"
+
+
 def write_atomic(path: str, text: str) -> None:
   """Writes `path` through a temp file and a rename, so a crash leaves the old file or none.
 
   results.json doubles as the "run finished" marker of scripts/sweep.py, so it must never be
   seen half-written.
   """
-  # Host and pid: the hosts of a multi-host sweep write the same files on a shared disk, and
-  # containers often give each host's process the same pid.
-  tmp = f"{path}.tmp.{socket.gethostname()}.{os.getpid()}"
+  tmp = _tmp_name(path)
   with open(tmp, "w") as f:
     f.write(text)
     f.flush()
@@ -100,7 +104,7 @@ def record_files(workdir: str) -> list[str]:
 
 def _copy_atomic(src: str, dst: str) -> None:
   """`src` to `dst` with its modification time (scripts compare record ages) via a rename."""
-  tmp = f"{dst}.tmp.{socket.gethostname()}.{os.getpid()}"
+  tmp = _tmp_name(dst)
   shutil.copy2(src, tmp)
   os.replace(tmp, dst)
 
@@ -172,7 +176,7 @@ def restore_run(archived: str, workdir: str) -> bool:
   os.makedirs(os.path.dirname(workdir), exist_ok=True)
   # Copied into a temp folder renamed into place: the run appears whole or not at all, and of
   # several hosts restoring the same shared tree one wins and the rest find it there.
-  tmp = f"{workdir}.tmp.{socket.gethostname()}.{os.getpid()}"
+  tmp = _tmp_name(workdir)
   os.makedirs(tmp)
   for name in record_files(archived):
     shutil.copy2(os.path.join(archived, name), os.path.join(tmp, name))
