@@ -262,6 +262,9 @@ lambda_one() {
   in_list 0.5 "$lams" && reuse "$OUT/lambda/$2/method=acl,loss.lam=0.5,seed=$1" \
       "$OUT/single/$2/method=acl,seed=$1"
   protocol_sweep "$OUT/lambda/$2" "$@" --methods scl,acl --grid loss.lam="$lams" | tail -n 14
+  # The plot's CE line is the single stage's CE run: trained there when it is missing (as on a
+  # fresh machine whose single runs are gone), so the curves never lack their baseline.
+  protocol_sweep "$OUT/single/$2" "$@" --methods ce | tail -n 4
   if [ "${LAM_SCL_ADDITIVE:-0}" = 1 ]; then
     protocol_sweep "$OUT/lambda/$2" "$@" --methods scl --grid loss.lam="$lams" \
         --grid loss.combine=additive | tail -n 20
