@@ -12,7 +12,10 @@ weight, while ACL trains CE + lambda ACL-Embed with CE always at full weight (SP
 printed table gives each method's spread over lambda (best mean minus worst mean), the number
 claim "ACL is robust to lambda, CE+SCL is not" is about, beside the seed noise of one point
 (the std over seeds, pooled over the lambda points): a spread of a few seed stds is noise.
---table writes the table to a file too.
+The spread of the means hides how each seed moves, so the table also gives the spread seed by
+seed (each seed's best minus worst lambda, mean ± std over seeds), and --vs METHOD pairs it:
+every other curve's per-seed spread minus METHOD's on the same seed, and on how many seeds
+the curve moved more (the claim, tested seed by seed). --table writes the tables to a file too.
 """
 import argparse
 import json
@@ -54,11 +57,55 @@ def curves(summary: dict, metric: str) -> dict[str, list[tuple[float, float, flo
   return {k: sorted(v) for k, v in out.items()}
 
 
-def spread_table(cs: dict, metric: str, seeds: dict[str, int]) -> str:
-  """Markdown: per method, the mean at every lambda and the spread (max - min) over lambda."""
+def seed_spreads(root: str, metric: str, results: str = "results.json"
+                 ) -> dict[str, dict[str, float]]:
+  """Each curve's spread over lambda seed by seed: {curve: {seed: max - min}}.
+
+  Only seeds with every lambda point the curve has on any seed count (a seed still training
+  would show a smaller spread)."""
+  split, _, name = metric.partition("/")
+  vals: dict[str, dict[str, dict[float, float]]] = {}
+  for settings, res in sweep._read(root, results):  # pylint: disable=protected-access
+    v = res.get(split, {}).get(name)
+    if "loss.lam" not in settings or "seed" not in settings or not isinstance(v, (int, float)):
+      continue
+    vals.setdefault(curve_name(settings), {}).setdefault(settings["seed"], {})[
+        float(settings["loss.lam"])] = float(v)
+  out = {}
+  for curve, by_seed in vals.items():
+    lams = set().union(*by_seed.values())
+    out[curve] = {seed: max(p.values()) - min(p.values())
+                  for seed, p in sorted(by_seed.items()) if set(p) == lams}
+  return out
+
+
+def paired_spreads(per_seed: dict[str, dict[str, float]], vs: str) -> str:
+  """Markdown: every curve's per-seed spread minus the `vs` curve's on the same seed."""
+  if vs not in per_seed:
+    raise SystemExit(f"--vs {vs}: no such curve with every lambda point on a seed; curves: "
+                     f"{', '.join(sorted(per_seed)) or 'none'}.")
+  lines = [f"**Spread over λ, paired by seed: each curve's minus {vs}'s** (points; mean ± std "
+           f"over seeds; on how many seeds the curve moved more than {vs})", "",
+           f"| curve | spread − {vs}'s spread | moved more on |", "|---|---|---|"]
+  for curve, spreads in per_seed.items():
+    seeds = [s for s in spreads if s in per_seed[vs]]
+    if curve == vs or not seeds:
+      continue
+    diffs = [100 * (spreads[s] - per_seed[vs][s]) for s in seeds]
+    lines.append(f"| {curve} | {sweep.mean_std(diffs, signed=True)} | "
+                 f"{sum(d > 0 for d in diffs)}/{len(diffs)} |")
+  return "\n".join(lines) + "\n"
+
+
+def spread_table(cs: dict, metric: str, seeds: dict[str, int],
+                 per_seed: dict[str, dict[str, float]] | None = None) -> str:
+  """Markdown: per method, the mean at every lambda and the spread (max - min) over lambda,
+  and (from `seed_spreads`) the spread seed by seed."""
+  per_seed = per_seed or {}
   lams = sorted({lam for pts in cs.values() for lam, _, _ in pts})
   head = (["method"] + [f"λ={lam:g}" for lam in lams]
-          + ["spread (max-min)", "worst λ", "seed std (pooled)", "spread / seed std", "seeds"])
+          + ["spread (max-min)", "worst λ", "seed std (pooled)", "spread / seed std",
+             "spread per seed", "seeds"])
   lines = [f"**{metric}** (%, mean over seeds)", "", "| " + " | ".join(head) + " |",
            "|" + "---|" * len(head)]
   for method, pts in cs.items():
@@ -72,6 +119,9 @@ def spread_table(cs: dict, metric: str, seeds: dict[str, int]) -> str:
       row += [f"{100 * pooled:.2f}", f"{spread / pooled:.1f}" if pooled > 0 else "—"]
     else:
       row += ["—", "—"]
+    own = per_seed.get(method, {})
+    row.append(f"{sweep.mean_std([100 * v for v in own.values()])} (n={len(own)})" if own
+               else "—")
     row.append(str(seeds[method]))
     lines.append("| " + " | ".join(row) + " |")
   return "\n".join(lines) + "\n"
@@ -87,6 +137,8 @@ def main(argv=None):
                  help="the sweep summary under root (summary_latest.json: final weights)")
   p.add_argument("--baseline", default="",
                  help="a summary.json whose method=ce entry is drawn as a band")
+  p.add_argument("--vs", default="",
+                 help="a curve (e.g. acl) every other curve's per-seed spread is paired with")
   a = p.parse_args(argv)
   import matplotlib  # pylint: disable=import-outside-toplevel
   matplotlib.use("Agg")
@@ -123,7 +175,11 @@ def main(argv=None):
     if path:
       os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   fig.savefig(a.out, dpi=110)
-  table = spread_table(cs, a.metric, seeds)
+  # The runs' own files behind the summary: summary_latest.json <- results_latest.json.
+  per_seed = seed_spreads(a.root, a.metric, "results" + a.summary.removeprefix("summary"))
+  table = spread_table(cs, a.metric, seeds, per_seed)
+  if a.vs:
+    table += "\n" + paired_spreads(per_seed, a.vs)
   print(table)
   if a.table:
     with open(a.table, "w") as f:

@@ -248,7 +248,7 @@ lambda_sens() {
   each_seed_task lambda_one "${LAM_SEEDS:-0 1 2}" "${LAM_TASKS:-mr}"
   local task
   for task in ${LAM_TASKS:-mr}; do
-    $PY scripts/plot_lambda.py "$OUT/lambda/$task" --metric test/accuracy \
+    $PY scripts/plot_lambda.py "$OUT/lambda/$task" --metric test/accuracy --vs acl \
         --baseline "$OUT/single/$task/summary.json" --out "results/lambda/$task.png" \
         --table "results/lambda/$task.md"
   done
@@ -345,6 +345,7 @@ latest() {
       local base="$OUT/single/${r##*/}/summary_latest.json"
       [ -f "$base" ] || base="$OUT/single/${r##*/}/summary.json"
       $PY scripts/plot_lambda.py "$OUT/$r" --summary summary_latest.json --metric test/accuracy \
+          --vs acl \
           --baseline "$base" --out "results/lambda/${r##*/}_latest.png" \
           --table "results/lambda/${r##*/}_latest.md" > /dev/null
     fi

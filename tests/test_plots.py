@@ -27,21 +27,37 @@ def test_per_exit_and_lambda_and_tsne(tmp_path, capsys):
   with pytest.raises(SystemExit, match="one distinct label per workdir"):
     plot_per_exit.main(wds + ["--labels", "A", "A", "--out", str(tmp_path / "pe.png")])
   plot_tsne.main(wds + ["--out", str(tmp_path / "t.png"), "--max_points", "30"])
+  lam = tmp_path / "lam"  # a lambda sweep root: its summary and its runs, seeds 0-1
+  lam.mkdir()
   summary = {f"method={m},loss.lam={l}": {"metrics": {"dev/accuracy": {"mean": a, "std": 0.01,
                                                                        "n": 3}}}
              for m in ("scl", "acl") for l, a in ((0.1, 0.7), (0.9, 0.6 if m == "scl" else 0.71))}
-  (tmp_path / "summary.json").write_text(json.dumps(summary))
+  (lam / "summary.json").write_text(json.dumps(summary))
+  # per seed: SCL moves 0.10 and 0.04, ACL 0.02 and 0.06; seed 2 of SCL lacks lambda 0.9
+  for m, seed, l, a in (("scl", 0, 0.1, 0.70), ("scl", 0, 0.9, 0.60), ("scl", 1, 0.1, 0.64),
+                        ("scl", 1, 0.9, 0.60), ("scl", 2, 0.1, 0.9), ("acl", 0, 0.1, 0.70),
+                        ("acl", 0, 0.9, 0.72), ("acl", 1, 0.1, 0.66), ("acl", 1, 0.9, 0.72)):
+    wd = lam / f"method={m},loss.lam={l},seed={seed}"
+    wd.mkdir()
+    (wd / "results.json").write_text(json.dumps({"train": {}, "dev": {"accuracy": a}}))
+  per_seed = plot_lambda.seed_spreads(str(lam), "dev/accuracy")
+  assert per_seed["scl"] == pytest.approx({"0": 0.10, "1": 0.04})  # seed 2 is incomplete
+  assert per_seed["acl"] == pytest.approx({"0": 0.02, "1": 0.06})
   assert plot_lambda.curves(summary, "dev/accuracy")["scl"] == [(0.1, 0.7, 0.01), (0.9, 0.6, 0.01)]
   (tmp_path / "ce.json").write_text(json.dumps(
       {"method=ce": {"metrics": {"dev/accuracy": {"mean": 0.65, "std": 0.02, "n": 3}}}}))
-  plot_lambda.main([str(tmp_path), "--out", str(tmp_path / "new" / "l.png"),
-                    "--baseline", str(tmp_path / "ce.json"),
+  plot_lambda.main([str(lam), "--out", str(tmp_path / "new" / "l.png"),
+                    "--baseline", str(tmp_path / "ce.json"), "--vs", "acl",
                     "--table", str(tmp_path / "t" / "l.md")])
   out = capsys.readouterr().out
   assert "| scl |" in (tmp_path / "t" / "l.md").read_text()
-  # spread = best - worst mean, beside the pooled seed std and their ratio
-  assert "| scl | 70.00 | 60.00 | 10.00 | 0.9 | 1.00 | 10.0 | 3 |" in out
-  assert "| acl | 70.00 | 71.00 | 1.00 | 0.1 | 1.00 | 1.0 | 3 |" in out
+  # spread = best - worst mean, beside the pooled seed std, their ratio and the per-seed spread
+  assert "| scl | 70.00 | 60.00 | 10.00 | 0.9 | 1.00 | 10.0 | 7.00 ± 4.24 (n=2) | 3 |" in out
+  assert "| acl | 70.00 | 71.00 | 1.00 | 0.1 | 1.00 | 1.0 | 4.00 ± 2.83 (n=2) | 3 |" in out
+  # paired with ACL seed by seed: +8 and -2 points, SCL moved more on one seed of two
+  assert "| scl | +3.00 ± 7.07 | 1/2 |" in out
+  with pytest.raises(SystemExit, match="--vs ce: no such curve"):
+    plot_lambda.main([str(lam), "--out", str(tmp_path / "l2.png"), "--vs", "ce"])
   # a grid axis beside lambda is its own curve, not merged into the method's
   summary["method=scl,loss.lam=0.1,loss.combine=additive"] = summary["method=acl,loss.lam=0.1"]
   assert set(plot_lambda.curves(summary, "dev/accuracy")) == {
