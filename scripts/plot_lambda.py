@@ -16,6 +16,9 @@ The spread of the means hides how each seed moves, so the table also gives the s
 seed (each seed's best minus worst lambda, mean ± std over seeds), and --vs METHOD pairs it:
 every other curve's per-seed spread minus METHOD's on the same seed, and on how many seeds
 the curve moved more (the claim, tested seed by seed). --table writes the tables to a file too.
+
+--axis swaps lambda for another swept field, for the same curves and spreads over it (the
+G-Loss ablations: --axis loss.gamma_keep, or loss.sigma with --logx).
 """
 import argparse
 import json
@@ -30,9 +33,17 @@ FORMS = {"scl": "CE+SCL: (1-λ) CE + λ SCL", "acl": "ACL: CE + λ ACL-Embed, AC
          "acl_embed": "CE + λ ACL-Embed", "gloss": "CE+G-Loss: (1-λ) CE + λ G-Loss"}
 
 
-def curve_name(settings: dict) -> str:
-  """A curve per method and setting other than lambda: "scl", "scl [loss.combine=additive]"."""
-  rest = {k: v for k, v in settings.items() if k not in ("method", "loss.lam", "seed")}
+LAM = "loss.lam"
+
+
+def symbol(axis: str) -> str:
+  """The axis in table heads: λ for loss.lam, else the field's own name (gamma_keep)."""
+  return "λ" if axis == LAM else axis.rsplit(".", 1)[-1]
+
+
+def curve_name(settings: dict, axis: str = LAM) -> str:
+  """A curve per method and setting other than the axis: "scl", "scl [loss.combine=additive]"."""
+  rest = {k: v for k, v in settings.items() if k not in ("method", axis, "seed")}
   name = settings.get("method", "run")
   return name + (" [" + ", ".join(f"{k}={v}" for k, v in rest.items()) + "]" if rest else "")
 
@@ -45,32 +56,34 @@ def form(curve: str) -> str:
   return FORMS.get(method, method) + (f" [{rest}" if rest else "")
 
 
-def curves(summary: dict, metric: str) -> dict[str, list[tuple[float, float, float]]]:
+def curves(summary: dict, metric: str, axis: str = LAM
+           ) -> dict[str, list[tuple[float, float, float]]]:
+  """{curve: [(axis value, mean, std)]} from a sweep summary, sorted by the axis."""
   out: dict[str, list] = {}
   for name, entry in summary.items():
     settings = sweep.parse_name(name)
-    if "loss.lam" not in settings or metric not in entry["metrics"]:
+    if axis not in settings or metric not in entry["metrics"]:
       continue
     m = entry["metrics"][metric]
-    out.setdefault(curve_name(settings), []).append(
-        (float(settings["loss.lam"]), m["mean"], m["std"]))
+    out.setdefault(curve_name(settings, axis), []).append(
+        (float(settings[axis]), m["mean"], m["std"]))
   return {k: sorted(v) for k, v in out.items()}
 
 
-def seed_spreads(root: str, metric: str, results: str = "results.json"
+def seed_spreads(root: str, metric: str, results: str = "results.json", axis: str = LAM
                  ) -> dict[str, dict[str, float]]:
-  """Each curve's spread over lambda seed by seed: {curve: {seed: max - min}}.
+  """Each curve's spread over the axis seed by seed: {curve: {seed: max - min}}.
 
-  Only seeds with every lambda point the curve has on any seed count (a seed still training
+  Only seeds with every axis point the curve has on any seed count (a seed still training
   would show a smaller spread)."""
   split, _, name = metric.partition("/")
   vals: dict[str, dict[str, dict[float, float]]] = {}
   for settings, res in sweep._read(root, results):  # pylint: disable=protected-access
     v = res.get(split, {}).get(name)
-    if "loss.lam" not in settings or "seed" not in settings or not isinstance(v, (int, float)):
+    if axis not in settings or "seed" not in settings or not isinstance(v, (int, float)):
       continue
-    vals.setdefault(curve_name(settings), {}).setdefault(settings["seed"], {})[
-        float(settings["loss.lam"])] = float(v)
+    vals.setdefault(curve_name(settings, axis), {}).setdefault(settings["seed"], {})[
+        float(settings[axis])] = float(v)
   out = {}
   for curve, by_seed in vals.items():
     lams = set().union(*by_seed.values())
@@ -79,12 +92,12 @@ def seed_spreads(root: str, metric: str, results: str = "results.json"
   return out
 
 
-def paired_spreads(per_seed: dict[str, dict[str, float]], vs: str) -> str:
+def paired_spreads(per_seed: dict[str, dict[str, float]], vs: str, axis: str = LAM) -> str:
   """Markdown: every curve's per-seed spread minus the `vs` curve's on the same seed."""
   if vs not in per_seed:
-    raise SystemExit(f"--vs {vs}: no such curve with every lambda point on a seed; curves: "
+    raise SystemExit(f"--vs {vs}: no such curve with every {axis} point on a seed; curves: "
                      f"{', '.join(sorted(per_seed)) or 'none'}.")
-  lines = [f"**Spread over λ, paired by seed: each curve's minus {vs}'s** (points; mean ± std "
+  lines = [f"**Spread over {symbol(axis)}, paired by seed: each curve's minus {vs}'s** (points; mean ± std "
            f"over seeds; on how many seeds the curve moved more than {vs})", "",
            f"| curve | spread − {vs}'s spread | moved more on |", "|---|---|---|"]
   for curve, spreads in per_seed.items():
@@ -98,13 +111,14 @@ def paired_spreads(per_seed: dict[str, dict[str, float]], vs: str) -> str:
 
 
 def spread_table(cs: dict, metric: str, seeds: dict[str, int],
-                 per_seed: dict[str, dict[str, float]] | None = None) -> str:
-  """Markdown: per method, the mean at every lambda and the spread (max - min) over lambda,
-  and (from `seed_spreads`) the spread seed by seed."""
+                 per_seed: dict[str, dict[str, float]] | None = None, axis: str = LAM) -> str:
+  """Markdown: per method, the mean at every axis point and the spread (max - min) over the
+  axis, and (from `seed_spreads`) the spread seed by seed."""
   per_seed = per_seed or {}
+  sym = symbol(axis)
   lams = sorted({lam for pts in cs.values() for lam, _, _ in pts})
-  head = (["method"] + [f"λ={lam:g}" for lam in lams]
-          + ["spread (max-min)", "worst λ", "seed std (pooled)", "spread / seed std",
+  head = (["method"] + [f"{sym}={lam:g}" for lam in lams]
+          + ["spread (max-min)", f"worst {sym}", "seed std (pooled)", "spread / seed std",
              "spread per seed", "seeds"])
   lines = [f"**{metric}** (%, mean over seeds)", "", "| " + " | ".join(head) + " |",
            "|" + "---|" * len(head)]
@@ -137,6 +151,8 @@ def main(argv=None):
                  help="the sweep summary under root (summary_latest.json: final weights)")
   p.add_argument("--baseline", default="",
                  help="a summary.json whose method=ce entry is drawn as a band")
+  p.add_argument("--axis", default=LAM, help="the swept field on the x axis")
+  p.add_argument("--logx", action="store_true", help="a log-scale x axis (e.g. loss.sigma)")
   p.add_argument("--vs", default="",
                  help="a curve (e.g. acl) every other curve's per-seed spread is paired with")
   a = p.parse_args(argv)
@@ -144,15 +160,15 @@ def main(argv=None):
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
   summary = json.load(open(os.path.join(a.root, a.summary)))
-  cs = curves(summary, a.metric)
+  cs = curves(summary, a.metric, a.axis)
   if not cs:
-    raise SystemExit(f"No loss.lam runs with {a.metric} in {a.root}/{a.summary}.")
+    raise SystemExit(f"No {a.axis} runs with {a.metric} in {a.root}/{a.summary}.")
   seeds = {}
   for name, entry in summary.items():
     s = sweep.parse_name(name)
-    if "loss.lam" in s and a.metric in entry["metrics"]:
+    if a.axis in s and a.metric in entry["metrics"]:
       n = entry["metrics"][a.metric]["n"]
-      m = curve_name(s)
+      m = curve_name(s, a.axis)
       seeds[m] = min(seeds.get(m, n), n)
   fig, ax = plt.subplots(figsize=(6.5, 4))
   if a.baseline:
@@ -166,7 +182,9 @@ def main(argv=None):
     lam, mean, std = zip(*pts)
     ax.errorbar(lam, [100 * m for m in mean], yerr=[100 * s for s in std], marker="o",
                 capsize=3, label=f"{form(method)} (n={seeds[method]})")
-  ax.set_xlabel("lambda")
+  ax.set_xlabel("lambda" if a.axis == LAM else a.axis)
+  if a.logx:
+    ax.set_xscale("log")
   ax.set_ylabel(f"{a.metric} (%)")
   ax.grid(alpha=0.3)
   ax.legend(fontsize=8)
@@ -176,10 +194,11 @@ def main(argv=None):
       os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   fig.savefig(a.out, dpi=110)
   # The runs' own files behind the summary: summary_latest.json <- results_latest.json.
-  per_seed = seed_spreads(a.root, a.metric, "results" + a.summary.removeprefix("summary"))
-  table = spread_table(cs, a.metric, seeds, per_seed)
+  per_seed = seed_spreads(a.root, a.metric, "results" + a.summary.removeprefix("summary"),
+                          a.axis)
+  table = spread_table(cs, a.metric, seeds, per_seed, a.axis)
   if a.vs:
-    table += "\n" + paired_spreads(per_seed, a.vs)
+    table += "\n" + paired_spreads(per_seed, a.vs, a.axis)
   print(table)
   if a.table:
     with open(a.table, "w") as f:

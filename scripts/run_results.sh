@@ -281,6 +281,20 @@ gloss_ablation() {
         --metrics test/accuracy,test/macro_f1,test/silhouette_macro,dev/macro_f1 \
         --out "results/gloss_ablation/$axis.md" > /dev/null
   done
+  # The curves over each axis and their spreads, seed by seed too (claim 14: stable over
+  # gamma_keep), with CE's band from the single stage.
+  local task base field flags
+  for task in $tasks; do
+    base=()
+    [ -f "$OUT/single/$task/summary.json" ] && base=(--baseline "$OUT/single/$task/summary.json")
+    for axis in gamma sigma; do
+      field=loss.gamma_keep flags=()
+      [ $axis = sigma ] && field=loss.sigma flags=(--logx)
+      $PY scripts/plot_lambda.py "$OUT/gloss_$axis/$task" --axis $field --metric test/accuracy \
+          "${base[@]}" "${flags[@]}" --out "results/gloss_ablation/${task}_$axis.png" \
+          --table "results/gloss_ablation/${task}_${axis}_spread.md" > /dev/null
+    done
+  done
 }
 gloss_ablation_one() {
   stage gloss_ablation "$2" seed "$1"

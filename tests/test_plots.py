@@ -148,3 +148,26 @@ def test_per_exit_paired_gains_over_a_baseline(tmp_path, capsys):
                       str(tmp_path / "pe2.png")])
   assert "no run has a same-seed alt run to pair with" in capsys.readouterr().out
   assert os.path.getsize(tmp_path / "pe2.png") > 1000
+
+
+def test_lambda_plot_over_another_axis(tmp_path, capsys):
+  """--axis swaps lambda for another swept field (the G-Loss gamma_keep ablation)."""
+  summary = {}
+  for seed, accs in enumerate(((0.80, 0.81, 0.79), (0.78, 0.80, 0.80))):
+    for g, acc in zip((0.3, 0.5, 0.7), accs):
+      wd = tmp_path / f"method=gloss,loss.gamma_keep={g},seed={seed}"
+      wd.mkdir()
+      (wd / "results.json").write_text(json.dumps({"train": {}, "test": {"accuracy": acc}}))
+  for g, mean in ((0.3, 0.79), (0.5, 0.805), (0.7, 0.795)):
+    summary[f"method=gloss,loss.gamma_keep={g}"] = {
+        "metrics": {"test/accuracy": {"mean": mean, "std": 0.01, "n": 2}}}
+  (tmp_path / "summary.json").write_text(json.dumps(summary))
+  assert plot_lambda.curves(summary, "test/accuracy") == {}  # no lambda in these runs
+  plot_lambda.main([str(tmp_path), "--axis", "loss.gamma_keep", "--metric", "test/accuracy",
+                    "--out", str(tmp_path / "g.png")])
+  out = capsys.readouterr().out
+  assert "| method | gamma_keep=0.3 | gamma_keep=0.5 | gamma_keep=0.7 |" in out
+  # means spread 1.5 points; seed 0 moves 2 points, seed 1 moves 2 too
+  assert "| gloss | 79.00 | 80.50 | 79.50 | 1.50 | 0.3 | 1.00 | 1.5 | 2.00 ± 0.00 (n=2) | 2 |" in out
+  with pytest.raises(SystemExit, match="No loss.sigma runs"):
+    plot_lambda.main([str(tmp_path), "--axis", "loss.sigma", "--out", str(tmp_path / "s.png")])
