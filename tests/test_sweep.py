@@ -531,3 +531,20 @@ def test_committed_rerun_table_is_what_the_committed_records_give(tmp_path, caps
                        "--vs", "ce", "--out", str(out)])
   assert head.startswith("**headline**")
   assert out.read_text() == open(table).read()
+
+
+def test_committed_lambda_table_is_what_the_committed_records_give(tmp_path):
+  """results/lambda/mr.md (claim 6, quoted in RESULTS.md) is plot_lambda.py's output on the
+  committed lambda-grid records, byte for byte, the per-seed spreads included."""
+  import shutil
+  from scripts import plot_lambda
+  table = os.path.join(sweep.REPO, "results", "lambda", "mr.md")
+  root = tmp_path / "mr"  # a copy: aggregation writes the summary into the root
+  shutil.copytree(os.path.join(sweep.REPO, "results", "runs", "lambda", "mr"), root,
+                  symlinks=True)
+  sweep.aggregate(str(root))
+  out = tmp_path / "table.md"
+  plot_lambda.main([str(root), "--metric", "test/accuracy", "--vs", "acl",
+                    "--out", str(tmp_path / "l.png"), "--table", str(out)])
+  assert "| acl |" in out.read_text()
+  assert out.read_text() == open(table).read()
