@@ -97,8 +97,9 @@ def paired_spreads(per_seed: dict[str, dict[str, float]], vs: str, axis: str = L
   if vs not in per_seed:
     raise SystemExit(f"--vs {vs}: no such curve with every {axis} point on a seed; curves: "
                      f"{', '.join(sorted(per_seed)) or 'none'}.")
-  lines = [f"**Spread over {symbol(axis)}, paired by seed: each curve's minus {vs}'s** (points; mean ± std "
-           f"over seeds; on how many seeds the curve moved more than {vs})", "",
+  lines = [f"**Spread over {symbol(axis)}, paired by seed: each curve's minus {vs}'s** "
+           f"(points; mean ± std over seeds; on how many seeds the curve moved more than {vs})",
+           "",
            f"| curve | spread − {vs}'s spread | moved more on |", "|---|---|---|"]
   for curve, spreads in per_seed.items():
     seeds = [s for s in spreads if s in per_seed[vs]]
