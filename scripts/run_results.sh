@@ -275,21 +275,18 @@ gloss_ablation() {
   # G-Loss ablations (issue 6): gamma_keep and a fixed sigma grid (sqrt sigma is in the single
   # stage), single-exit protocol.
   each_seed_task gloss_ablation_one "${GA_SEEDS:-0 1 2}" "${GA_TASKS:-mr}"
-  local tasks=${GA_TASKS:-mr} axis
+  # Per axis, the table over tasks, then each task's curve and spreads over the axis, seed by
+  # seed too (claim 14: stable over gamma_keep), with CE's band from the single stage.
+  local tasks=${GA_TASKS:-mr} axis task field flags base
   for axis in gamma sigma; do
     $PY scripts/results_tables.py --root "$OUT/gloss_$axis" --tasks "${tasks// /,}" \
         --metrics test/accuracy,test/macro_f1,test/silhouette_macro,dev/macro_f1 \
         --out "results/gloss_ablation/$axis.md" > /dev/null
-  done
-  # The curves over each axis and their spreads, seed by seed too (claim 14: stable over
-  # gamma_keep), with CE's band from the single stage.
-  local task base field flags
-  for task in $tasks; do
-    base=()
-    [ -f "$OUT/single/$task/summary.json" ] && base=(--baseline "$OUT/single/$task/summary.json")
-    for axis in gamma sigma; do
-      field=loss.gamma_keep flags=()
-      [ $axis = sigma ] && field=loss.sigma flags=(--logx)
+    field=loss.gamma_keep flags=()
+    [ $axis = sigma ] && field=loss.sigma flags=(--logx)
+    for task in $tasks; do
+      base=()
+      [ -f "$OUT/single/$task/summary.json" ] && base=(--baseline "$OUT/single/$task/summary.json")
       $PY scripts/plot_lambda.py "$OUT/gloss_$axis/$task" --axis $field --metric test/accuracy \
           "${base[@]}" "${flags[@]}" --out "results/gloss_ablation/${task}_$axis.png" \
           --table "results/gloss_ablation/${task}_${axis}_spread.md" > /dev/null
