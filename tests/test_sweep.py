@@ -533,18 +533,24 @@ def test_committed_rerun_table_is_what_the_committed_records_give(tmp_path, caps
   assert out.read_text() == open(table).read()
 
 
-def test_committed_lambda_table_is_what_the_committed_records_give(tmp_path):
-  """results/lambda/mr.md (claim 6, quoted in RESULTS.md) is plot_lambda.py's output on the
-  committed lambda-grid records, byte for byte, the per-seed spreads included."""
+@pytest.mark.parametrize("table_name,results,summary", [
+    ("mr.md", "results.json", "summary.json"),  # dev-selected checkpoints
+    ("mr_latest.md", "results_latest.json", "summary_latest.json"),  # final weights
+])
+def test_committed_lambda_table_is_what_the_committed_records_give(tmp_path, table_name,
+                                                                   results, summary):
+  """results/lambda/mr.md and mr_latest.md (claim 6, quoted in RESULTS.md) are
+  plot_lambda.py's output on the committed lambda-grid records, byte for byte, the per-seed
+  spreads included."""
   import shutil
   from scripts import plot_lambda
-  table = os.path.join(sweep.REPO, "results", "lambda", "mr.md")
+  table = os.path.join(sweep.REPO, "results", "lambda", table_name)
   root = tmp_path / "mr"  # a copy: aggregation writes the summary into the root
   shutil.copytree(os.path.join(sweep.REPO, "results", "runs", "lambda", "mr"), root,
                   symlinks=True)
-  sweep.aggregate(str(root))
+  sweep.aggregate(str(root), results=results)
   out = tmp_path / "table.md"
-  plot_lambda.main([str(root), "--metric", "test/accuracy", "--vs", "acl",
-                    "--out", str(tmp_path / "l.png"), "--table", str(out)])
+  plot_lambda.main([str(root), "--summary", summary, "--metric", "test/accuracy",
+                    "--vs", "acl", "--out", str(tmp_path / "l.png"), "--table", str(out)])
   assert "| acl |" in out.read_text()
   assert out.read_text() == open(table).read()
