@@ -554,3 +554,30 @@ def test_committed_lambda_table_is_what_the_committed_records_give(tmp_path, tab
                     "--vs", "acl", "--out", str(tmp_path / "l.png"), "--table", str(out)])
   assert "| acl |" in out.read_text()
   assert out.read_text() == open(table).read()
+
+
+@pytest.mark.parametrize("axis,field", [("gamma", "loss.gamma_keep"), ("sigma", "loss.sigma")])
+def test_committed_gloss_ablation_tables_are_what_the_committed_records_give(tmp_path, axis,
+                                                                            field):
+  """results/gloss_ablation/<axis>.md and mr_<axis>_spread.md (claim 14, quoted in RESULTS.md)
+  are results_tables.py's and plot_lambda.py's output on the committed G-Loss ablation records,
+  byte for byte."""
+  import shutil
+  from scripts import plot_lambda, results_tables
+  arch = os.path.join(sweep.REPO, "results", "runs")
+  for sub in ("gloss_gamma", "gloss_sigma"):  # sigma's preset point is a link into gamma's
+    shutil.copytree(os.path.join(arch, sub), tmp_path / sub, symlinks=True)
+  want = os.path.join(sweep.REPO, "results", "gloss_ablation")
+  out = tmp_path / "table.md"
+  results_tables.main(["--root", str(tmp_path / f"gloss_{axis}"), "--tasks", "mr", "--metrics",
+                       "test/accuracy,test/macro_f1,test/silhouette_macro,dev/macro_f1",
+                       "--out", str(out)])
+  assert out.read_text() == open(os.path.join(want, f"{axis}.md")).read()
+  root = tmp_path / f"gloss_{axis}" / "mr"
+  sweep.aggregate(str(root))
+  spread = tmp_path / "spread.md"
+  plot_lambda.main([str(root), "--axis", field, "--metric", "test/accuracy",
+                    "--out", str(tmp_path / "p.png"), "--table", str(spread)]
+                   + (["--logx"] if axis == "sigma" else []))
+  assert "| gloss |" in spread.read_text()
+  assert spread.read_text() == open(os.path.join(want, f"mr_{axis}_spread.md")).read()
