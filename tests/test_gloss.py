@@ -10,7 +10,7 @@ from sklearn.utils.class_weight import compute_class_weight
 from acl_jax.losses import (
     balanced_class_weights, check_labels, cross_entropy, gloss, propagate, resolve_gamma,
     sigma_sqrt_heuristic)
-from acl_jax.losses.graph import DEFAULT_W_FLOOR, check_gamma_keep
+from acl_jax.losses.graph import DEFAULT_W_FLOOR, check_gamma_keep, split_order
 
 SIGMA = 0.667
 
@@ -91,7 +91,7 @@ def test_propagate_gradient_matches_finite_differences():
 def _gloss_ref(x, y, key, k, sigma, gamma_keep, form, class_weights=None):
   """NumPy G-Loss on the split the same key gives (the split itself is part of the API)."""
   n = len(x)
-  perm = np.asarray(jax.random.permutation(key, n))
+  perm = np.asarray(split_order(key, jnp.arange(n)))
   n_l = int(np.floor(gamma_keep * n + 0.5))
   x, y = x[perm], y[perm]
   f_u = ref_propagate(x, np.eye(k)[y[:n_l]], sigma)
@@ -118,11 +118,29 @@ def test_gloss_matches_numpy(form, weighted):
   assert 0.0 <= float(aux["lp_acc"]) <= 1.0
 
 
+def test_split_follows_the_examples_not_their_rows():
+  """The kept/hidden split is a function of (key, example ids): the same examples in another
+  row order, or gathered from several devices, give the same loss (SPEC §2.6's permutation,
+  drawn by a hash per example)."""
+  x, y = _data(3, n=14, k=4)
+  ids = np.arange(500, 514)
+  rows = np.random.default_rng(1).permutation(14)
+  key = jax.random.key(7)
+  fn = jax.jit(lambda x, y, ids: gloss(x, y, key, 4, SIGMA, 0.7, example_ids=ids)[0])
+  # Only the float sums' order differs: a few eps of the loss.
+  np.testing.assert_allclose(float(fn(x[rows], y[rows], ids[rows])), float(fn(x, y, ids)),
+                             rtol=1e-5)
+  order = np.asarray(split_order(key, jnp.asarray(ids)))
+  assert sorted(order.tolist()) == list(range(14))  # a permutation
+  assert set(ids[order[:10]]) == set(ids[rows][np.asarray(split_order(key, ids[rows]))[:10]])
+  assert not np.array_equal(order, np.asarray(split_order(jax.random.key(8), ids)))
+
+
 def test_lp_acc_is_the_argmax_accuracy():
   x, y = _data(4, n=10)
   key = jax.random.key(0)
   _, aux = jax.jit(lambda x, y: gloss(x, y, key, 3, SIGMA, 0.6))(x, y)
-  perm = np.asarray(jax.random.permutation(key, 10))
+  perm = np.asarray(split_order(key, jnp.arange(10)))
   xp, yp = x[perm], y[perm]
   f_u = ref_propagate(xp, np.eye(3)[yp[:6]], SIGMA)
   np.testing.assert_allclose(float(aux["lp_acc"]), np.mean(f_u.argmax(1) == yp[6:]), rtol=1e-6)
@@ -215,7 +233,7 @@ def test_gloss_masked_split_rounds_like_the_unmasked_one():
   key = jax.random.key(5)
   loss, _ = jax.jit(lambda x, y, m: gloss(x, y, key, 3, SIGMA, 0.7, "clean",
                                           example_mask=m))(x, y, mask)
-  perm = np.asarray(jax.random.permutation(key, 48))
+  perm = np.asarray(split_order(key, jnp.arange(48)))
   order = [i for i in perm if mask[i] > 0]
   want = _gloss_ref_order(x, y, order, check_gamma_keep(0.7, 45), 3, SIGMA, "clean")
   np.testing.assert_allclose(float(loss), want, rtol=1e-4)
@@ -337,7 +355,7 @@ def test_gloss_padding_rows_leave_the_graph(form):
   step = jax.jit(jax.value_and_grad(
       lambda x, y, m: gloss(x, y, key, 3, SIGMA, 0.7, form, example_mask=m), has_aux=True))
   (loss, aux), grad = step(x, y, mask)
-  perm = np.asarray(jax.random.permutation(key, 14))
+  perm = np.asarray(split_order(key, jnp.arange(14)))
   order = [i for i in perm if mask[i] > 0]
   want = _gloss_ref_order(x, y, order, 7, 3, SIGMA, form)  # round(0.7 * 10) = 7 labelled
   np.testing.assert_allclose(float(loss), want, rtol=1e-4)

@@ -1,6 +1,6 @@
 """Subprocess entry points for tests that need a fresh JAX runtime.
 
-  python -m tests.workers data_parallel MODEL_DIR OUT.npz   (run with 4 fake CPU devices)
+  python -m tests.workers device_invariance MODEL_DIR NUM_DEVICES OUT.npz [TAG,TAG...]
   python -m tests.workers distributed MODEL_DIR WORKDIR PORT PID OUT.npz
 """
 import sys
@@ -8,57 +8,84 @@ import sys
 import numpy as np
 
 
-def data_parallel(model_dir, out):
-  """Same global batch, same init: the step on meshes of 1 and 4 devices."""
+# The objectives whose step must not depend on the device count, each with every loss that
+# pairs examples over the gathered global batch: (config preset, overrides, multi-exit).
+INVARIANT_OBJECTIVES = {
+    "ce": ("runlocal", {}, False),
+    "scl": ("runlocal,scl", {"loss.contrastive_global": True}, False),
+    # ACL-Grad: two grads, pmean, lax.cond; the angle over all params and in the "top" mode.
+    "acl": ("runlocal,acl", {"loss.contrastive_global": True}, False),
+    "acl_top": ("runlocal,acl", {"loss.contrastive_global": True, "loss.angle_params": "top"},
+                False),
+    # Gated ACL-CL: three grads, the lower exits' cross-layer terms over the gathered batch.
+    "acl_cl": ("runlocal,acl_cl", {"loss.contrastive_global": True}, True),
+    "gloss": ("runlocal,gloss", {"loss.gloss_global": True}, False),
+}
+DROPOUT = 0.1  # the packaged MiniLM checkpoint's rate (hidden and attention)
+
+
+def invariance_batches(num_steps=3, batch=16, seq=16, seed=0):
+  """Global batches of distinct rows with uneven lengths, 3 classes, shuffled dataset ids."""
+  rng = np.random.default_rng(seed)
+  ids = rng.permutation(10_000)[:num_steps * batch].astype(np.int32)
+  out = []
+  for s in range(num_steps):
+    tokens = rng.integers(1000, 2000, (batch, seq)).astype(np.int32)
+    lengths = rng.integers(4, seq + 1, batch)
+    mask = (np.arange(seq)[None] < lengths[:, None]).astype(np.int32)
+    out.append({"input_ids": tokens * mask, "attention_mask": mask,
+                "token_type_ids": np.zeros_like(tokens),
+                "labels": rng.integers(0, 3, batch).astype(np.int32),
+                "example_mask": np.ones(batch, np.float32),
+                "example_id": ids[s * batch:(s + 1) * batch]})
+  return out
+
+
+def device_invariance(model_dir, num_devices, out, tags=",".join(INVARIANT_OBJECTIVES)):
+  """K SGD steps of the named INVARIANT_OBJECTIVES, dropout on, on `num_devices` devices.
+
+  Plain SGD keeps the final params a linear function of the gradients, so the comparison
+  across device counts measures the step's float32 reductions and nothing that Adam's
+  1/sqrt(v) would magnify.
+  """
+  import chex
+  chex.set_n_cpu_devices(int(num_devices))
   import jax
+  import optax
   from acl_jax.models import hf
-  from acl_jax.train import objectives, optim, step as step_lib
+  from acl_jax.train import objectives, step as step_lib
   from acl_jax.train.state import TrainState
   from tests.helpers import tiny_config
-  assert jax.device_count() == 4, jax.devices()
-  cfg = tiny_config(model_dir)
-  model, params, _ = hf.load_pretrained(model_dir, 2, with_tokenizer=False)
-  rng = np.random.default_rng(0)
-  batches = []
-  for _ in range(3):
-    ids = rng.integers(1000, 2000, (8, 16)).astype(np.int32)
-    mask = np.ones_like(ids)
-    mask[::3, 10:] = 0
-    batches.append({"input_ids": ids, "attention_mask": mask,
-                    "token_type_ids": np.zeros_like(ids), "labels": rng.integers(0, 2, 8).astype(np.int32),
-                    "example_mask": np.ones(8, np.float32)})
-  gloss = tiny_config(model_dir, "runlocal,gloss").loss
-  gloss.gloss_global = True  # one graph over the gathered global batch: device-count free
-  # ACL's gated step (two grads, pmean, lax.cond; all-params and split "top" modes), with its
-  # contrastive term over the gathered global batch (contrastive_global): device-count free.
-  acl = tiny_config(model_dir, "runlocal,acl", **{"loss.contrastive_global": True}).loss
-  acl_top = tiny_config(model_dir, "runlocal,acl", **{"loss.contrastive_global": True,
-                                                      "loss.angle_params": "top"}).loss
-  # Gated ACL-CL on every exit: three gradients, the lower exits' cross-layer terms over the
-  # gathered batch too.
-  acl_cl = tiny_config(model_dir, "runlocal,acl_cl", **{"loss.contrastive_global": True})
-  multi = objectives.multi_exit_from_config(acl_cl.multi_exit, 2, 10)
-  model_all, params_all, _ = hf.load_pretrained(model_dir, 2, "all", with_tokenizer=False)
+  assert jax.device_count() == int(num_devices), jax.devices()
+  mesh = step_lib.make_mesh()
+  batches = invariance_batches()
   results = {}
-  for tag, loss_cfg in (("ce", cfg.loss), ("gloss", gloss), ("acl", acl), ("acl_top", acl_top),
-                        ("acl_cl", acl_cl.loss)):
-    me = multi if tag == "acl_cl" else None
-    m_, p_ = (model_all, params_all) if me else (model, params)
-    for n in (1, 4):  # a device-count bug (sum for mean) shows at 4; 2 adds nothing distinct
-      mesh = step_lib.make_mesh(jax.devices()[:n])
-      obj = objectives.build_objective(loss_cfg, num_labels=2, last_exit=2, multi_exit=me)
-      tx = optim.make_optimizer(lr=1e-3, total_steps=10)
-      state = step_lib.replicate(TrainState.create(p_, tx, 0), mesh)
-      fn = step_lib.make_train_step(m_, obj, tx, mesh)
-      losses, norms = [], []
-      for b in batches:
-        state, m = fn(state, step_lib.shard_batch(b, mesh))
-        losses.append(float(m["loss"]))
-        norms.append(float(m["grad_norm"]))  # the averaged gradient itself, before clipping
-      results[f"{tag}_loss_{n}"] = np.array(losses)
-      results[f"{tag}_grad_norm_{n}"] = np.array(norms)
-      results[f"{tag}_params_{n}"] = np.concatenate(
-          [np.ravel(x) for x in jax.tree.leaves(jax.device_get(state.params))])
+  for tag in tags.split(","):
+    arg, overrides, multi = INVARIANT_OBJECTIVES[tag]
+    cfg = tiny_config(model_dir, arg, **overrides)
+    model, params, _ = hf.load_pretrained(model_dir, 3, "all" if multi else "last",
+                                          with_tokenizer=False, hidden_dropout=DROPOUT,
+                                          attention_dropout=DROPOUT)
+    me = objectives.multi_exit_from_config(cfg.multi_exit, 2, 10) if multi else None
+    obj = objectives.build_objective(cfg.loss, num_labels=3, last_exit=2, multi_exit=me)
+    tx = optax.sgd(0.5)
+    if tag == "ce":  # the first batch's loss without dropout, to show that dropout is on
+      logits, _ = model.apply({"params": params}, batches[0]["input_ids"],
+                              batches[0]["attention_mask"])
+      results["ce/loss_without_dropout"] = np.asarray(
+          optax.softmax_cross_entropy_with_integer_labels(logits[-1], batches[0]["labels"]).mean())
+    state = step_lib.replicate(TrainState.create(params, tx, 0), mesh)
+    fn = step_lib.make_train_step(model, obj, tx, mesh)
+    logs = []
+    for b in batches:
+      state, m = fn(state, step_lib.shard_batch(b, mesh))
+      logs.append(jax.device_get(m))
+    for k in ("loss", "grad_norm", "gate/gate", "gate/angle"):
+      if k in logs[0]:
+        results[f"{tag}/{k}"] = np.array([float(m[k]) for m in logs])
+    flat = jax.tree_util.tree_flatten_with_path(jax.device_get(state.params))[0]
+    for path, leaf in flat:
+      results[f"{tag}/params/{jax.tree_util.keystr(path)}"] = np.asarray(leaf)
   np.savez(out, **results)
 
 
@@ -100,5 +127,5 @@ def gate_consistency(out):
 
 
 if __name__ == "__main__":
-  {"data_parallel": data_parallel, "distributed": distributed,
+  {"device_invariance": device_invariance, "distributed": distributed,
    "gate_consistency": gate_consistency}[sys.argv[1]](*sys.argv[2:])

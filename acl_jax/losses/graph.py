@@ -5,6 +5,7 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.extend.random import threefry2x32_p
 
 from acl_jax.losses.contrastive import safe_normalize
 
@@ -183,11 +184,15 @@ def gloss(
     eps: float = 1e-8,
     w_floor: float = DEFAULT_W_FLOOR,
     example_mask: Optional[jax.Array] = None,
+    example_ids: Optional[jax.Array] = None,
 ) -> tuple[jax.Array, dict]:
   """G-Loss: hide some batch labels, propagate the rest, score the hidden ones.
 
-  A permutation drawn from `key` orders the batch; its first n_L = round(gamma_keep * B)
-  items keep their labels and the other B - n_L are hidden (see `check_gamma_keep`).
+  A random permutation orders the batch; its first n_L = round(gamma_keep * B) items keep
+  their labels and the other B - n_L are hidden (see `check_gamma_keep`). The permutation
+  sorts the items by a hash of (key, example id), so whether an example is hidden is a
+  function of the step's key and the ids of the examples in the graph, not of their rows:
+  a graph over the gathered global batch splits alike on any device count.
   With `example_mask`, padding rows (mask 0) leave the graph: the split keeps the first
   round(gamma_keep * B_real) real items of the same order, and a batch without padding
   takes the unmasked computation.
@@ -212,6 +217,7 @@ def gloss(
     eps: clip for the log in the clean form.
     w_floor: see `transition_matrix`.
     example_mask: optional [batch] float, 0 for padding rows.
+    example_ids: optional [batch] distinct global example ids (default: the row numbers).
 
   Returns:
     loss: scalar (0 when fewer than two rows are real: no hidden node is left).
@@ -225,7 +231,7 @@ def gloss(
   if int(num_classes) < 1:
     raise ValueError(f"num_classes must be >= 1, got {num_classes!r}.")
 
-  perm = jax.random.permutation(key, batch)
+  perm = split_order(key, jnp.arange(batch) if example_ids is None else example_ids)
   x, y = feats[perm], labels[perm].astype(jnp.int32)
   cw = None if class_weights is None else jnp.asarray(class_weights, jnp.float32)
   full = lambda x, y: _gloss_split(x, y, num_labelled, num_classes, sigma, form, cw, eps,
@@ -237,6 +243,16 @@ def gloss(
       jnp.all(real), full,
       lambda x, y: _gloss_masked(x, y, real, gamma_keep, num_classes, sigma, form, cw, eps,
                                  w_floor), x, y)
+
+
+def split_order(key: jax.Array, example_ids: jax.Array) -> jax.Array:
+  """[n] the permutation that sorts examples by threefry2x32(key, (id, 0)), a uniform random
+  order of the ids that each example's hash fixes whatever its row."""
+  k = jax.random.key_data(key).reshape(-1)
+  ids = example_ids.astype(jnp.uint32)
+  zero = jnp.zeros_like(ids)  # gives the key words the ids' (device-varying) type, see bert._like
+  score, _ = threefry2x32_p.bind(k[0] + zero, k[1] + zero, ids, zero)
+  return jnp.argsort(score, stable=True)
 
 
 def _nll(f_u, y_u, weights, num_hidden, form, eps):

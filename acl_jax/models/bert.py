@@ -12,11 +12,12 @@ Parameter tree (what `model.init` returns under "params"):
 The classifier kernel is [hidden, num_labels]; its transpose is the label-embedding matrix.
 """
 import functools
-from typing import Any
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.extend.random import threefry2x32_p
 
 from acl_jax.models.config import EncoderConfig
 
@@ -42,27 +43,91 @@ def _layer_norm(cfg: EncoderConfig, name: str = "LayerNorm") -> nn.LayerNorm:
                       param_dtype=jnp.float32, name=name)
 
 
-class Dropout(nn.Module):
-  """Inverted dropout on 16 random bits per element (flax's draws a 32-bit float).
+class DropoutIndex(NamedTuple):
+  """What every token of a batch is, for dropout keying: example id and position in it.
 
-  The bits are compared with an integer threshold, so no float uniform is built, and a
-  kept mask is half the size of a 32-bit one. (With jax's default partitionable threefry,
-  16-bit draws still cost one hash per element: drawing one 32-bit hash per 4 elements was
-  measured and did not change the step time, see BENCHMARKS.md.) The drop rate is rounded
-  to a multiple of 2^-16 (0.1 -> 0.100006); kept values are rescaled by that exact rate.
+  example: [batch, seq] uint32 global example id of each token (the dataset index in
+    training, so a mask never depends on the device, the shard or the row a token sits in).
+  position: [batch, seq] uint32 position of each token inside its example.
+  """
+  example: jax.Array
+  position: jax.Array
+
+  @classmethod
+  def rows(cls, example_ids: jax.Array | None, batch: int, seq: int) -> "DropoutIndex":
+    """One example per row: row r is example `example_ids[r]` (default r), positions 0..seq-1."""
+    ids = jnp.arange(batch) if example_ids is None else example_ids
+    example = jnp.broadcast_to(ids.astype(jnp.uint32)[:, None], (batch, seq))
+    return cls(example, jnp.broadcast_to(jnp.arange(seq, dtype=jnp.uint32), (batch, seq)))
+
+
+def token_counters(index: DropoutIndex, width: int) -> tuple[jax.Array, jax.Array]:
+  """Threefry counter words of a [batch, seq, width] activation: (example, pos * width + j)."""
+  col = jnp.arange(width, dtype=jnp.uint32)
+  return index.example[..., None], index.position[..., None] * jnp.uint32(width) + col
+
+
+def attention_counters(index: DropoutIndex, heads: int, stride: int
+                       ) -> tuple[jax.Array, jax.Array]:
+  """Counter words of [batch, heads, q, k] attention probabilities.
+
+  The element (h, q, k) of an example is (example of q, (h * stride + pos_q) * stride + pos_k),
+  with `stride` = max_position_embeddings, so an entry's counter names the query and key
+  positions inside the example wherever the example sits. (An entry whose key belongs to
+  another example has probability 0, so its draw does not matter.)
+  """
+  h = jnp.arange(heads, dtype=jnp.uint32)[None, :, None, None]
+  pos_q = index.position[:, None, :, None]
+  pos_k = index.position[:, None, None, :]
+  return index.example[:, None, :, None], (h * stride + pos_q) * jnp.uint32(stride) + pos_k
+
+
+def example_counters(example: jax.Array, width: int) -> tuple[jax.Array, jax.Array]:
+  """Counter words of a [batch, width] per-example activation (an exit head's input)."""
+  return example.astype(jnp.uint32)[:, None], jnp.arange(width, dtype=jnp.uint32)[None, :]
+
+
+def _like(key: jax.Array, counter: jax.Array) -> tuple[jax.Array, jax.Array]:
+  """The key's two words broadcast to the counter's shape. Under `shard_map` the counter is
+  device-varying (example ids) and the key is not; threefry's loop needs all four operands of
+  one type, and adding zeros of the counter's type gives the key that type."""
+  zero = jnp.zeros_like(counter)
+  return key[0] + zero, key[1] + zero
+
+
+def _counters(drop: DropoutIndex | None, fn, *args):
+  return None if drop is None else fn(drop, *args)
+
+
+class Dropout(nn.Module):
+  """Inverted dropout whose mask is a counter-based hash of what each element belongs to.
+
+  Each element's 32 random bits are threefry2x32(site key, (c0, c1)): the site key is
+  flax's `make_rng("dropout")` for this module (a function of the step's key, the layer and
+  the site, never of the device), and the counter words (c0, c1) name the element: its global
+  example id and its place inside the example (see `token_counters`). So the mask of an
+  example is the same on any device count, in any row, and packed or not. One hash per
+  element, as `jax.random.bits` costs; the kept test is `bits >= round(rate * 2^32)`.
   """
   rate: float
 
   @nn.compact
-  def __call__(self, x, deterministic: bool):
+  def __call__(self, x, counters: tuple[jax.Array, jax.Array] | None, deterministic: bool):
+    """x: any shape; counters: two uint32 arrays broadcastable to x.shape."""
     if deterministic or self.rate == 0.0:
       return x
-    threshold = int(round(self.rate * 65536))
-    if threshold >= 65536:
+    if self.rate >= 1.0:
       return jnp.zeros_like(x)
-    bits = jax.random.bits(self.make_rng("dropout"), x.shape, jnp.uint16)
-    scale = 65536.0 / (65536 - threshold)
-    return jnp.where(bits >= threshold, x * jnp.asarray(scale, x.dtype), jnp.zeros((), x.dtype))
+    if counters is None:
+      raise ValueError("Dropout in training needs counter words naming each element; pass a "
+                       "DropoutIndex to the model (Classifier builds one from example_ids).")
+    key = jax.random.key_data(self.make_rng("dropout")).reshape(-1)
+    c0, c1 = (jnp.broadcast_to(c, x.shape) for c in counters)
+    bits, _ = threefry2x32_p.bind(*_like(key, c0), c0, c1)
+    threshold = min(int(round(self.rate * 2.0 ** 32)), 2 ** 32 - 1)
+    scale = 2.0 ** 32 / (2.0 ** 32 - threshold)
+    return jnp.where(bits >= jnp.uint32(threshold), x * jnp.asarray(scale, x.dtype),
+                     jnp.zeros((), x.dtype))
 
 
 def attention_bias(attention_mask: jax.Array) -> jax.Array:
@@ -75,7 +140,7 @@ class Embeddings(nn.Module):
   cfg: EncoderConfig
 
   @nn.compact
-  def __call__(self, input_ids, token_type_ids, train: bool):
+  def __call__(self, input_ids, token_type_ids, train: bool, drop: DropoutIndex | None = None):
     cfg = self.cfg
     embed = functools.partial(nn.Embed, features=cfg.hidden_size, embedding_init=_INIT,
                               param_dtype=jnp.float32, dtype=cfg.compute_dtype)
@@ -92,7 +157,8 @@ class Embeddings(nn.Module):
         token_type_ids = jnp.zeros_like(input_ids)
       x = x + embed(cfg.type_vocab_size, name="token_type_embeddings")(token_type_ids)
     x = _layer_norm(cfg)(x)
-    return Dropout(cfg.hidden_dropout)(x, deterministic=not train)
+    return Dropout(cfg.hidden_dropout)(x, _counters(drop, token_counters, cfg.hidden_size),
+                                       deterministic=not train)
 
 
 class SelfAttention(nn.Module):
@@ -100,7 +166,7 @@ class SelfAttention(nn.Module):
   cfg: EncoderConfig
 
   @nn.compact
-  def __call__(self, x, bias, train: bool):
+  def __call__(self, x, bias, train: bool, drop: DropoutIndex | None = None):
     cfg = self.cfg
     b, s, h = x.shape
     heads, head_dim = cfg.num_heads, h // cfg.num_heads
@@ -108,9 +174,12 @@ class SelfAttention(nn.Module):
     q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
     scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32)
     probs = jax.nn.softmax(scores * (head_dim ** -0.5) + bias, axis=-1)
-    probs = Dropout(cfg.attention_dropout)(probs, deterministic=not train)
+    probs = Dropout(cfg.attention_dropout)(
+        probs, _counters(drop, attention_counters, heads, cfg.max_position_embeddings),
+        deterministic=not train)
     ctx = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v).reshape(b, s, h)
-    out = Dropout(cfg.hidden_dropout)(_dense(cfg, h, "out")(ctx), deterministic=not train)
+    out = Dropout(cfg.hidden_dropout)(_dense(cfg, h, "out")(ctx),
+                                      _counters(drop, token_counters, h), deterministic=not train)
     return _layer_norm(cfg)(x + out)
 
 
@@ -119,11 +188,12 @@ class MLP(nn.Module):
   cfg: EncoderConfig
 
   @nn.compact
-  def __call__(self, x, train: bool):
+  def __call__(self, x, train: bool, drop: DropoutIndex | None = None):
     cfg = self.cfg
     y = ACTIVATIONS[cfg.hidden_act](_dense(cfg, cfg.intermediate_size, "fc1")(x))
     y = Dropout(cfg.hidden_dropout)(_dense(cfg, cfg.hidden_size, "fc2")(y),
-                                       deterministic=not train)
+                                    _counters(drop, token_counters, cfg.hidden_size),
+                                    deterministic=not train)
     return _layer_norm(cfg)(x + y)
 
 
@@ -131,9 +201,9 @@ class TransformerLayer(nn.Module):
   cfg: EncoderConfig
 
   @nn.compact
-  def __call__(self, x, bias, train: bool = False):
-    x = SelfAttention(self.cfg, name="attention")(x, bias, train)
-    return MLP(self.cfg, name="mlp")(x, train)
+  def __call__(self, x, bias, train: bool = False, drop: DropoutIndex | None = None):
+    x = SelfAttention(self.cfg, name="attention")(x, bias, train, drop)
+    return MLP(self.cfg, name="mlp")(x, train, drop)
 
 
 class ExitHead(nn.Module):
@@ -145,13 +215,16 @@ class ExitHead(nn.Module):
   cfg: EncoderConfig
 
   @nn.compact
-  def __call__(self, cls, train: bool = False):
+  def __call__(self, cls, train: bool = False, example: jax.Array | None = None):
+    """cls: [batch, hidden]; example: [batch] global example ids (dropout keying)."""
     cfg = self.cfg
     feat = cls
     if cfg.pooler:
       feat = jnp.tanh(_dense(cfg, cfg.hidden_size, "pooler")(feat))
     rate = cfg.hidden_dropout if cfg.classifier_dropout is None else cfg.classifier_dropout
-    x = Dropout(rate)(feat, deterministic=not train)
+    if example is None:
+      example = jnp.arange(feat.shape[0])
+    x = Dropout(rate)(feat, example_counters(example, feat.shape[-1]), deterministic=not train)
     logits = _dense(cfg, cfg.num_labels, "classifier")(x)
     return logits.astype(jnp.float32), feat
 
@@ -166,24 +239,25 @@ class Encoder(nn.Module):
       setattr(self, f"layer_{i}", TransformerLayer(self.cfg))
 
   def __call__(self, input_ids, attention_mask, token_type_ids=None, train: bool = False,
-               stop: int | None = None):
-    """Runs embeddings and layers 0..stop-1 (all by default).
+               stop: int | None = None, drop: DropoutIndex | None = None):
+    """Runs embeddings and layers 0..stop-1 (all by default); `drop` keys dropout.
 
     Returns:
       x: [batch, seq, hidden] hidden states after layer `stop`.
       states: {"cls": [stop, batch, hidden]} the [CLS] state after each layer run, plus
         "mean" (the masked token mean after each layer) when `cfg.exit_pooling == "mean"`.
     """
-    x = self.embeddings(input_ids, token_type_ids, train)
+    x = self.embeddings(input_ids, token_type_ids, train, drop)
     return self.run_layers(x, attention_mask, 0, self.cfg.num_layers if stop is None else stop,
-                           train)
+                           train, drop)
 
-  def run_layers(self, x, attention_mask, start: int, stop: int, train: bool = False):
+  def run_layers(self, x, attention_mask, start: int, stop: int, train: bool = False,
+                 drop: DropoutIndex | None = None):
     bias = attention_bias(attention_mask)
     keys = ("cls",) if self.cfg.exit_pooling == "cls" else ("cls", self.cfg.exit_pooling)
     states = {k: [] for k in keys}
     for i in range(start, stop):
-      x = getattr(self, f"layer_{i}")(x, bias, train)
+      x = getattr(self, f"layer_{i}")(x, bias, train, drop)
       for k in keys:
         states[k].append(pool(x, attention_mask, k))
     return x, {k: jnp.stack(v) if v else jnp.zeros((0,) + x[:, 0].shape, x.dtype)
@@ -208,7 +282,10 @@ class Classifier(nn.Module):
     aux["cls"]: [num_layers, batch, hidden], every layer's [CLS] state.
     aux["feats"]: [num_exits, batch, d], every exit's feature f.
     aux["last_hidden"]: [batch, seq, hidden], the final layer's hidden states.
-  Dropout needs `rngs={"dropout": key}` when `train=True`.
+  Dropout needs `rngs={"dropout": key}` when `train=True`; `example_ids` ([batch] ints, the
+  examples' global ids, by default the row numbers) key each example's dropout masks, so a
+  mask depends on (key, example, token position, layer, site) and not on where the example
+  sits (see `Dropout`).
 
   The forward also splits in two, `lower` then `upper` (with `method=`), so a step can stop
   gradients below the top layers (ACL-Grad's `angle_params="top"`); their composition is
@@ -221,29 +298,34 @@ class Classifier(nn.Module):
     for m in self.cfg.exit_layers:
       setattr(self, f"exit_{m}", ExitHead(self.cfg))
 
-  def __call__(self, input_ids, attention_mask, token_type_ids=None, train: bool = False):
-    x, states = self.lower(input_ids, attention_mask, token_type_ids, train)
-    return self.upper(x, attention_mask, states, train)
+  def __call__(self, input_ids, attention_mask, token_type_ids=None, train: bool = False,
+               example_ids=None):
+    x, states = self.lower(input_ids, attention_mask, token_type_ids, train,
+                           example_ids=example_ids)
+    return self.upper(x, attention_mask, states, train, example_ids)
 
   def lower(self, input_ids, attention_mask, token_type_ids=None, train: bool = False,
-            top_layers: int = 1):
+            top_layers: int = 1, example_ids=None):
     """Embeddings and all but the top `top_layers` layers -> (x, per-layer states).
 
     The states are a dict of [M - top_layers, batch, hidden] arrays (see `Encoder`).
     """
+    drop = DropoutIndex.rows(example_ids, *input_ids.shape)
     return self.encoder(input_ids, attention_mask, token_type_ids, train,
-                        stop=self.cfg.num_layers - top_layers)
+                        stop=self.cfg.num_layers - top_layers, drop=drop)
 
-  def upper(self, x, attention_mask, states_lower, train: bool = False):
+  def upper(self, x, attention_mask, states_lower, train: bool = False, example_ids=None):
     """The remaining top layers and every exit head -> (logits, aux) as `__call__`."""
     start = states_lower["cls"].shape[0]
-    x, states_top = self.encoder.run_layers(x, attention_mask, start, self.cfg.num_layers, train)
+    drop = DropoutIndex.rows(example_ids, *x.shape[:2])
+    x, states_top = self.encoder.run_layers(x, attention_mask, start, self.cfg.num_layers, train,
+                                            drop)
     states = (jax.tree.map(lambda a, b: jnp.concatenate([a, b]), states_lower, states_top)
               if start else states_top)
     exit_in = states[self.cfg.exit_pooling]
     logits, feats = [], []
     for m in self.cfg.exit_layers:
-      lg, f = getattr(self, f"exit_{m}")(exit_in[m - 1], train)
+      lg, f = getattr(self, f"exit_{m}")(exit_in[m - 1], train, drop.example[:, 0])
       logits.append(lg)
       feats.append(f)
     aux = {"cls": states["cls"], "feats": jnp.stack(feats), "last_hidden": x}

@@ -365,12 +365,11 @@ def train_and_evaluate(config, workdir: str) -> dict:
              jax.device_count())
 
   train_step = step_lib.make_train_step(setup.model, objective, tx, setup.mesh)
-  # On several devices each shard is a random draw of the batch, not a length stratum; one
-  # device keeps the plain plan (the order every single-device run so far trained on).
+  # Each batch's rows are shuffled, so a device's shard is a random draw of the batch, not a
+  # length stratum, and the row order is the same on every device count.
   batches = data_lib.train_batches(setup.tok["train"], cfg.batch_size, cfg.seed, start,
                                    setup.boundaries, jax.process_index(), jax.process_count(),
-                                   setup.tokenizer.pad_token_id or 0,
-                                   shuffle_within=jax.device_count() > 1)
+                                   setup.tokenizer.pad_token_id or 0, shuffle_within=True)
   bar = None
   if cfg.progress and is_main():
     import sys  # pylint: disable=import-outside-toplevel
@@ -389,7 +388,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
   for step, batch in batches:
     if step >= total or stopped:
       break
-    batch.pop("index")
+    # The dataset index keys the example's randomness (dropout masks, the G-Loss split).
+    batch["example_id"] = batch.pop("index").astype(np.int32)
     state, m = train_step(state, step_lib.shard_batch(batch, setup.mesh))
     m = jax.device_get(m)
     check_finite(step + 1, m)

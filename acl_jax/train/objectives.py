@@ -15,7 +15,7 @@ import numpy as np
 
 from acl_jax import losses
 from acl_jax.models import label_embeddings
-from acl_jax.train.step import AXIS, GateSpec, Objective
+from acl_jax.train.step import AXIS, GateSpec, Objective, example_ids
 
 # loss.lam's "unset" value: the loss's SPEC default (SCL 0.9, ACL-Embed 0.5, G-Loss 0.8).
 LAM_DEFAULT = -1.0
@@ -146,27 +146,28 @@ def gather_global(*xs):
 
 
 def _pairwise(loss_cfg, fn):
-  """`fn(p, f, y, k, m)` over the global batch when loss.contrastive_global is set."""
+  """`fn(p, f, y, k, m, ids)` over the global batch when loss.contrastive_global is set."""
   if not _legacy_get(loss_cfg, "loss", "contrastive_global"):
     return fn
 
-  def gathered(p, f, y, k, m):
-    f, y, m = gather_global(f, y, m)
-    return fn(p, f, y, k, m)
+  def gathered(p, f, y, k, m, ids):
+    f, y, m, ids = gather_global(f, y, m, ids)
+    return fn(p, f, y, k, m, ids)
   return gathered
 
 
 def _aux_fn(loss_cfg, num_labels, last_exit, class_weights, sigma):
-  """The auxiliary loss of the final exit: (params, feats, labels, key, mask) -> loss."""
+  """The auxiliary loss of the final exit: (params, feats, labels, key, mask, example ids)
+  -> loss."""
   name = loss_cfg.name
   if name in ("scl", "acl_embed"):
     losses.check_tau(loss_cfg.tau)
   if name == "scl":
-    return _pairwise(loss_cfg, lambda p, f, y, k, m: losses.scl_loss(f, y, loss_cfg.tau,
+    return _pairwise(loss_cfg, lambda p, f, y, k, m, ids: losses.scl_loss(f, y, loss_cfg.tau,
                                                                      example_mask=m))
   if name == "acl_embed":
     losses.check_anchors(loss_cfg.anchors)
-    return _pairwise(loss_cfg, lambda p, f, y, k, m: losses.acl_embed_loss(
+    return _pairwise(loss_cfg, lambda p, f, y, k, m, ids: losses.acl_embed_loss(
         f, y, label_embeddings(p, last_exit), loss_cfg.tau, anchors=loss_cfg.anchors,
         example_mask=m))
   if name == "gloss":
@@ -175,21 +176,21 @@ def _aux_fn(loss_cfg, num_labels, last_exit, class_weights, sigma):
     keep, hide = loss_cfg.gamma_keep, loss_cfg.gamma_hide
     gamma_keep = 0.7 if keep < 0 and hide < 0 else losses.resolve_gamma(
         keep if keep >= 0 else None, hide if hide >= 0 else None)
-    def gloss_fn(p, f, y, k, m):
+    def gloss_fn(p, f, y, k, m, ids):
+      # The split orders examples by a hash of (key, example id): with gloss_global every
+      # device builds the same graph over the gathered batch; without it each device's graph
+      # orders its own examples the same way the global one would.
       if loss_cfg.gloss_global:
-        # One graph over the global batch: every device builds the same graph (same key).
-        f, y, m = gather_global(f, y, m)
-      else:
-        k = jax.random.fold_in(k, jax.lax.axis_index(AXIS))  # each device its own split
+        f, y, m, ids = gather_global(f, y, m, ids)
       return losses.gloss(f, y, k, num_labels, sigma=sigma, gamma_keep=gamma_keep,
                           form=loss_cfg.gloss_form, class_weights=class_weights,
-                          example_mask=m)
+                          example_mask=m, example_ids=ids)
     return gloss_fn
   if name == "triplet":
-    return _pairwise(loss_cfg, lambda p, f, y, k, m: losses.triplet_loss(
+    return _pairwise(loss_cfg, lambda p, f, y, k, m, ids: losses.triplet_loss(
         f, y, margin=loss_cfg.margin, example_mask=m))
   if name == "cosine":
-    return _pairwise(loss_cfg, lambda p, f, y, k, m: losses.cosine_loss(f, y, example_mask=m))
+    return _pairwise(loss_cfg, lambda p, f, y, k, m, ids: losses.cosine_loss(f, y, example_mask=m))
   return None
 
 
@@ -309,7 +310,7 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
              else {"ce": jnp.sum(per_exit)})
       metrics.update(extra)
     if aux_fn is not None:
-      val = aux_fn(params, aux["feats"][-1], labels, key, mask)
+      val = aux_fn(params, aux["feats"][-1], labels, key, mask, example_ids(batch))
       if isinstance(val, tuple):
         val, extra = val
         metrics.update(extra)

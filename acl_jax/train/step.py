@@ -88,10 +88,23 @@ class Objective:
   term_scales: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
+def example_ids(batch) -> jax.Array:
+  """[local batch] global example ids of a device's rows, inside the per-device step.
+
+  The batch's "example_id" (the dataset index, set by the train loop) when present; else the
+  row's index in the global batch, which is also the same on any device count.
+  """
+  if "example_id" in batch:
+    return batch["example_id"]
+  n = batch["input_ids"].shape[0]
+  return lax.axis_index(AXIS) * n + jnp.arange(n)
+
+
 def _forward(model, params, batch, key, train):
   rngs = {"dropout": key} if train else None
   return model.apply({"params": params}, batch["input_ids"], batch["attention_mask"],
-                     batch.get("token_type_ids"), train=train, rngs=rngs)
+                     batch.get("token_type_ids"), train=train, rngs=rngs,
+                     example_ids=example_ids(batch) if train else None)
 
 
 def _gate_metrics(info, objective: Objective):
@@ -128,10 +141,11 @@ def make_train_step(model, objective: Objective, tx: optax.GradientTransformatio
   """
 
   def per_device(state: TrainState, batch):
-    # Dropout differs per device; the loss key is the same everywhere, and a loss that wants
-    # per-device randomness (a per-device G-Loss graph) folds in the axis index itself.
+    # Both keys are the same on every device: randomness is keyed by the batch's global
+    # example ids (batch["example_id"]), never by the device, so the run does not depend on
+    # the device count (dropout: models.bert.Dropout; the G-Loss split: losses.gloss).
     step_key = jax.random.fold_in(state.rng, state.step)
-    drop_key = jax.random.fold_in(jax.random.fold_in(step_key, 0), lax.axis_index(AXIS))
+    drop_key = jax.random.fold_in(step_key, 0)
     loss_key = jax.random.fold_in(step_key, 1)
     # Mark the replicated params as device-varying before differentiating. Under shard_map's
     # varying-axes typing, jax.grad with respect to an unvarying input already sums its
@@ -226,18 +240,18 @@ def _top_gated_grads(model, objective: Objective, params, batch, drop_key, loss_
   top = f"layer_{model.cfg.num_layers - 1}"
   upper_p, lower_p = _split_params(params, (top,))
   rngs = {"dropout": drop_key}
-  ids, mask = batch["input_ids"], batch["attention_mask"]
+  ids, mask, eids = batch["input_ids"], batch["attention_mask"], example_ids(batch)
 
   def lower_fn(lp):
     return model.apply({"params": lp}, ids, mask, batch.get("token_type_ids"), True,
-                       method="lower", rngs=rngs)
+                       method="lower", rngs=rngs, example_ids=eids)
 
   (x, states_lower), vjp_lower = jax.vjp(lower_fn, lower_p)
 
   def upper_loss(names, weights=objective.weights):
     def f(up, x_in, states_in):
       logits, aux = model.apply({"params": up}, x_in, mask, states_in, True, method="upper",
-                                rngs=rngs)
+                                rngs=rngs, example_ids=eids)
       terms, metrics = objective.terms(_merge_params(up, lower_p), logits, aux, batch, loss_key,
                                        step)
       return _weighted(terms, weights, names), (terms, metrics)
