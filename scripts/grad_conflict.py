@@ -53,12 +53,13 @@ def make_probe(model, mesh, tau):
   last = model.cfg.num_layers
 
   def per_device(params, batch, key):
-    key = jax.random.fold_in(key, jax.lax.axis_index(step_lib.AXIS))
+    ids = step_lib.example_ids(batch)  # dropout keyed by example: the same on any mesh
 
     def term(name):
       def f(p):
         logits, aux = model.apply({"params": p}, batch["input_ids"], batch["attention_mask"],
-                                  batch["token_type_ids"], train=True, rngs={"dropout": key})
+                                  batch["token_type_ids"], train=True, rngs={"dropout": key},
+                                  example_ids=ids)
         y, f_ = batch["labels"], aux["feats"][-1]
         if name == "ce":
           return losses.cross_entropy(logits[-1], y)
@@ -99,7 +100,7 @@ def run(args, method, out_dir):
                                             setup.boundaries):
     if step >= args.steps:
       break
-    batch.pop("index")
+    batch["example_id"] = batch.pop("index").astype(np.int32)
     b = step_lib.shard_batch(batch, setup.mesh)
     key = jax.random.fold_in(jax.random.PRNGKey(c.seed + 1), step)
     a = {k: float(v) for k, v in jax.device_get(probe(state.params, b, key)).items()}
