@@ -297,6 +297,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
   cfg = config
   _check_before_loading(cfg)
   _check_not_pruned(workdir)
+  # From the model's config.json alone, before any data is read.
+  hf.check_max_length(cfg.model.name, cfg.task.max_length)
   setup = build(config)
   n_train = len(setup.tok["train"])
   steps_per_epoch = data_lib.num_train_batches(n_train, cfg.batch_size)
