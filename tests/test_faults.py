@@ -61,3 +61,99 @@ def test_unsupported_activation_fails_at_load_naming_the_supported_ones(tiny_mod
     hf.load_pretrained(str(folder), num_labels=2, with_tokenizer=False)
   with pytest.raises(ValueError, match="'swishy'"):  # the early check of train.py's runs too
     hf.check_max_length(str(folder), 32)
+
+
+# ---- one run per workdir ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ce_run(tiny_model_dir, tmp_path_factory):
+  """A finished 6-step CE run of the tiny model; tests copy it (`_copy_run`)."""
+  from acl_jax.train import loop
+  wd = str(tmp_path_factory.mktemp("ce_run") / "run")
+  loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir), wd)
+  return wd
+
+
+def _copy_run(src, tmp_path):
+  import shutil
+  dst = str(tmp_path / "run")
+  shutil.copytree(src, dst)
+  return dst
+
+
+def test_config_changes_count_legacy_fields_only_where_used():
+  """A workdir from before a field existed ran its legacy value: resuming with a new default
+  is a change (gated ACL-CL's angle), an equal one (loss.combine) is not, and neither is a
+  field the method does not read (gate_ce and kd_form in a single-exit run)."""
+  import json
+  from acl_jax import provenance
+  from acl_jax.train import loop
+  from configs import quickstart
+  flat = lambda c: provenance.flatten(json.loads(c.to_json_best_effort()))
+  c = quickstart.get_config()
+  old = flat(c)
+  c.num_steps, c.loss.tau = 480, 0.1
+  assert loop.config_changes(old, flat(c)) == {"loss.tau": (0.3, 0.1), "num_steps": (240, 480)}
+  for arg, want in ((None, {}), ("acl_cl", {"multi_exit.gate_ce": ("all", "last")})):
+    new = flat(quickstart.get_config(arg))
+    old = {k: v for k, v in new.items()
+           if k not in ("multi_exit.gate_ce", "multi_exit.kd_form", "loss.combine")}
+    assert loop.config_changes(old, new) == want, arg
+
+
+def test_resume_with_another_method_is_refused_before_loading(tiny_model_dir, ce_run, tmp_path,
+                                                              monkeypatch):
+  """A CE workdir re-run with ACL must not train ACL on top of CE weights: one error names
+  every field that says what is trained (old -> new) and the fix; config.json is kept."""
+  import os
+  from acl_jax.train import loop
+  wd = _copy_run(ce_run, tmp_path)
+  before = open(os.path.join(wd, "config.json")).read()
+
+  def no_build(*a, **k):
+    raise AssertionError("the model and data loaded before the config check")
+  monkeypatch.setattr(loop, "build", no_build)
+  acl = helpers.tiny_config(tiny_model_dir, "runlocal,acl", **{"num_steps": 9})
+  with pytest.raises(ValueError) as e:
+    loop.train_and_evaluate(acl, wd)
+  msg = str(e.value)
+  assert "loss.gate: False -> True" in msg and "loss.name: 'ce' -> 'acl_embed'" in msg
+  assert "loss.lam: -1.0 -> 0.5" in msg and "Use a new --workdir" in msg
+  assert "num_steps: " not in msg  # a resumable field is not part of the refusal
+  for over in ({"task.max_length": 16}, {"seed": 1}, {"model.exits": "all"},
+               {"task.train_file": "other.csv"}, {"batch_size": 4}):
+    with pytest.raises(ValueError, match=f"{next(iter(over))}: .* -> "):
+      loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir, **over), wd)
+  assert open(os.path.join(wd, "config.json")).read() == before
+
+
+def test_resume_with_a_longer_schedule_appends_to_the_config_history(tiny_model_dir, ce_run,
+                                                                     tmp_path):
+  """Allowed changes (here num_steps and lr) keep config.json as the run started and append
+  one entry per resume to config_history.jsonl; run_config (what eval.py and the sweep tables
+  read) applies it."""
+  import json
+  import os
+  from acl_jax import provenance
+  from acl_jax.train import loop
+  wd = _copy_run(ce_run, tmp_path)
+  before = open(os.path.join(wd, "config.json")).read()
+  hist = os.path.join(wd, provenance.CONFIG_HISTORY)
+  assert not os.path.exists(hist)
+  longer = helpers.tiny_config(tiny_model_dir, **{"num_steps": 9, "optim.lr": 1e-4})
+  res = loop.train_and_evaluate(longer, wd)
+  assert res["train"]["final_step"] == 9
+  entry = {"step": 6, "changes": {"num_steps": [6, 9], "optim.lr": [5e-5, 1e-4]}}
+  assert [json.loads(x) for x in open(hist)] == [entry]
+  assert open(os.path.join(wd, "config.json")).read() == before
+  loop.train_and_evaluate(longer, wd)  # the same config again: nothing to record
+  assert [json.loads(x) for x in open(hist)] == [entry]
+  now = provenance.run_config(wd)
+  assert now["num_steps"] == 9 and now["optim"]["lr"] == 1e-4
+  assert provenance.run_config(wd, before_step=6)["num_steps"] == 6
+  # A resume from an earlier step (its later checkpoints lost) retrains the steps after it:
+  # their entries go, and the change is recorded where it now takes effect.
+  loop.record_config(wd, helpers.tiny_config(tiny_model_dir, **{"num_steps": 12}), 3, True)
+  assert [json.loads(x) for x in open(hist)] == [{"step": 3, "changes": {"num_steps": [6, 12]}}]
+  loop.record_config(wd, helpers.tiny_config(tiny_model_dir), 0, False)  # a fresh start
+  assert not os.path.exists(hist)

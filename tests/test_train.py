@@ -344,34 +344,6 @@ def test_nan_loss_names_step_and_term():
     check_finite(4, {"loss": 1.0, "grad_norm": float("nan"), "gate/norm_acl": float("inf")})
 
 
-def test_resume_with_a_changed_config_is_logged(tmp_path, caplog):
-  import logging
-  from acl_jax.train import loop
-  from configs import quickstart
-  c = quickstart.get_config()
-  (tmp_path / "config.json").write_text(c.to_json_best_effort())
-  c.num_steps = 480
-  c.loss.tau = 0.1
-  with caplog.at_level(logging.WARNING):
-    loop._warn_config_changes(str(tmp_path / "config.json"), c)  # pylint: disable=protected-access
-  assert "num_steps: 240 -> 480" in caplog.text and "loss.tau: 0.3 -> 0.1" in caplog.text
-  # A workdir from before a field existed ran its legacy value: resuming with a new default
-  # is a change (gated ACL-CL's angle), an equal one (loss.combine) is not, and neither is a
-  # field the method does not read (gate_ce and kd_form in a single-exit run).
-  import json
-  for arg, logged in ((None, []), ("acl_cl", ["multi_exit.gate_ce: 'all' -> 'last'"])):
-    c = quickstart.get_config(arg)
-    old = json.loads(c.to_json_best_effort())
-    del old["multi_exit"]["gate_ce"], old["multi_exit"]["kd_form"], old["loss"]["combine"]
-    (tmp_path / "config.json").write_text(json.dumps(old))
-    caplog.clear()
-    with caplog.at_level(logging.WARNING):
-      loop._warn_config_changes(str(tmp_path / "config.json"), c)  # pylint: disable=protected-access
-    assert all(x in caplog.text for x in logged), (arg, caplog.text)
-    assert "combine" not in caplog.text and "kd_form" not in caplog.text, (arg, caplog.text)
-    assert ("gate_ce" in caplog.text) == bool(logged), (arg, caplog.text)
-
-
 def test_resume_drops_a_half_written_metrics_line(tmp_path):
   from acl_jax.train import loop
   lines = ['{"step": 10, "kind": "train"}\n', '{"step": 20, "kind": "train"}\n',

@@ -31,7 +31,7 @@ KD_FORMS = ("add", "convex")
 GATE_CE = ("last", "all")
 # Fields added to the config after runs were made with it, and the value those runs used: a
 # workdir's config.json without the field reads as this (and resuming it with another value
-# is logged as a change, see loop._warn_config_changes); a hand-built config block without the
+# is refused, see loop.check_same_run); a hand-built config block without the
 # field gets it too.
 LEGACY_DEFAULTS = {"multi_exit.kd_form": "convex", "multi_exit.gate_ce": "all",
                    "loss.combine": "", "loss.contrastive_global": False}
