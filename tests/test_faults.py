@@ -157,3 +157,60 @@ def test_resume_with_a_longer_schedule_appends_to_the_config_history(tiny_model_
   assert [json.loads(x) for x in open(hist)] == [{"step": 3, "changes": {"num_steps": [6, 12]}}]
   loop.record_config(wd, helpers.tiny_config(tiny_model_dir), 0, False)  # a fresh start
   assert not os.path.exists(hist)
+
+
+# ---- damaged checkpoints ----------------------------------------------------------------------
+
+def _params_at(workdir, step):
+  """The params saved at `step` in ckpt/, as raw arrays (restored without a target)."""
+  import os
+  import orbax.checkpoint as ocp
+  with ocp.StandardCheckpointer() as c:
+    return c.restore(os.path.join(workdir, "ckpt", str(step), "state"))["params"]
+
+
+def _truncate_largest_shard(workdir, step):
+  import os
+  files = [os.path.join(r, f) for r, _, fs in os.walk(os.path.join(workdir, "ckpt", str(step),
+                                                                   "state", "d")) for f in fs]
+  path = max(files, key=os.path.getsize)
+  os.truncate(path, os.path.getsize(path) // 2)
+
+
+def test_corrupt_latest_checkpoint_resumes_from_the_previous_one(tiny_model_dir, ce_run,
+                                                                 tmp_path):
+  """A truncated shard in the latest checkpoint: one message names the folder and step (no
+  flood of asyncio tracebacks), the run resumes from the previous checkpoint (two are kept)
+  and retrains to the same params."""
+  import os
+  import chex
+  from acl_jax import provenance
+  wd = _copy_run(ce_run, tmp_path)
+  assert provenance.checkpoint_steps(wd) == [3, 6]
+  want = _params_at(wd, 6)
+  _truncate_largest_shard(wd, 6)
+  p = helpers.run_py(["train.py", "--config", "configs/quickstart.py:runlocal", "--workdir", wd,
+                      f"--config.model.name={tiny_model_dir}", "--config.progress=False"])
+  assert p.returncode == 0, p.stderr[-3000:]
+  msgs = [ln for ln in (p.stdout + p.stderr).splitlines() if "cannot be read" in ln]
+  assert len(msgs) == 1, p.stderr[-3000:]
+  assert f"checkpoint {os.path.join(wd, 'ckpt', '6')} (step 6) cannot be read" in msgs[0]
+  assert "Resuming from step 3" in msgs[0]
+  assert "Traceback" not in p.stderr and "Event loop is closed" not in p.stderr, p.stderr[-3000:]
+  assert os.listdir(os.path.join(wd, "ckpt_corrupt")) == ["6"]
+  assert provenance.checkpoint_steps(wd) == [3, 6]
+  chex.assert_trees_all_equal(_params_at(wd, 6), want)
+
+
+def test_no_intact_checkpoint_names_the_folder_to_delete(tiny_model_dir, ce_run, tmp_path):
+  import os
+  from acl_jax import provenance
+  from acl_jax.train import loop
+  wd = _copy_run(ce_run, tmp_path)
+  for step in (3, 6):
+    _truncate_largest_shard(wd, step)
+  ckpt = os.path.join(wd, "ckpt")
+  with pytest.raises(RuntimeError, match=rf"No checkpoint in {ckpt} can be read: the checkpoint "
+                     rf"{ckpt}/6 \(step 6\) .*step 3.* delete {ckpt} to retrain"):
+    loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir), wd)
+  assert provenance.checkpoint_steps(wd) == [3, 6]  # nothing is moved without a fallback

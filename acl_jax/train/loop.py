@@ -379,26 +379,27 @@ def train_and_evaluate(config, workdir: str) -> dict:
   params = step_lib.replicate(setup.params, setup.mesh)
   setup.params = params
   ckpts = ckpt_lib.Checkpoints(workdir)
-  meta = ckpts.read_meta() or {}
+  multi = objectives.multi_exit_from_config(cfg.multi_exit, len(setup.model.cfg.exit_layers),
+                                            total)
+  tx = make_tx(cfg, total, multi)
+  state = TrainState.create(params, tx, cfg.seed)
+  state = step_lib.replicate(state, setup.mesh)
+  # The newest intact checkpoint (an unreadable one is set aside and logged).
+  restored = ckpts.restore(state)
+  meta = {}
+  if restored is not None:
+    state, meta = restored
+    log.info("Resumed from %s at step %d.", workdir, int(state.step))
+  start = int(state.step)
   sigma = None
   if cfg.loss.name == "gloss" and cfg.loss.sigma_mode == "sqrt":
     sigma = meta.get("sigma") or _sigma_sqrt(setup, eval_step)
     log.info("G-Loss sigma (sqrt heuristic on pretrained train features): %.4f", sigma)
     meta["sigma"] = sigma
-  multi = objectives.multi_exit_from_config(cfg.multi_exit, len(setup.model.cfg.exit_layers),
-                                            total)
   objective = objectives.build_objective(cfg.loss, num_labels=setup.task.num_labels,
                                          last_exit=setup.model.cfg.num_layers,
                                          class_weights=class_weights, sigma=sigma,
                                          multi_exit=multi)
-  tx = make_tx(cfg, total, multi)
-  state = TrainState.create(params, tx, cfg.seed)
-  state = step_lib.replicate(state, setup.mesh)
-  restored = ckpts.restore(state)
-  if restored is not None:
-    state, meta = restored
-    log.info("Resumed from %s at step %d.", workdir, int(state.step))
-  start = int(state.step)
   meta.setdefault("best_metric", None)
   meta.setdefault("best_step", None)
   meta.setdefault("evals_since_best", 0)
@@ -553,7 +554,7 @@ def _open_workdir(config, workdir: str, splits=()):
         "or pruned, keeps its results but not its weights).")
   setup = build(config, splits)
   ckpts = ckpt_lib.Checkpoints(workdir)
-  if ckpts.read_meta(best=True) is None and ckpts.read_meta() is None:
+  if not ckpts.has_checkpoint():
     ckpts.close()
     raise FileNotFoundError(f"No checkpoint in {workdir}; train first.")
   return setup, ckpts, step_lib.replicate(setup.params, setup.mesh)
