@@ -214,3 +214,45 @@ def test_no_intact_checkpoint_names_the_folder_to_delete(tiny_model_dir, ce_run,
                      rf"{ckpt}/6 \(step 6\) .*step 3.* delete {ckpt} to retrain"):
     loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir), wd)
   assert provenance.checkpoint_steps(wd) == [3, 6]  # nothing is moved without a fallback
+
+
+def test_sigkill_during_a_checkpoint_save_resumes_exactly(tiny_model_dir, tmp_path):
+  """SIGKILL while the latest checkpoint of step 8 is being written (arrays in Orbax's temp
+  folder, not yet renamed): the half-written folder is not a checkpoint, the resume from step
+  4 removes it, and the final params equal an uninterrupted run's."""
+  import os
+  import signal
+  import subprocess
+  import sys
+  import time
+  import chex
+  from acl_jax import provenance
+  args = ["--config", "configs/quickstart.py:runlocal", f"--config.model.name={tiny_model_dir}",
+          "--config.num_steps=12", "--config.eval_every=4", "--config.progress=False",
+          "--config.model.dropout=0.1"]
+  straight, killed = str(tmp_path / "straight"), str(tmp_path / "killed")
+  whole = subprocess.Popen([sys.executable, "train.py", *args, "--workdir", straight],
+                           cwd=helpers.REPO, env=helpers.env(), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
+  marker = str(tmp_path / "saving")
+  proc = subprocess.Popen([sys.executable, "-m", "tests.fault_workers", "pause_in_save", "8",
+                           marker, *args, "--workdir", killed], cwd=helpers.REPO,
+                          env=helpers.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True)
+  deadline = time.time() + 300
+  while not os.path.exists(marker) and proc.poll() is None and time.time() < deadline:
+    time.sleep(0.05)
+  assert os.path.exists(marker), proc.stderr.read()[-3000:] if proc.poll() is not None else ""
+  os.kill(proc.pid, signal.SIGKILL)
+  proc.wait()
+  tmp = open(marker).read()
+  assert os.path.isdir(tmp) and ".orbax-checkpoint-tmp" in os.path.basename(tmp)
+  assert provenance.checkpoint_steps(killed) == [4]  # the half-written step is no checkpoint
+  assert whole.wait(timeout=300) == 0, whole.stderr.read()[-3000:]
+  p = helpers.run_py(["train.py", *args, "--workdir", killed])
+  assert p.returncode == 0, p.stderr[-3000:]
+  assert "Resumed from" in p.stderr and "at step 4" in p.stderr
+  assert not os.path.exists(tmp)
+  assert sorted(os.listdir(os.path.join(killed, "ckpt"))) == ["12", "8"]
+  assert provenance.checkpoint_steps(straight) == [8, 12]
+  chex.assert_trees_all_equal(_params_at(killed, 12), _params_at(straight, 12))
