@@ -256,3 +256,39 @@ def test_sigkill_during_a_checkpoint_save_resumes_exactly(tiny_model_dir, tmp_pa
   assert sorted(os.listdir(os.path.join(killed, "ckpt"))) == ["12", "8"]
   assert provenance.checkpoint_steps(straight) == [8, 12]
   chex.assert_trees_all_equal(_params_at(killed, 12), _params_at(straight, 12))
+
+
+# ---- a G-Loss that cannot learn ---------------------------------------------------------------
+
+def test_gloss_floor_share_predicts_a_zero_gradient():
+  """At sigma 0.01 every edge but the strongest is below the weight floor and G-Loss has no
+  gradient; at the SPEC's 0.667 no edge is there and it has one."""
+  import jax
+  import numpy as np
+  from acl_jax.losses import gloss
+  from acl_jax.train import objectives
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(16, 32)).astype(np.float32)
+  y = rng.integers(0, 2, 16)
+  grad = lambda s: np.abs(jax.grad(lambda f: gloss(f, y, jax.random.key(0), 2, s)[0])(x)).max()
+  assert objectives.gloss_floor_share(x, 0.01, 16) == 1.0  # all but the strongest pair
+  assert grad(0.01) <= 1e-7
+  assert objectives.gloss_floor_share(x, 0.667, 16) == 0.0 and grad(0.667) > 1e-3
+  assert 0.0 < objectives.gloss_floor_share(x, 0.1, 16) < 1.0 and grad(0.1) > 1e-3
+  assert objectives.gloss_floor_share(x, 0.01, 8) == 1.0  # two graphs of 8
+
+
+def test_gloss_at_a_tiny_sigma_warns_with_the_floor_share(tiny_model_dir, tmp_path, caplog):
+  """The tiny random model's features lie ~100x closer together than MiniLM's (where sigma
+  0.01 leaves every edge but the strongest at the floor), so here sigma 1e-4 does."""
+  from acl_jax.train import loop
+  cfg = helpers.tiny_config(tiny_model_dir, "runlocal,gloss", **{
+      "loss.sigma": 1e-4, "num_steps": 1, "eval_every": 1})
+  with caplog.at_level("INFO"):
+    loop.train_and_evaluate(cfg, str(tmp_path / "run"))
+  warned = [r.getMessage() for r in caplog.records
+            if r.levelname == "WARNING" and "weight floor" in r.getMessage()]
+  assert len(warned) == 1, caplog.text
+  assert "G-Loss at sigma=0.0001 learns next to nothing" in warned[0]
+  assert "of the edges of a 8-node batch graph" in warned[0] and "loss.sigma_mode=sqrt" in warned[0]
+  assert float(warned[0].split("features, ")[1].split("%")[0]) > 90.0

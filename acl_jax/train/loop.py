@@ -228,12 +228,47 @@ def check_finite(step: int, m: dict) -> None:
         ". Lower optim.lr, check the loss hyperparameters, or try model.dtype=float32.")
 
 
-def _sigma_sqrt(setup: Setup, eval_step) -> float:
-  """The `sqrt` sigma heuristic on the pretrained model's train features (<= 2000 examples)."""
-  from acl_jax.losses import sigma_sqrt_heuristic  # pylint: disable=import-outside-toplevel
-  sub = _subsample(setup.tok["train"], 2000, 0)
-  _, feats = predict(setup, eval_step, setup.params, sub, with_features=True)
-  return float(sigma_sqrt_heuristic(feats))
+def _train_features(setup: Setup, eval_step, n: int) -> np.ndarray:
+  """[<= n, d] the pretrained model's last-exit features of a seeded sample of train."""
+  sub = _subsample(setup.tok["train"], n, 0)
+  return predict(setup, eval_step, setup.params, sub, with_features=True)[1]
+
+
+def _gloss_sigma(setup: Setup, eval_step, meta: dict, start: int) -> float | None:
+  """G-Loss's kernel width (None for other losses): the config's, or with sigma_mode "sqrt"
+  the heuristic on pretrained train features (<= 2000 examples; kept in meta for resumes).
+
+  A fresh run also probes the graph on those features: if most edges sit at the weight floor
+  (objectives.gloss_floor_share), G-Loss learns next to nothing, and a warning says so.
+  """
+  cfg = setup.config
+  if cfg.loss.name != "gloss":
+    return None
+  feats = None
+  sigma = float(cfg.loss.sigma)
+  if cfg.loss.sigma_mode == "sqrt":
+    from acl_jax.losses import sigma_sqrt_heuristic  # pylint: disable=import-outside-toplevel
+    if meta.get("sigma") is None:
+      feats = _train_features(setup, eval_step, 2000)
+      meta["sigma"] = float(sigma_sqrt_heuristic(feats))
+    sigma = meta["sigma"]
+    log.info("G-Loss sigma (sqrt heuristic on pretrained train features): %.4f", sigma)
+  if start == 0:
+    # One graph per device, unless loss.gloss_global gathers the global batch.
+    size = cfg.batch_size // (1 if cfg.loss.gloss_global else jax.device_count())
+    n = 4 * size
+    share = objectives.gloss_floor_share(
+        (feats if feats is not None else _train_features(setup, eval_step, n))[:n], sigma, size)
+    log.info("G-Loss at sigma=%.4g: %.1f%% of batch-graph edges at the weight floor on "
+             "pretrained train features.", sigma, 100 * share)
+    if share > objectives.FLOOR_SHARE_WARN:
+      log.warning(
+          "G-Loss at sigma=%.4g learns next to nothing: on pretrained train features, %.1f%% "
+          "of the edges of a %d-node batch graph (all but the strongest) have a kernel weight "
+          "below the weight floor (%g of the strongest edge's), where they carry no gradient; "
+          "at 100%% G-Loss is a constant with zero gradient. Raise loss.sigma (SPEC: 0.667) "
+          "or use loss.sigma_mode=sqrt.", sigma, 100 * share, size, objectives.DEFAULT_W_FLOOR)
+  return sigma
 
 
 def _flat_config(cfg) -> dict:
@@ -391,11 +426,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     state, meta = restored
     log.info("Resumed from %s at step %d.", workdir, int(state.step))
   start = int(state.step)
-  sigma = None
-  if cfg.loss.name == "gloss" and cfg.loss.sigma_mode == "sqrt":
-    sigma = meta.get("sigma") or _sigma_sqrt(setup, eval_step)
-    log.info("G-Loss sigma (sqrt heuristic on pretrained train features): %.4f", sigma)
-    meta["sigma"] = sigma
+  sigma = _gloss_sigma(setup, eval_step, meta, start)
   objective = objectives.build_objective(cfg.loss, num_labels=setup.task.num_labels,
                                          last_exit=setup.model.cfg.num_layers,
                                          class_weights=class_weights, sigma=sigma,
