@@ -109,7 +109,8 @@ class Checkpoints:
     A crash after the latest save but before the best save of the same step leaves meta's
     best_step == state.step with no best checkpoint there: it is written from `state` (exactly
     that step's weights). A best checkpoint ahead of `state` (left by a crash in older code,
-    which saved the best first, or by a deleted `ckpt/`) belongs to a trajectory this run will
+    which saved the best first, by a deleted `ckpt/`, or by a resume that fell back past an
+    unreadable latest checkpoint) belongs to a trajectory this run will
     not retrace: it is moved aside to `best_stale/` (never deleted: it may be the only trained
     weights), and as the best checkpoint it replaced is gone too, selection restarts here.
     Returns the (possibly reset) meta.

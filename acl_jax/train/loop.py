@@ -1,8 +1,10 @@
 """The training loop: build the pieces from a config, train with exact resume, evaluate.
 
-Resume order: the workdir's latest checkpoint, else the pretrained init. Data order is a pure
-function of (seed, epoch) and a step's randomness of (state.rng, state.step), so a resumed run
-reproduces the uninterrupted one bit for bit on the same machine.
+Resume order: the workdir's newest intact checkpoint, else the pretrained init. Data order is a
+pure function of (seed, epoch) and a step's randomness of (state.rng, state.step), so a resumed
+run reproduces the uninterrupted one bit for bit on the same machine. A resume trains the same
+run: it may change only provenance.RESUMABLE_FIELDS, and records those changes beside
+config.json (`check_same_run`, `record_config`).
 """
 import dataclasses
 import json
