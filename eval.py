@@ -35,12 +35,14 @@ _PLOT = flags.DEFINE_string("plot", None, "PNG of the quality-speed curves (defa
 
 
 def _config(workdir):
+  """The config the run trains with now: config.json with config_history.jsonl applied."""
   import ml_collections  # pylint: disable=import-outside-toplevel
-  path = os.path.join(workdir, "config.json")
-  if not os.path.isfile(path):
-    raise app.UsageError(f"{path} not found: --workdir must be a folder written by train.py.")
-  with open(path) as f:
-    return ml_collections.ConfigDict(json.load(f))
+  from acl_jax import provenance  # pylint: disable=import-outside-toplevel
+  cfg = provenance.run_config(workdir)
+  if cfg is None:
+    raise app.UsageError(f"{os.path.join(workdir, 'config.json')} not found: --workdir must "
+                         "be a folder written by train.py.")
+  return ml_collections.ConfigDict(cfg)
 
 
 def early_exit(workdirs):

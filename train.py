@@ -43,6 +43,23 @@ def init_distributed():
                              process_id=_PID.value)
 
 
+def parse_flags(argv):
+  """absl's flag parsing, except that an override of a config field that does not exist
+  (e.g. --config.loss.lamda=0.3) exits with one line naming the closest fields instead of
+  ml_collections' traceback."""
+  try:
+    return app.parse_flags_with_usage(argv)
+  except (AttributeError, KeyError):
+    from configs import common  # pylint: disable=import-outside-toplevel
+    # Every config file builds on base_config(), so its fields are the ones to check against.
+    for arg in argv[1:]:
+      if arg.startswith("--config."):
+        msg = common.unknown_field(common.base_config(), arg[len("--config."):].split("=")[0])
+        if msg:
+          raise SystemExit(f"FATAL Flags parsing error: {msg}") from None
+    raise
+
+
 def main(argv):
   del argv
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
@@ -62,4 +79,4 @@ def main(argv):
 
 if __name__ == "__main__":
   flags.mark_flags_as_required(["config", "workdir"])
-  app.run(main)
+  app.run(main, flags_parser=parse_flags)

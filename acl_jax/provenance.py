@@ -43,6 +43,68 @@ def flatten(d: dict, prefix: str = "") -> dict:
   return out
 
 
+# A workdir's config.json is the config its run started with, and is never rewritten while
+# the run has a checkpoint. A resume may change only RESUMABLE_FIELDS; each resume that does
+# appends one line to config_history.jsonl, {"step": S, "changes": {field: [old, new]}}: steps
+# after S ran with the new values. `run_config` applies the history to config.json.
+CONFIG_HISTORY = "config_history.jsonl"
+
+# The fields a resume may change: how long and how often a run trains, evaluates, checkpoints
+# and logs, and the optimizer's settings. Every other field, including any field added later,
+# says WHAT is trained (the seed, the task and its data, including max_length, the train
+# subsample and the dev subsample that selects checkpoints, the batch size the losses see, the
+# model, the loss, the multi-exit strategy): a resume that changes one is refused
+# (train.loop.check_same_run), as its checkpoints would mix two runs. A name ending in "."
+# covers its whole section.
+RESUMABLE_FIELDS = (
+    "optim.", "num_steps", "num_epochs", "eval_every", "checkpoint_every", "log_every",
+    "early_stop_patience", "eval_splits", "eval_batch_size", "progress",
+    "task.num_buckets",  # the padded lengths of the batches, not their content
+)
+
+
+def is_resumable(field: str) -> bool:
+  """Whether a resume may change the dotted config `field` (see RESUMABLE_FIELDS)."""
+  return any(field == f or (f.endswith(".") and field.startswith(f)) for f in RESUMABLE_FIELDS)
+
+
+def read_config_history(workdir: str) -> list[dict]:
+  """The entries of the workdir's config_history.jsonl, oldest first ([] without one); a
+  half-written last line (a crash mid-write) is skipped."""
+  path = os.path.join(workdir, CONFIG_HISTORY)
+  if not os.path.isfile(path):
+    return []
+  out = []
+  with open(path) as f:
+    for line in f:
+      try:
+        out.append(json.loads(line))
+      except ValueError:
+        continue
+  return out
+
+
+def run_config(workdir: str, before_step: int | None = None) -> dict | None:
+  """The workdir's config.json with its history applied: the config the run trains with now
+  (or, with `before_step`, the one that trained the steps up to it). None without a
+  config.json."""
+  path = os.path.join(workdir, "config.json")
+  if not os.path.isfile(path):
+    return None
+  with open(path) as f:
+    cfg = json.load(f)
+  for entry in read_config_history(workdir):
+    if before_step is not None and entry["step"] >= before_step:
+      break
+    for field, (_, new) in entry["changes"].items():
+      *parents, leaf = field.split(".")
+      node = cfg
+      for p in parents:
+        node = node.setdefault(p, {})
+      node[leaf] = new
+  return cfg
+
+
 def run_finished(workdir: str, results: dict | None = None) -> bool:
   """Whether train.py finished the run: its results.json (`results`, if already read) holds
   the "train" record. eval.py alone, run on a half-trained workdir, writes one without it."""

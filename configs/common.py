@@ -4,6 +4,8 @@ Task configs (`glue.py`, `textgcn.py`, `quickstart.py`) call `base_config()`, se
 fields, then `apply_args(config, arg)`, where `arg` is a comma-separated list of a method
 preset name and optionally `runlocal`, e.g. `--config configs/glue.py:rte,acl,runlocal`.
 """
+import difflib
+
 import ml_collections
 
 # Method presets: loss-related overrides on top of the base config (SPEC §2 defaults).
@@ -162,3 +164,36 @@ def runlocal(c: ml_collections.ConfigDict) -> None:
   c.num_steps = 6
   c.eval_every = 3
   c.log_every = 1
+
+
+def unknown_field(config: ml_collections.ConfigDict, path: str) -> str | None:
+  """A one-line error for an override of a field `config` lacks (e.g. "loss.lamda"), naming
+  the closest field names and the section's fields; None if the field exists."""
+  node, parents = config, []
+  for part in path.split("."):
+    if not isinstance(node, ml_collections.ConfigDict):
+      return None  # below a leaf: not a missing field, the parser's own error says what it is
+    if part not in node:
+      section = ".".join(parents)
+      fields = sorted(node.keys())
+      full = lambda name: f"{section}.{name}" if section else name
+      close = [full(n) for n in difflib.get_close_matches(part, fields, n=3, cutoff=0.6)]
+      # A field of that name in another section (--config.lr for optim.lr).
+      close += [k for k in _leaf_paths(config) if k.rsplit(".", 1)[-1] == part][:3 - len(close)]
+      hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+      where = f"section {section!r}" if section else "the top level"
+      return (f"Unknown config field {path!r}.{hint} Fields of {where}: "
+              f"{', '.join(fields)}.")
+    node = node[part]
+    parents.append(part)
+  return None
+
+
+def _leaf_paths(config: ml_collections.ConfigDict, prefix: str = "") -> list[str]:
+  out = []
+  for k, v in config.items():
+    if isinstance(v, ml_collections.ConfigDict):
+      out += _leaf_paths(v, f"{prefix}{k}.")
+    else:
+      out.append(f"{prefix}{k}")
+  return out

@@ -27,7 +27,7 @@ sys.path.insert(0, REPO)
 from acl_jax import provenance  # pylint: disable=wrong-import-position
 
 # Folders inside a run that are not runs themselves.
-_RUN_PARTS = {"ckpt", "best", "best_stale", "tb", ".jax_cache"}
+_RUN_PARTS = {"ckpt", "best", "best_stale", "ckpt_corrupt", "tb", ".jax_cache"}
 
 
 def find_runs(root: str) -> list[str]:

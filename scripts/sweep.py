@@ -249,14 +249,16 @@ def paired(root: str, baseline: str, values, results: str = "results.json"
 
 
 def flat_config(workdir: str) -> dict:
-  """config.json flattened to dotted keys, without the fields that differ run to run anyway."""
-  path = os.path.join(workdir, "config.json")
-  if not os.path.isfile(path):
-    return {}
+  """The run's config (config.json with its config_history.jsonl applied: e.g. the num_steps
+  a resume extended it to) flattened to dotted keys, without the fields that differ run to run
+  anyway."""
   try:
-    out = provenance.flatten(json.load(open(path)))
-  except (OSError, ValueError):
+    cfg = provenance.run_config(workdir)
+  except (OSError, ValueError, KeyError, TypeError):
     return {}
+  if cfg is None:
+    return {}
+  out = provenance.flatten(cfg)
   for k in ("seed", "workdir"):
     out.pop(k, None)
   return out

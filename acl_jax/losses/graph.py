@@ -101,12 +101,21 @@ def transition_matrix(x: jax.Array, sigma, w_floor: float = DEFAULT_W_FLOOR,
   when W is scaled by a constant, W is divided by its largest off-diagonal entry (a shift
   in log space, kept in the gradient so it stays exact), and `w_floor` is added to every
   off-diagonal entry. The graph is then complete, so T is well defined and every hidden
-  node reaches a labelled one. The floor moves T by about w_floor relative to its
-  entries.
+  node reaches a labelled one.
+
+  The floor leaves T nearly unchanged only where the kernel weights are well above it. An
+  edge whose weight is below w_floor times the strongest edge's is mostly floor, and its
+  gradient is at most that small (exactly 0 once the exponential underflows). With a sigma
+  so small that every edge but the strongest falls below the floor (e.g. sigma=0.01 on
+  sentence features), T is the floor's uniform graph whatever the features are: G-Loss is
+  then a constant with exactly zero gradient. The training loop reports the share of such
+  edges on the pretrained features and warns when it is high
+  (`train.objectives.gloss_floor_share`).
 
   Args:
     x: [n, hidden] features; normalised here.
-    sigma: kernel width > 0.
+    sigma: kernel width > 0 (too small a width leaves the graph at the floor, see
+      above).
     w_floor: off-diagonal weight floor, relative to the strongest edge.
     node_mask: optional [n] bool, False for padding nodes: they get no edges (zero rows
       and columns of T), and the graph of the others is exactly the graph without them.
@@ -154,7 +163,8 @@ def propagate(
   Args:
     x: [n, hidden] node features (raw; normalised inside).
     y_labeled: [m, K] one-hot labels of the first m nodes, 0 < m < n.
-    sigma: kernel width > 0.
+    sigma: kernel width > 0; too small a width makes F_U constant in x (see
+      `transition_matrix`).
     w_floor: see `transition_matrix`.
 
   Returns:
@@ -209,7 +219,8 @@ def gloss(
     labels: [batch] int labels in [0, num_classes).
     key: PRNG key for the labelled/hidden split.
     num_classes: K.
-    sigma: kernel width > 0.
+    sigma: kernel width > 0; too small a width makes the loss a constant with zero
+      gradient (see `transition_matrix`).
     gamma_keep: fraction of labels kept, in (0, 1). (Not the paper's "hiding ratio"
       wording; gamma_hide = 1 - gamma_keep, see `resolve_gamma`.)
     form: "clean" or "official".

@@ -34,7 +34,8 @@ class EncoderConfig:
     hidden_dropout, attention_dropout: dropout rates used when `train=True`.
     layer_norm_eps: LayerNorm epsilon.
     pad_token_id: used for RoBERTa's position ids.
-    hidden_act: "gelu" (exact erf form, as HF) or "gelu_new"/"gelu_tanh" or "relu".
+    hidden_act: a key of `bert.ACTIVATIONS`: "gelu" (exact erf form, as HF), "gelu_new"/
+      "gelu_tanh" or "relu" (`hf.encoder_config` rejects others at load time).
     num_labels: classes of every exit head.
     exits: "last" (one head on layer M) or "all" (a head on every layer 1..M).
     pooler: whether each exit has a dense+tanh pooler before its dropout and classifier.
@@ -83,6 +84,16 @@ class EncoderConfig:
     if self.exits == "all":
       return tuple(range(1, self.num_layers + 1))
     return (self.num_layers,)
+
+  @property
+  def max_length(self) -> int:
+    """The longest input, in tokens with the special ones, that the position table covers.
+
+    RoBERTa numbers positions from pad_token_id + 1, so its table of 514 covers 512 tokens.
+    """
+    if self.family == "roberta":
+      return self.max_position_embeddings - self.pad_token_id - 1
+    return self.max_position_embeddings
 
   @property
   def compute_dtype(self) -> Any:

@@ -202,6 +202,32 @@ def load_tokenizer(folder: str):
   return tok
 
 
+def encoder_config(name_or_path: str, **overrides) -> tuple[str, EncoderConfig]:
+  """(model folder, EncoderConfig) of a model, from its config.json alone (no weights read).
+
+  Raises ValueError for a config this encoder cannot run (e.g. an activation missing from
+  `bert.ACTIVATIONS`), before anything slower is loaded.
+  """
+  folder = resolve_model_dir(name_or_path)
+  cfg = config_from_hf(read_hf_config(folder), **overrides)
+  if cfg.hidden_act not in bert.ACTIVATIONS:
+    raise ValueError(f"{folder!r} uses the activation {cfg.hidden_act!r} (config.json's "
+                     "hidden_act/activation), which acl-jax does not implement; supported: "
+                     f"{sorted(bert.ACTIVATIONS)}.")
+  return folder, cfg
+
+
+def check_max_length(name_or_path: str, max_length: int) -> None:
+  """Raises ValueError if inputs of `max_length` tokens overrun the model's position table
+  (which would index past it and turn the first step's loss into NaN)."""
+  _, cfg = encoder_config(name_or_path)
+  if max_length > cfg.max_length:
+    raise ValueError(
+        f"task.max_length={max_length} exceeds what {name_or_path!r} can read: its position "
+        f"table (max_position_embeddings={cfg.max_position_embeddings}) covers "
+        f"{cfg.max_length} tokens. Set --config.task.max_length={cfg.max_length} or lower.")
+
+
 def load_pretrained(name_or_path: str, num_labels: int, exits: str = "last", *,
                     pooler: bool = False, dtype: str = "float32", seed: int = 0,
                     ignore_head: bool = False, with_tokenizer: bool = True, **overrides):
@@ -224,9 +250,8 @@ def load_pretrained(name_or_path: str, num_labels: int, exits: str = "last", *,
     (model, params, tokenizer): `model.apply({"params": params}, input_ids, attention_mask,
     token_type_ids=None, train=False)` gives `(logits, aux)`.
   """
-  folder = resolve_model_dir(name_or_path)
-  cfg = config_from_hf(read_hf_config(folder), num_labels=num_labels, exits=exits,
-                       pooler=pooler, dtype=dtype, **overrides)
+  folder, cfg = encoder_config(name_or_path, num_labels=num_labels, exits=exits,
+                               pooler=pooler, dtype=dtype, **overrides)
   sd = read_state_dict(folder)
   if ignore_head:
     sd = {k: v for k, v in sd.items() if not k.startswith("classifier.")}

@@ -4,21 +4,68 @@ The latest holds the whole TrainState; the best holds the params and step alone,
 evaluation reads it (Adam's two moments would double its size for nothing).
 
 Orbax writes each step into a temporary folder and renames it when complete, so a crash or
-SIGKILL mid-save leaves the previous checkpoint intact. The training loop saves the latest
-checkpoint before the best one at the same step, so the best is never ahead of the latest, and
-`sync_best` mends a crash between the two on resume. Restores go against an abstract target
-built from the live state, so optax states come back as their own types (not plain dicts) and
-arrays come back with the live shardings.
+SIGKILL mid-save leaves the previous checkpoint intact; the next manager removes the temporary
+folder. The training loop saves the latest checkpoint before the best one at the same step, so
+the best is never ahead of the latest, and `sync_best` mends a crash between the two on resume.
+Restores go against an abstract target built from the live state, so optax states come back
+as their own types (not plain dicts) and arrays come back with the live shardings.
+
+Two latest checkpoints are kept: one that cannot be read (a shard truncated by a full disk, a
+bad copy) is moved to `ckpt_corrupt/` and the run resumes from the one before it.
 """
-import dataclasses
 import logging
 import os
+import sys
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+from etils import epath
 
 log = logging.getLogger(__name__)
+CORRUPT_DIR = "ckpt_corrupt"
+
+
+class UnreadableCheckpoint(Exception):
+  """A checkpoint step whose files cannot be read back (as opposed to one that does not fit)."""
+
+  def __init__(self, folder: str, step: int, error: BaseException):
+    first = (str(error).strip().splitlines() or [""])[0]
+    super().__init__(f"checkpoint {folder} (step {step}) cannot be read "
+                     f"({type(error).__name__}: {first[:240]})")
+    self.folder, self.step = folder, step
+
+
+def _ignore_aborted_reads() -> None:
+  """Keeps a failed restore to one error instead of hundreds of tracebacks.
+
+  When a read fails, Orbax closes its event loop while tensorstore reads of the other arrays
+  are still in flight; each of them then reports "Event loop is closed" as an unraisable
+  error, from its own thread and possibly after the restore returned. This hook (installed
+  for the rest of the process) drops exactly those; any other unraisable error goes on to the
+  previous hook.
+  """
+  prev = sys.unraisablehook
+  if getattr(prev, "drops_aborted_reads", False):
+    return
+
+  def hook(unraisable):
+    e = unraisable.exc_value
+    if not (isinstance(e, RuntimeError) and str(e) == "Event loop is closed"):
+      prev(unraisable)
+  hook.drops_aborted_reads = True
+  sys.unraisablehook = hook
+
+
+def _leaf_paths(tree) -> set[str]:
+  """The leaves' paths as "a/0/b", alike for a live TrainState (attribute and sequence keys)
+  and its saved tree metadata (dict keys)."""
+  def name(k):
+    for attr in ("key", "name", "idx"):
+      if hasattr(k, attr):
+        return str(getattr(k, attr))
+    return str(k)
+  return {"/".join(name(k) for k in path) for path, _ in jax.tree_util.tree_leaves_with_path(tree)}
 
 
 def _manager(path: str, keep: int) -> ocp.CheckpointManager:
@@ -35,7 +82,10 @@ def _abstract(state: Any) -> Any:
 class Checkpoints:
   """The latest and best checkpoints of one workdir, each a TrainState plus a JSON `meta`."""
 
-  def __init__(self, workdir: str, keep_latest: int = 1):
+  def __init__(self, workdir: str, keep_latest: int = 2):
+    if keep_latest < 2:
+      raise ValueError(f"keep_latest must be >= 2 (a checkpoint to fall back to), got "
+                       f"{keep_latest}.")
     self.workdir = workdir
     self.latest = _manager(os.path.join(workdir, "ckpt"), keep_latest)
     self.best = _manager(os.path.join(workdir, "best"), 1)
@@ -59,7 +109,8 @@ class Checkpoints:
     A crash after the latest save but before the best save of the same step leaves meta's
     best_step == state.step with no best checkpoint there: it is written from `state` (exactly
     that step's weights). A best checkpoint ahead of `state` (left by a crash in older code,
-    which saved the best first, or by a deleted `ckpt/`) belongs to a trajectory this run will
+    which saved the best first, by a deleted `ckpt/`, or by a resume that fell back past an
+    unreadable latest checkpoint) belongs to a trajectory this run will
     not retrace: it is moved aside to `best_stale/` (never deleted: it may be the only trained
     weights), and as the best checkpoint it replaced is gone too, selection restarts here.
     Returns the (possibly reset) meta.
@@ -83,20 +134,20 @@ class Checkpoints:
       self.save(state, {**meta, "step": step}, best=True)
     return meta
 
-  def read_meta(self, best: bool = False) -> dict | None:
-    mngr = self.best if best else self.latest
-    step = mngr.latest_step()
-    if step is None:
-      return None
-    return mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+  def has_checkpoint(self) -> bool:
+    return self.best.latest_step() is not None or self.latest.latest_step() is not None
 
-  def _fitting(self, target_params, best: bool):
-    """(manager, step, meta) of the checkpoint if one exists and fits `target_params`."""
-    mngr = self.best if best else self.latest
-    step = mngr.latest_step()
-    if step is None:
-      return None
-    meta = self.read_meta(best)
+  def _step_dir(self, mngr, step: int) -> str:
+    return os.path.join(str(mngr.directory), str(step))
+
+  def _read_meta(self, mngr, step: int) -> dict:
+    try:
+      return mngr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    except Exception as e:  # pylint: disable=broad-except
+      raise UnreadableCheckpoint(self._step_dir(mngr, step), step, e) from e
+
+  def _check_fits(self, mngr, step: int, meta: dict, target_params) -> None:
+    """Raises ValueError if the checkpoint's params do not fit `target_params`' shapes."""
     want = meta.get("param_shapes", {})
     have = param_shapes(target_params)
     diff = {k: (want[k], have.get(k)) for k in want if want[k] != have.get(k)}
@@ -107,42 +158,110 @@ class Checkpoints:
           f"there but {diff[k][1]} here ({len(diff)} tensors differ). A classifier head "
           "mismatch means num_labels differs from the run that wrote it; use a new --workdir "
           "or the same task and model.")
-    return mngr, step, meta
 
-  def restore(self, target_state) -> tuple[Any, dict] | None:
-    """Restores the latest checkpoint onto `target_state`'s structure, dtypes and shardings;
-    None if absent."""
-    found = self._fitting(target_state.params, best=False)
-    if found is None:
-      return None
-    mngr, step, meta = found
+  def _check_tree(self, mngr, step: int, meta: dict, target_state) -> None:
+    """Raises ValueError if the saved state has other leaves than `target_state` (an optimizer
+    or TrainState change since it was written), read from its metadata alone."""
+    path = os.path.join(self._step_dir(mngr, step), "state")
     try:
-      out = mngr.restore(step, args=ocp.args.Composite(
-          state=ocp.args.StandardRestore(_abstract(target_state)), meta=ocp.args.JsonRestore()))
-    except (ValueError, KeyError, TypeError) as e:
-      rest = {f.name: getattr(target_state, f.name) for f in dataclasses.fields(target_state)
-              if f.name != "opt_state"}
-      try:  # everything but the optimizer state: if that loads, the optimizer is what changed
-        _restore_items(mngr, step, rest)
-      except Exception:  # pylint: disable=broad-except
-        raise e from None  # not an optimizer-state mismatch: Orbax's own error says what it is
+      saved = _leaf_paths(ocp.StandardCheckpointHandler().metadata(epath.Path(path)))
+    except Exception as e:  # pylint: disable=broad-except
+      raise UnreadableCheckpoint(self._step_dir(mngr, step), step, e) from e
+    live = _leaf_paths(target_state)
+    if saved == live:
+      return
+    diff = sorted(saved ^ live)
+    if all(p.startswith("opt_state/") for p in diff):
       raise ValueError(
           f"The checkpoint in {mngr.directory} (step {step}) fits this model but not this "
           f"optimizer's state (the optimizer or its settings changed since; it was trained by "
           f"code {meta.get('code_versions', ['unknown'])}). Resume it with that code, or "
-          "start a new --workdir; eval.py still reads its params. Orbax said: "
-          f"{str(e)[:300]}") from e
-    return out["state"], out["meta"]
+          f"start a new --workdir; eval.py still reads its params. First differing leaf: "
+          f"{diff[0]}.")
+    raise ValueError(
+        f"The checkpoint in {mngr.directory} (step {step}) holds another train state than "
+        f"this code builds ({len(diff)} leaves differ, e.g. {diff[0]}); resume it with the "
+        "code that wrote it, or start a new --workdir.")
+
+  def _newest_intact(self, mngr, read):
+    """(step, read(step), [UnreadableCheckpoint of newer steps]) of the newest step `read`
+    can read back; None without a checkpoint. Errors other than an unreadable checkpoint
+    (a checkpoint that does not fit) propagate at once: older steps would not fit either."""
+    bad = []
+    for step in sorted(mngr.all_steps(), reverse=True):
+      try:
+        return step, read(step), bad
+      except UnreadableCheckpoint as e:
+        bad.append(e)
+    if not bad:
+      return None
+    raise RuntimeError(
+        f"No checkpoint in {mngr.directory} can be read: the " + "; the ".join(map(str, bad)) +
+        f". If they are damaged (e.g. a full disk truncated them), delete {mngr.directory} "
+        "to retrain this run from step 0 (its records and best/ stay), or use a new --workdir.")
+
+  def _set_aside(self, bad: list, good_step: int) -> None:
+    """Moves unreadable checkpoints newer than `good_step` to ckpt_corrupt/ (kept for a look;
+    Orbax would not save a step below them)."""
+    aside = os.path.join(self.workdir, CORRUPT_DIR)
+    if jax.process_index() == 0:  # the workdir is one folder for every host
+      os.makedirs(aside, exist_ok=True)
+      for e in bad:
+        dst = os.path.join(aside, str(e.step))
+        if os.path.exists(dst):
+          dst = f"{dst}.{os.getpid()}"
+        os.replace(e.folder, dst)
+    ocp.multihost.sync_global_processes("acl_jax_set_aside_unreadable")
+    self.latest.reload()
+    log.warning("The %s; moved to %s. Resuming from step %d, the previous intact "
+                "checkpoint.", "; the ".join(map(str, bad)), aside, good_step)
+
+  def restore(self, target_state) -> tuple[Any, dict] | None:
+    """Restores the newest intact latest checkpoint onto `target_state`'s structure, dtypes and
+    shardings; None if there is none. Unreadable newer ones are set aside (logged)."""
+    _ignore_aborted_reads()
+
+    def read(step):
+      meta = self._read_meta(self.latest, step)
+      self._check_fits(self.latest, step, meta, target_state.params)
+      self._check_tree(self.latest, step, meta, target_state)
+      try:
+        out = self.latest.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(_abstract(target_state)),
+            meta=ocp.args.JsonRestore()))
+      except Exception as e:  # pylint: disable=broad-except
+        raise UnreadableCheckpoint(self._step_dir(self.latest, step), step, e) from e
+      return out["state"], out["meta"]
+    found = self._newest_intact(self.latest, read)
+    if found is None:
+      return None
+    step, out, bad = found
+    if bad:
+      self._set_aside(bad, step)
+    return out
 
   def restore_params(self, target_params, best: bool = False) -> tuple[Any, dict] | None:
     """Restores the params alone (for evaluation), onto `target_params`' structure and
     shardings: a checkpoint whose optimizer state this code no longer builds still loads.
-    None if absent."""
-    found = self._fitting(target_params, best)
+    None if absent. An unreadable newest checkpoint is logged and the previous one read (left
+    in place: evaluation moves nothing)."""
+    _ignore_aborted_reads()
+    mngr = self.best if best else self.latest
+
+    def read(step):
+      meta = self._read_meta(mngr, step)
+      self._check_fits(mngr, step, meta, target_params)
+      try:
+        return _restore_items(mngr, step, {"params": target_params})["params"], meta
+      except Exception as e:  # pylint: disable=broad-except
+        raise UnreadableCheckpoint(self._step_dir(mngr, step), step, e) from e
+    found = self._newest_intact(mngr, read)
     if found is None:
       return None
-    mngr, step, meta = found
-    return _restore_items(mngr, step, {"params": target_params})["params"], meta
+    step, out, bad = found
+    if bad:
+      log.warning("The %s; reading step %d instead.", "; the ".join(map(str, bad)), step)
+    return out
 
   def close(self):
     self.latest.close()

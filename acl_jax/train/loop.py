@@ -1,8 +1,10 @@
 """The training loop: build the pieces from a config, train with exact resume, evaluate.
 
-Resume order: the workdir's latest checkpoint, else the pretrained init. Data order is a pure
-function of (seed, epoch) and a step's randomness of (state.rng, state.step), so a resumed run
-reproduces the uninterrupted one bit for bit on the same machine.
+Resume order: the workdir's newest intact checkpoint, else the pretrained init. Data order is a
+pure function of (seed, epoch) and a step's randomness of (state.rng, state.step), so a resumed
+run reproduces the uninterrupted one bit for bit on the same machine. A resume trains the same
+run: it may change only provenance.RESUMABLE_FIELDS, and records those changes beside
+config.json (`check_same_run`, `record_config`).
 """
 import dataclasses
 import json
@@ -228,34 +230,129 @@ def check_finite(step: int, m: dict) -> None:
         ". Lower optim.lr, check the loss hyperparameters, or try model.dtype=float32.")
 
 
-def _sigma_sqrt(setup: Setup, eval_step) -> float:
-  """The `sqrt` sigma heuristic on the pretrained model's train features (<= 2000 examples)."""
-  from acl_jax.losses import sigma_sqrt_heuristic  # pylint: disable=import-outside-toplevel
-  sub = _subsample(setup.tok["train"], 2000, 0)
-  _, feats = predict(setup, eval_step, setup.params, sub, with_features=True)
-  return float(sigma_sqrt_heuristic(feats))
+def _train_features(setup: Setup, eval_step, n: int) -> np.ndarray:
+  """[<= n, d] the pretrained model's last-exit features of a seeded sample of train."""
+  sub = _subsample(setup.tok["train"], n, 0)
+  return predict(setup, eval_step, setup.params, sub, with_features=True)[1]
 
 
-def _warn_config_changes(path: str, cfg) -> None:
-  """Resuming a workdir with other settings than it was started with is allowed (e.g. more
-  steps), but never silent: the changed fields are logged."""
-  try:
-    with open(path) as f:
-      old = provenance.flatten(json.load(f))
-  except ValueError:
-    log.warning("Could not read the workdir's %s; it is rewritten with the current config.", path)
-    return
-  new = provenance.flatten(json.loads(cfg.to_json_best_effort()))
-  # A field added to the config after the workdir started is a change only if the run used
-  # another value than it now gets (objectives.LEGACY_DEFAULTS: what such runs did), and only
-  # if this run's method reads it.
+def _gloss_sigma(setup: Setup, eval_step, meta: dict, start: int) -> float | None:
+  """G-Loss's kernel width (None for other losses): the config's, or with sigma_mode "sqrt"
+  the heuristic on pretrained train features (<= 2000 examples; kept in meta for resumes).
+
+  A fresh run also probes the graph on those features: if most edges sit at the weight floor
+  (objectives.gloss_floor_share), G-Loss learns next to nothing, and a warning says so.
+  """
+  cfg = setup.config
+  if cfg.loss.name != "gloss":
+    return None
+  feats = None
+  sigma = float(cfg.loss.sigma)
+  if cfg.loss.sigma_mode == "sqrt":
+    from acl_jax.losses import sigma_sqrt_heuristic  # pylint: disable=import-outside-toplevel
+    if meta.get("sigma") is None:
+      feats = _train_features(setup, eval_step, 2000)
+      meta["sigma"] = float(sigma_sqrt_heuristic(feats))
+    sigma = meta["sigma"]
+    log.info("G-Loss sigma (sqrt heuristic on pretrained train features): %.4f", sigma)
+  if start == 0:
+    # One graph per device, unless loss.gloss_global gathers the global batch.
+    size = cfg.batch_size // (1 if cfg.loss.gloss_global else jax.device_count())
+    n = 4 * size
+    share = objectives.gloss_floor_share(
+        (feats if feats is not None else _train_features(setup, eval_step, n))[:n], sigma, size)
+    log.info("G-Loss at sigma=%.4g: %.1f%% of batch-graph edges at the weight floor on "
+             "pretrained train features.", sigma, 100 * share)
+    if share > objectives.FLOOR_SHARE_WARN:
+      log.warning(
+          "G-Loss at sigma=%.4g learns next to nothing: on pretrained train features, %.1f%% "
+          "of the edges of a %d-node batch graph (all but the strongest) have a kernel weight "
+          "below the weight floor (%g of the strongest edge's), where they carry no gradient; "
+          "at 100%% G-Loss is a constant with zero gradient. Raise loss.sigma (SPEC: 0.667) "
+          "or use loss.sigma_mode=sqrt.", sigma, 100 * share, size, objectives.DEFAULT_W_FLOOR)
+  return sigma
+
+
+def _flat_config(cfg) -> dict:
+  return provenance.flatten(json.loads(cfg.to_json_best_effort()))
+
+
+def config_changes(old: dict, new: dict) -> dict[str, tuple[Any, Any]]:
+  """{field: (old value, new value)} between two flattened configs, over the fields both have.
+
+  A field added to the config after `old` was written counts as the value runs made before it
+  used (objectives.LEGACY_DEFAULTS), if the new config's method reads it; any other field one
+  side lacks is no change.
+  """
+  old = dict(old)
   for k in objectives.legacy_fields_in_use(new):
     old.setdefault(k, objectives.LEGACY_DEFAULTS[k])
-  changed = sorted(k for k in old.keys() & new.keys() if old[k] != new[k])
-  if changed:
-    log.warning("Resuming with a config that differs from the one this workdir started with: "
-                "%s. config.json now records the new one.",
-                ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in changed))
+  return {k: (old[k], new[k]) for k in sorted(old.keys() & new.keys()) if old[k] != new[k]}
+
+
+def _fmt_changes(changes: dict) -> str:
+  return ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items())
+
+
+def _read_run_config(workdir: str, before_step: int | None = None) -> dict | None:
+  """provenance.run_config, flattened; None (with a warning) when it cannot be read."""
+  try:
+    cfg = provenance.run_config(workdir, before_step)
+  except (ValueError, KeyError, TypeError):
+    log.warning("Could not read the config records of %s; config.json is rewritten with the "
+                "current config.", workdir)
+    return None
+  return None if cfg is None else provenance.flatten(cfg)
+
+
+def check_same_run(workdir: str, cfg) -> None:
+  """Refuses to resume a workdir's checkpoint with a config that trains something else.
+
+  A resume may change provenance.RESUMABLE_FIELDS only (how long and how often to train,
+  evaluate and log; the optimizer's settings). Any other changed field is named, old -> new,
+  in one error, before anything loads.
+  """
+  if not provenance.checkpoint_steps(workdir):
+    return  # nothing to resume: the run starts over and config.json is rewritten
+  old = _read_run_config(workdir)
+  if old is None:
+    return
+  fixed = {k: v for k, v in config_changes(old, _flat_config(cfg)).items()
+           if not provenance.is_resumable(k)}
+  if fixed:
+    raise ValueError(
+        f"{workdir} holds a checkpoint of a run with another config: {_fmt_changes(fixed)}. "
+        "These fields say what is trained, so resuming would mix two runs in one workdir (a "
+        "resume may change only provenance.RESUMABLE_FIELDS: the optimizer, num_steps, eval, "
+        "checkpoint and logging cadence). Use a new --workdir, or set the fields back to "
+        "resume this run.")
+
+
+def record_config(workdir: str, cfg, start: int, resumed: bool) -> None:
+  """Writes the run's config records (process 0 only).
+
+  A fresh run writes config.json and no history. A resume from step `start` keeps config.json
+  (the config the run started with) and appends the fields it changes to config_history.jsonl
+  as {"step": start, "changes": {field: [old, new]}}; entries of steps from `start` on are
+  dropped first, as the steps they describe are retrained (like metrics.jsonl's records).
+  """
+  cfg_path = os.path.join(workdir, "config.json")
+  hist_path = os.path.join(workdir, provenance.CONFIG_HISTORY)
+  old = _read_run_config(workdir, before_step=start) if resumed else None
+  if old is None:
+    write_atomic(cfg_path, cfg.to_json_best_effort(indent=2))
+    if os.path.exists(hist_path):
+      os.remove(hist_path)
+    return
+  history = provenance.read_config_history(workdir)
+  kept = [e for e in history if e["step"] < start]
+  changes = config_changes(old, _flat_config(cfg))
+  if changes:
+    kept.append({"step": start, "changes": {k: list(v) for k, v in changes.items()}})
+    log.warning("Resuming at step %d with %s: recorded in %s (config.json keeps the config "
+                "the run started with).", start, _fmt_changes(changes), provenance.CONFIG_HISTORY)
+  if kept != history:
+    write_atomic(hist_path, "".join(json.dumps(e) + "\n" for e in kept))
 
 
 def _check_before_loading(cfg) -> None:
@@ -297,6 +394,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
   cfg = config
   _check_before_loading(cfg)
   _check_not_pruned(workdir)
+  check_same_run(workdir, cfg)
+  # From the model's config.json alone, before any data is read.
+  hf.check_max_length(cfg.model.name, cfg.task.max_length)
   setup = build(config)
   n_train = len(setup.tok["train"])
   steps_per_epoch = data_lib.num_train_batches(n_train, cfg.batch_size)
@@ -316,26 +416,23 @@ def train_and_evaluate(config, workdir: str) -> dict:
   params = step_lib.replicate(setup.params, setup.mesh)
   setup.params = params
   ckpts = ckpt_lib.Checkpoints(workdir)
-  meta = ckpts.read_meta() or {}
-  sigma = None
-  if cfg.loss.name == "gloss" and cfg.loss.sigma_mode == "sqrt":
-    sigma = meta.get("sigma") or _sigma_sqrt(setup, eval_step)
-    log.info("G-Loss sigma (sqrt heuristic on pretrained train features): %.4f", sigma)
-    meta["sigma"] = sigma
   multi = objectives.multi_exit_from_config(cfg.multi_exit, len(setup.model.cfg.exit_layers),
                                             total)
-  objective = objectives.build_objective(cfg.loss, num_labels=setup.task.num_labels,
-                                         last_exit=setup.model.cfg.num_layers,
-                                         class_weights=class_weights, sigma=sigma,
-                                         multi_exit=multi)
   tx = make_tx(cfg, total, multi)
   state = TrainState.create(params, tx, cfg.seed)
   state = step_lib.replicate(state, setup.mesh)
+  # The newest intact checkpoint (an unreadable one is set aside and logged).
   restored = ckpts.restore(state)
+  meta = {}
   if restored is not None:
     state, meta = restored
     log.info("Resumed from %s at step %d.", workdir, int(state.step))
   start = int(state.step)
+  sigma = _gloss_sigma(setup, eval_step, meta, start)
+  objective = objectives.build_objective(cfg.loss, num_labels=setup.task.num_labels,
+                                         last_exit=setup.model.cfg.num_layers,
+                                         class_weights=class_weights, sigma=sigma,
+                                         multi_exit=multi)
   meta.setdefault("best_metric", None)
   meta.setdefault("best_step", None)
   meta.setdefault("evals_since_best", 0)
@@ -356,10 +453,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   main_metric = (f"exit_mean/{setup.task.main_metric}" if multi else setup.task.main_metric)
   writer = MetricWriter(workdir, start)
   if is_main():
-    cfg_path = os.path.join(workdir, "config.json")
-    if restored is not None and os.path.isfile(cfg_path):
-      _warn_config_changes(cfg_path, cfg)
-    write_atomic(cfg_path, cfg.to_json_best_effort(indent=2))
+    record_config(workdir, cfg, start, resumed=restored is not None)
     log.info("%s: %d train examples, %d steps/epoch, %d steps, objective %s, %d device(s).",
              setup.task.name, n_train, steps_per_epoch, total, objective.name,
              jax.device_count())
@@ -493,7 +587,7 @@ def _open_workdir(config, workdir: str, splits=()):
         "or pruned, keeps its results but not its weights).")
   setup = build(config, splits)
   ckpts = ckpt_lib.Checkpoints(workdir)
-  if ckpts.read_meta(best=True) is None and ckpts.read_meta() is None:
+  if not ckpts.has_checkpoint():
     ckpts.close()
     raise FileNotFoundError(f"No checkpoint in {workdir}; train first.")
   return setup, ckpts, step_lib.replicate(setup.params, setup.mesh)

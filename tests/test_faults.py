@@ -1,0 +1,294 @@
+"""Faults and bad input: each fails early with one clear message, or is recovered from."""
+import pytest
+
+from tests import helpers
+
+
+def test_unknown_config_field_is_one_line_with_the_closest_names():
+  p = helpers.run_py(["train.py", "--config", "configs/quickstart.py", "--workdir", "/tmp/x",
+                      "--config.loss.lamda=0.3"])
+  lines = [ln for ln in p.stderr.splitlines() if ln.strip()]
+  assert p.returncode != 0 and len(lines) == 1, p.stderr[-3000:]
+  assert "Unknown config field 'loss.lamda'" in lines[0]
+  assert "Did you mean 'loss.lam'?" in lines[0] and "Fields of section 'loss': anchors," in lines[0]
+
+
+@pytest.mark.parametrize("path,want", [
+    ("los.lam", "Did you mean 'loss'? Fields of the top level: batch_size,"),
+    ("lr", "Did you mean 'optim.lr'?"),  # a field of that name in another section
+    ("optim.learning_rate", "Fields of section 'optim': clip_norm, head_lr_mult, lr,"),
+    ("multi_exit.strategi", "Did you mean 'multi_exit.strategy'?")])
+def test_unknown_config_field_message(path, want):
+  from configs import common
+  msg = common.unknown_field(common.base_config(), path)
+  assert msg.startswith(f"Unknown config field {path!r}.") and want in msg, msg
+  assert common.unknown_field(common.base_config(), "loss.lam") is None
+
+
+def test_max_length_beyond_the_position_table_fails_before_reading_data(tiny_model_dir,
+                                                                        tmp_path, monkeypatch):
+  """The tiny model has 128 positions: 256-token inputs would index past the table (NaN at
+  step 1). The run fails naming both numbers before any data is read."""
+  from acl_jax import data as data_lib
+  from acl_jax.train import loop
+
+  def no_data(*a, **k):
+    raise AssertionError("data was read before the max_length check")
+  monkeypatch.setattr(data_lib, "load_task", no_data)
+  with pytest.raises(ValueError, match=r"task.max_length=256 .*max_position_embeddings=128"):
+    loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir, **{"task.max_length": 256}),
+                            str(tmp_path / "run"))
+
+
+def test_roberta_covers_two_positions_fewer_than_its_table():
+  from acl_jax.models.config import EncoderConfig
+  assert EncoderConfig(family="roberta", max_position_embeddings=514, pad_token_id=1,
+                       hidden_size=32, num_heads=4).max_length == 512
+  assert EncoderConfig(max_position_embeddings=512, hidden_size=32, num_heads=4).max_length == 512
+
+
+def test_unsupported_activation_fails_at_load_naming_the_supported_ones(tiny_model_dir,
+                                                                         tmp_path):
+  import json
+  import shutil
+  from acl_jax.models import hf
+  folder = tmp_path / "model"
+  shutil.copytree(tiny_model_dir, folder)
+  cfg = json.loads((folder / "config.json").read_text())
+  cfg["hidden_act"] = "swishy"
+  (folder / "config.json").write_text(json.dumps(cfg))
+  with pytest.raises(ValueError, match=r"'swishy'.*supported: \['gelu', 'gelu_new'"):
+    hf.load_pretrained(str(folder), num_labels=2, with_tokenizer=False)
+  with pytest.raises(ValueError, match="'swishy'"):  # the early check of train.py's runs too
+    hf.check_max_length(str(folder), 32)
+
+
+# ---- one run per workdir ----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def ce_run(tiny_model_dir, tmp_path_factory):
+  """A finished 6-step CE run of the tiny model; tests copy it (`_copy_run`)."""
+  from acl_jax.train import loop
+  wd = str(tmp_path_factory.mktemp("ce_run") / "run")
+  loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir), wd)
+  return wd
+
+
+def _copy_run(src, tmp_path):
+  import shutil
+  dst = str(tmp_path / "run")
+  shutil.copytree(src, dst)
+  return dst
+
+
+def test_config_changes_count_legacy_fields_only_where_used():
+  """A workdir from before a field existed ran its legacy value: resuming with a new default
+  is a change (gated ACL-CL's angle), an equal one (loss.combine) is not, and neither is a
+  field the method does not read (gate_ce and kd_form in a single-exit run)."""
+  import json
+  from acl_jax import provenance
+  from acl_jax.train import loop
+  from configs import quickstart
+  flat = lambda c: provenance.flatten(json.loads(c.to_json_best_effort()))
+  c = quickstart.get_config()
+  old = flat(c)
+  c.num_steps, c.loss.tau = 480, 0.1
+  assert loop.config_changes(old, flat(c)) == {"loss.tau": (0.3, 0.1), "num_steps": (240, 480)}
+  for arg, want in ((None, {}), ("acl_cl", {"multi_exit.gate_ce": ("all", "last")})):
+    new = flat(quickstart.get_config(arg))
+    old = {k: v for k, v in new.items()
+           if k not in ("multi_exit.gate_ce", "multi_exit.kd_form", "loss.combine")}
+    assert loop.config_changes(old, new) == want, arg
+
+
+def test_resume_with_another_method_is_refused_before_loading(tiny_model_dir, ce_run, tmp_path,
+                                                              monkeypatch):
+  """A CE workdir re-run with ACL must not train ACL on top of CE weights: one error names
+  every field that says what is trained (old -> new) and the fix; config.json is kept."""
+  import os
+  from acl_jax.train import loop
+  wd = _copy_run(ce_run, tmp_path)
+  before = open(os.path.join(wd, "config.json")).read()
+
+  def no_build(*a, **k):
+    raise AssertionError("the model and data loaded before the config check")
+  monkeypatch.setattr(loop, "build", no_build)
+  acl = helpers.tiny_config(tiny_model_dir, "runlocal,acl", **{"num_steps": 9})
+  with pytest.raises(ValueError) as e:
+    loop.train_and_evaluate(acl, wd)
+  msg = str(e.value)
+  assert "loss.gate: False -> True" in msg and "loss.name: 'ce' -> 'acl_embed'" in msg
+  assert "loss.lam: -1.0 -> 0.5" in msg and "Use a new --workdir" in msg
+  assert "num_steps: " not in msg  # a resumable field is not part of the refusal
+  for over in ({"task.max_length": 16}, {"seed": 1}, {"model.exits": "all"},
+               {"task.train_file": "other.csv"}, {"batch_size": 4}):
+    with pytest.raises(ValueError, match=f"{next(iter(over))}: .* -> "):
+      loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir, **over), wd)
+  assert open(os.path.join(wd, "config.json")).read() == before
+
+
+def test_resume_with_a_longer_schedule_appends_to_the_config_history(tiny_model_dir, ce_run,
+                                                                     tmp_path):
+  """Allowed changes (here num_steps and lr) keep config.json as the run started and append
+  one entry per resume to config_history.jsonl; run_config (what eval.py and the sweep tables
+  read) applies it."""
+  import json
+  import os
+  from acl_jax import provenance
+  from acl_jax.train import loop
+  wd = _copy_run(ce_run, tmp_path)
+  before = open(os.path.join(wd, "config.json")).read()
+  hist = os.path.join(wd, provenance.CONFIG_HISTORY)
+  assert not os.path.exists(hist)
+  longer = helpers.tiny_config(tiny_model_dir, **{"num_steps": 9, "optim.lr": 1e-4})
+  res = loop.train_and_evaluate(longer, wd)
+  assert res["train"]["final_step"] == 9
+  entry = {"step": 6, "changes": {"num_steps": [6, 9], "optim.lr": [5e-5, 1e-4]}}
+  assert [json.loads(x) for x in open(hist)] == [entry]
+  assert open(os.path.join(wd, "config.json")).read() == before
+  loop.train_and_evaluate(longer, wd)  # the same config again: nothing to record
+  assert [json.loads(x) for x in open(hist)] == [entry]
+  now = provenance.run_config(wd)
+  assert now["num_steps"] == 9 and now["optim"]["lr"] == 1e-4
+  assert provenance.run_config(wd, before_step=6)["num_steps"] == 6
+  # A resume from an earlier step (its later checkpoints lost) retrains the steps after it:
+  # their entries go, and the change is recorded where it now takes effect.
+  loop.record_config(wd, helpers.tiny_config(tiny_model_dir, **{"num_steps": 12}), 3, True)
+  assert [json.loads(x) for x in open(hist)] == [{"step": 3, "changes": {"num_steps": [6, 12]}}]
+  loop.record_config(wd, helpers.tiny_config(tiny_model_dir), 0, False)  # a fresh start
+  assert not os.path.exists(hist)
+
+
+# ---- damaged checkpoints ----------------------------------------------------------------------
+
+def _params_at(workdir, step):
+  """The params saved at `step` in ckpt/, as raw arrays (restored without a target)."""
+  import os
+  import orbax.checkpoint as ocp
+  with ocp.StandardCheckpointer() as c:
+    return c.restore(os.path.join(workdir, "ckpt", str(step), "state"))["params"]
+
+
+def _truncate_largest_shard(workdir, step):
+  import os
+  files = [os.path.join(r, f) for r, _, fs in os.walk(os.path.join(workdir, "ckpt", str(step),
+                                                                   "state", "d")) for f in fs]
+  path = max(files, key=os.path.getsize)
+  os.truncate(path, os.path.getsize(path) // 2)
+
+
+def test_corrupt_latest_checkpoint_resumes_from_the_previous_one(tiny_model_dir, ce_run,
+                                                                 tmp_path):
+  """A truncated shard in the latest checkpoint: one message names the folder and step (no
+  flood of asyncio tracebacks), the run resumes from the previous checkpoint (two are kept)
+  and retrains to the same params."""
+  import os
+  import chex
+  from acl_jax import provenance
+  wd = _copy_run(ce_run, tmp_path)
+  assert provenance.checkpoint_steps(wd) == [3, 6]
+  want = _params_at(wd, 6)
+  _truncate_largest_shard(wd, 6)
+  p = helpers.run_py(["train.py", "--config", "configs/quickstart.py:runlocal", "--workdir", wd,
+                      f"--config.model.name={tiny_model_dir}", "--config.progress=False"])
+  assert p.returncode == 0, p.stderr[-3000:]
+  msgs = [ln for ln in (p.stdout + p.stderr).splitlines() if "cannot be read" in ln]
+  assert len(msgs) == 1, p.stderr[-3000:]
+  assert f"checkpoint {os.path.join(wd, 'ckpt', '6')} (step 6) cannot be read" in msgs[0]
+  assert "Resuming from step 3" in msgs[0]
+  assert "Traceback" not in p.stderr and "Event loop is closed" not in p.stderr, p.stderr[-3000:]
+  assert os.listdir(os.path.join(wd, "ckpt_corrupt")) == ["6"]
+  assert provenance.checkpoint_steps(wd) == [3, 6]
+  chex.assert_trees_all_equal(_params_at(wd, 6), want)
+
+
+def test_no_intact_checkpoint_names_the_folder_to_delete(tiny_model_dir, ce_run, tmp_path):
+  import os
+  from acl_jax import provenance
+  from acl_jax.train import loop
+  wd = _copy_run(ce_run, tmp_path)
+  for step in (3, 6):
+    _truncate_largest_shard(wd, step)
+  ckpt = os.path.join(wd, "ckpt")
+  with pytest.raises(RuntimeError, match=rf"No checkpoint in {ckpt} can be read: the checkpoint "
+                     rf"{ckpt}/6 \(step 6\) .*step 3.* delete {ckpt} to retrain"):
+    loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir), wd)
+  assert provenance.checkpoint_steps(wd) == [3, 6]  # nothing is moved without a fallback
+
+
+def test_sigkill_during_a_checkpoint_save_resumes_exactly(tiny_model_dir, tmp_path):
+  """SIGKILL while the latest checkpoint of step 8 is being written (arrays in Orbax's temp
+  folder, not yet renamed): the half-written folder is not a checkpoint, the resume from step
+  4 removes it, and the final params equal an uninterrupted run's."""
+  import os
+  import signal
+  import subprocess
+  import sys
+  import time
+  import chex
+  from acl_jax import provenance
+  args = ["--config", "configs/quickstart.py:runlocal", f"--config.model.name={tiny_model_dir}",
+          "--config.num_steps=12", "--config.eval_every=4", "--config.progress=False",
+          "--config.model.dropout=0.1"]
+  straight, killed = str(tmp_path / "straight"), str(tmp_path / "killed")
+  whole = subprocess.Popen([sys.executable, "train.py", *args, "--workdir", straight],
+                           cwd=helpers.REPO, env=helpers.env(), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True)
+  marker = str(tmp_path / "saving")
+  proc = subprocess.Popen([sys.executable, "-m", "tests.fault_workers", "pause_in_save", "8",
+                           marker, *args, "--workdir", killed], cwd=helpers.REPO,
+                          env=helpers.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                          text=True)
+  deadline = time.time() + 300
+  while not os.path.exists(marker) and proc.poll() is None and time.time() < deadline:
+    time.sleep(0.05)
+  assert os.path.exists(marker), proc.stderr.read()[-3000:] if proc.poll() is not None else ""
+  os.kill(proc.pid, signal.SIGKILL)
+  proc.wait()
+  tmp = open(marker).read()
+  assert os.path.isdir(tmp) and ".orbax-checkpoint-tmp" in os.path.basename(tmp)
+  assert provenance.checkpoint_steps(killed) == [4]  # the half-written step is no checkpoint
+  assert whole.wait(timeout=300) == 0, whole.stderr.read()[-3000:]
+  p = helpers.run_py(["train.py", *args, "--workdir", killed])
+  assert p.returncode == 0, p.stderr[-3000:]
+  assert "Resumed from" in p.stderr and "at step 4" in p.stderr
+  assert not os.path.exists(tmp)
+  assert sorted(os.listdir(os.path.join(killed, "ckpt"))) == ["12", "8"]
+  assert provenance.checkpoint_steps(straight) == [8, 12]
+  chex.assert_trees_all_equal(_params_at(killed, 12), _params_at(straight, 12))
+
+
+# ---- a G-Loss that cannot learn ---------------------------------------------------------------
+
+def test_gloss_floor_share_predicts_a_zero_gradient():
+  """At sigma 0.01 every edge but the strongest is below the weight floor and G-Loss has no
+  gradient; at the SPEC's 0.667 no edge is there and it has one."""
+  import jax
+  import numpy as np
+  from acl_jax.losses import gloss
+  from acl_jax.train import objectives
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(16, 32)).astype(np.float32)
+  y = rng.integers(0, 2, 16)
+  grad = lambda s: np.abs(jax.grad(lambda f: gloss(f, y, jax.random.key(0), 2, s)[0])(x)).max()
+  assert objectives.gloss_floor_share(x, 0.01, 16) == 1.0  # all but the strongest pair
+  assert grad(0.01) <= 1e-7
+  assert objectives.gloss_floor_share(x, 0.667, 16) == 0.0 and grad(0.667) > 1e-3
+  assert 0.0 < objectives.gloss_floor_share(x, 0.1, 16) < 1.0 and grad(0.1) > 1e-3
+  assert objectives.gloss_floor_share(x, 0.01, 8) == 1.0  # two graphs of 8
+
+
+def test_gloss_at_a_tiny_sigma_warns_with_the_floor_share(tiny_model_dir, tmp_path, caplog):
+  """The tiny random model's features lie ~100x closer together than MiniLM's (where sigma
+  0.01 leaves every edge but the strongest at the floor), so here sigma 1e-4 does."""
+  from acl_jax.train import loop
+  cfg = helpers.tiny_config(tiny_model_dir, "runlocal,gloss", **{
+      "loss.sigma": 1e-4, "num_steps": 1, "eval_every": 1})
+  with caplog.at_level("INFO"):
+    loop.train_and_evaluate(cfg, str(tmp_path / "run"))
+  warned = [r.getMessage() for r in caplog.records
+            if r.levelname == "WARNING" and "weight floor" in r.getMessage()]
+  assert len(warned) == 1, caplog.text
+  assert "G-Loss at sigma=0.0001 learns next to nothing" in warned[0]
+  assert "of the edges of a 8-node batch graph" in warned[0] and "loss.sigma_mode=sqrt" in warned[0]
+  assert float(warned[0].split("features, ")[1].split("%")[0]) > 90.0
