@@ -262,7 +262,7 @@ def split_order(key: jax.Array, example_ids: jax.Array) -> jax.Array:
   k = jax.random.key_data(key).reshape(-1)
   ids = example_ids.astype(jnp.uint32)
   zero = jnp.zeros_like(ids)  # gives the key words the ids' (device-varying) type, see bert._like
-  score, _ = threefry2x32_p.bind(k[0] + zero, k[1] + zero, ids, zero)
+  score, _ = threefry2x32_p.bind(k[0] + zero[0], k[1] + zero[0], ids, zero)
   return jnp.argsort(score, stable=True)
 
 

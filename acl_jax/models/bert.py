@@ -88,10 +88,11 @@ def example_counters(example: jax.Array, width: int) -> tuple[jax.Array, jax.Arr
 
 
 def _like(key: jax.Array, counter: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """The key's two words broadcast to the counter's shape. Under `shard_map` the counter is
-  device-varying (example ids) and the key is not; threefry's loop needs all four operands of
-  one type, and adding zeros of the counter's type gives the key that type."""
-  zero = jnp.zeros_like(counter)
+  """The key's two words, typed like the counter. Under `shard_map` the counter is
+  device-varying (example ids) and the key is not, and threefry's loop needs operands of one
+  type; adding a scalar zero taken from the counter gives the words that type and keeps them
+  scalars (full-size key words would triple the loop's carried state on CPU)."""
+  zero = counter.reshape(-1)[0] & jnp.uint32(0)
   return key[0] + zero, key[1] + zero
 
 
