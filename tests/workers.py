@@ -1,6 +1,7 @@
 """Subprocess entry points for tests that need a fresh JAX runtime.
 
   python -m tests.workers device_invariance MODEL_DIR NUM_DEVICES OUT.npz [TAG,TAG...]
+  python -m tests.workers golden_runs MODEL_DIR ROOT OUT.json [TAG,TAG...]
   python -m tests.workers distributed MODEL_DIR WORKDIR PORT PID OUT.npz
 """
 import sys
@@ -89,6 +90,61 @@ def device_invariance(model_dir, num_devices, out, tags=",".join(INVARIANT_OBJEC
   np.savez(out, **results)
 
 
+# The runs whose behaviour a restructuring of the trainer must keep (quickstart runlocal on the
+# tiny model, dropout at the checkpoint's rate): the config-file word after "runlocal," and
+# extra overrides.
+GOLDEN_RUNS = {
+    "ce": ("", {}),
+    "scl": ("scl", {}),
+    "acl_all": ("acl", {}),
+    "acl_top": ("acl", {"loss.angle_params": "top"}),
+    "acl_cl": ("acl_cl", {}),
+    "jt": ("jt", {}),
+    "2st": ("2st", {}),
+    "alt": ("alt", {}),
+    "kd": ("kd", {}),
+    "gloss": ("gloss", {}),
+    "triplet": ("triplet", {}),
+}
+
+
+def golden_runs(model_dir, root, out, tags=",".join(GOLDEN_RUNS)):
+  """Trains each named GOLDEN_RUNS entry with the real loop; writes per-step train losses,
+  the final params' sha256 and per-leaf float64 sums and norms (a summary that survives a
+  change of CPU, where the hash does not) to the JSON file `out`."""
+  import json
+  import jax
+  from acl_jax.train import checkpoint as ckpt_lib
+  from acl_jax.train import loop
+  from benchmarks.common import cpu_model
+  from tests.helpers import tiny_config
+  rec = {"cpu_model": cpu_model(), "jax": jax.__version__, "runs": {}}
+  for tag in tags.split(","):
+    word, overrides = GOLDEN_RUNS[tag]
+    cfg = tiny_config(model_dir, "runlocal" + ("," + word if word else ""),
+                      **{"model.dropout": DROPOUT, **overrides})
+    wd = f"{root}/{tag}"
+    results = loop.train_and_evaluate(cfg, wd)
+    with open(f"{wd}/metrics.jsonl") as f:
+      train = [json.loads(line) for line in f]
+    losses = [r["loss"] for r in train if r["kind"] == "train"]
+    ckpts = ckpt_lib.Checkpoints(wd)
+    setup_params = loop.build(cfg).params  # the restore target: shapes and shardings
+    params, _ = ckpts.restore_params(setup_params)
+    ckpts.close()
+    assert loop.params_fingerprint(params) == results["train"]["params_sha256"]
+    leaves = jax.tree_util.tree_flatten_with_path(jax.device_get(params))[0]
+    rec["runs"][tag] = {
+        "losses": losses,
+        "params_sha256": results["train"]["params_sha256"],
+        "leaf_size": {jax.tree_util.keystr(k): int(np.size(v)) for k, v in leaves},
+        "leaf_sum": {jax.tree_util.keystr(k): float(np.sum(v, dtype=np.float64)) for k, v in leaves},
+        "leaf_norm": {jax.tree_util.keystr(k): float(np.linalg.norm(np.ravel(v).astype(np.float64)))
+                      for k, v in leaves}}
+  with open(out, "w") as f:
+    json.dump(rec, f, indent=1, sort_keys=True)
+
+
 def distributed(model_dir, workdir, port, pid, out):
   """One of two processes of a jax.distributed run of the real training loop."""
   import jax
@@ -127,5 +183,5 @@ def gate_consistency(out):
 
 
 if __name__ == "__main__":
-  {"device_invariance": device_invariance, "distributed": distributed,
+  {"device_invariance": device_invariance, "golden_runs": golden_runs, "distributed": distributed,
    "gate_consistency": gate_consistency}[sys.argv[1]](*sys.argv[2:])
