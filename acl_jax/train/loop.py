@@ -63,6 +63,19 @@ def _check_splits(task, splits) -> None:
     raise ValueError(f"Split {missing[0]!r} not in task {task.name}; has {sorted(task.splits)}.")
 
 
+def load_model(config, num_labels: int, with_tokenizer: bool = True):
+  """(model, pretrained params, tokenizer) that a run's config trains (hf.load_pretrained)."""
+  # .get: workdirs written before model.exit_pooling / model.head existed.
+  overrides = {"exit_pooling": config.model.get("exit_pooling", "cls")}
+  if config.model.dropout >= 0:
+    overrides.update(hidden_dropout=config.model.dropout, attention_dropout=config.model.dropout)
+  return hf.load_pretrained(
+      config.model.name, num_labels, exits=config.model.exits,
+      head=config.model.get("head", "") or None, dtype=config.model.dtype, seed=config.seed,
+      ignore_head=config.model.get("ignore_head", False), with_tokenizer=with_tokenizer,
+      **overrides)
+
+
 def build(config, splits=()) -> Setup:
   """Loads the task, model and tokenised splits named by the config; `splits` the caller will
   read must exist (checked before the model loads)."""
@@ -75,14 +88,7 @@ def build(config, splits=()) -> Setup:
       text_pair_column=t.text_pair_column or None, label_column=t.label_column,
       files=files or None, main_metric=t.main_metric or None)
   _check_splits(task, splits)
-  # .get: workdirs written before model.exit_pooling existed read as "cls".
-  overrides = {"exit_pooling": config.model.get("exit_pooling", "cls")}
-  if config.model.dropout >= 0:
-    overrides.update(hidden_dropout=config.model.dropout, attention_dropout=config.model.dropout)
-  model, params, tokenizer = hf.load_pretrained(
-      config.model.name, task.num_labels, exits=config.model.exits,
-      pooler=config.model.pooler, dtype=config.model.dtype, seed=config.seed,
-      ignore_head=config.model.get("ignore_head", False), **overrides)
+  model, params, tokenizer = load_model(config, task.num_labels)
   tok = {}
   for split, ds in task.splits.items():
     n = t.max_train_examples if split == "train" else t.max_eval_examples
