@@ -1,7 +1,9 @@
-"""Loading Hugging Face checkpoints into `Classifier` params.
+"""Loading Hugging Face checkpoints into `Classifier` params, and the names back for export.
 
 A model folder holds config.json, model.safetensors (or pytorch_model.bin) and tokenizer files.
-A hub id is fetched with `huggingface_hub` when online; offline it fails at once.
+A hub id is fetched with `huggingface_hub` when online; offline it fails at once. A fine-tuned
+sequence-classification head loads into the final exit (`checkpoint_head`, `resolve_head`);
+`hf_state_dict` and `head_state_dict` invert the mapping for acl_jax/export.py.
 """
 import logging
 import os

@@ -460,6 +460,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   writer = MetricWriter(workdir, start)
   if is_main():
     record_config(workdir, cfg, start, resumed=restored is not None)
+    provenance.write_labels(workdir, setup.task.label_names)
     log.info("%s: %d train examples, %d steps/epoch, %d steps, objective %s, %d device(s).",
              setup.task.name, n_train, steps_per_epoch, total, objective.name,
              jax.device_count())
@@ -552,10 +553,7 @@ def evaluate_best(setup: Setup, ckpts, target_params, eval_step, splits, dump_di
   free of the choice model selection made on dev. With `dump_dir`, each split's features go
   to `dump_dir/features_{split}.npz`.
   """
-  if checkpoint not in ("best", "latest"):
-    raise ValueError(f"checkpoint must be 'best' or 'latest', got {checkpoint!r}.")
-  restored = ((checkpoint == "best" and ckpts.restore_params(target_params, best=True))
-              or ckpts.restore_params(target_params))
+  restored = ckpts.restore_selected(target_params, checkpoint)
   if restored is None:
     raise FileNotFoundError("No checkpoint to evaluate in this workdir; train first.")
   params, meta = restored
@@ -639,7 +637,7 @@ def early_exit_workdir(config, workdir: str, split: str, policy: str, thresholds
   for t in thresholds:  # fail before loading anything
     check_threshold(policy, t)
   setup, ckpts, target = _open_workdir(config, workdir, [split])
-  restored = ckpts.restore_params(target, best=True) or ckpts.restore_params(target)
+  restored = ckpts.restore_selected(target)
   ckpts.close()
   params = jax.device_get(restored[0])
   ds = setup.tok[split]
