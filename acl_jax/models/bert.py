@@ -264,6 +264,7 @@ class ExitHead(nn.Module):
       if spec.input_dropout:
         dropped = Dropout(rate, name="input_dropout")(
             cls, example_counters(example, cls.shape[-1]), deterministic=not train)
+        # Dropout hands its input back when it is off (eval, rate 0): one dense pass then.
         x = feat if dropped is cls else act(dense(dropped))
       else:
         x = feat
