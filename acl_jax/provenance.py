@@ -105,6 +105,24 @@ def run_config(workdir: str, before_step: int | None = None) -> dict | None:
   return cfg
 
 
+# The run's label names in label-id order (a JSON list), written by the training loop; what
+# export.py names the classes of an exported HF model by.
+LABELS = "labels.json"
+
+
+def write_labels(workdir: str, names) -> None:
+  write_atomic(os.path.join(workdir, LABELS), json.dumps([str(n) for n in names]))
+
+
+def read_labels(workdir: str) -> list[str] | None:
+  """The run's label names; None when the workdir does not record them."""
+  path = os.path.join(workdir, LABELS)
+  if not os.path.isfile(path):
+    return None
+  with open(path) as f:
+    return [str(n) for n in json.load(f)]
+
+
 def run_finished(workdir: str, results: dict | None = None) -> bool:
   """Whether train.py finished the run: its results.json (`results`, if already read) holds
   the "train" record. eval.py alone, run on a half-trained workdir, writes one without it."""

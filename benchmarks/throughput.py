@@ -124,9 +124,10 @@ def jax_train_setup(model_name: str, seed: int):
 
   spec, folder = model_spec(model_name)
   if folder:
-    model, params, _ = load_pretrained(folder, NUM_LABELS, pooler=True, with_tokenizer=False)
+    model, params, _ = load_pretrained(folder, NUM_LABELS, head="bert_pooler",
+                                       with_tokenizer=False)
   else:
-    cfg = config_from_hf(spec, num_labels=NUM_LABELS, pooler=True)
+    cfg = config_from_hf(spec, num_labels=NUM_LABELS, head="bert_pooler")
     model, params = Classifier(cfg), init_params(cfg, jax.random.key(seed))
   objective = objectives.build_objective(base_config().loss, num_labels=NUM_LABELS,
                                          last_exit=model.cfg.num_layers)

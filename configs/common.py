@@ -54,7 +54,10 @@ def base_config() -> ml_collections.ConfigDict:
   c.model = ml_collections.ConfigDict()
   c.model.name = "minilm-l6"  # alias, local HF folder, or hub id (e.g. bert-base-uncased)
   c.model.exits = "last"  # "last" or "all"
-  c.model.pooler = False
+  # Exit heads: "" = the checkpoint's fine-tuned head if it has one, else "linear" (SPEC: a
+  # linear layer on the [CLS] state); "bert_pooler", "roberta" or "distilbert" build HF's
+  # *ForSequenceClassification heads, which export.py writes as standard HF folders.
+  c.model.head = ""
   c.model.exit_pooling = "cls"  # "cls" (SPEC) or "mean": what each exit reads from its layer
   c.model.dtype = "float32"  # "bfloat16" on accelerators
   c.model.dropout = -1.0  # < 0 keeps the checkpoint's hidden/attention dropout

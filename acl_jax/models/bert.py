@@ -5,11 +5,14 @@ transformer block and differ only in embeddings (token types, position ids), whi
 `EncoderConfig.family` selects. Checkpoint names are mapped onto this tree by `models/hf.py`.
 
 Parameter tree (what `model.init` returns under "params"):
-  encoder/embeddings/{word_embeddings,position_embeddings,token_type_embeddings?,LayerNorm}
+  encoder/embeddings/{word_embeddings,position_embeddings?,token_type_embeddings?,LayerNorm}
   encoder/layer_{i}/attention/{qkv,out,LayerNorm}        i = 0..M-1
   encoder/layer_{i}/mlp/{fc1,fc2,LayerNorm}
   exit_{m}/{pooler?,classifier}                          m = 1-based layer of the exit
-The classifier kernel is [hidden, num_labels]; its transpose is the label-embedding matrix.
+`pooler` is the exit head's hidden dense layer (every head but "linear": BERT's pooler,
+RoBERTa's classifier.dense, DistilBERT's pre_classifier). The classifier kernel is
+[d, num_labels]; its transpose is the label-embedding matrix. DistilBERT's sinusoidal position
+table is a constant (`sinusoidal_table`), not a parameter.
 """
 import functools
 from typing import Any, NamedTuple
@@ -17,6 +20,7 @@ from typing import Any, NamedTuple
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.extend.random import threefry2x32_p
 
 from acl_jax.models.config import EncoderConfig
@@ -31,6 +35,8 @@ ACTIVATIONS = {
     "gelu_tanh": functools.partial(jax.nn.gelu, approximate=True),
     "relu": jax.nn.relu,
 }
+# Activations of the exit heads' hidden dense layer (config.HeadSpec.activation).
+HEAD_ACTIVATIONS = {"tanh": jnp.tanh, "relu": jax.nn.relu}
 
 
 def _dense(cfg: EncoderConfig, features: int, name: str) -> nn.Dense:
@@ -131,6 +137,21 @@ class Dropout(nn.Module):
                      jnp.zeros((), x.dtype))
 
 
+@functools.lru_cache(maxsize=8)
+def sinusoidal_table(n_pos: int, dim: int) -> np.ndarray:
+  """[n_pos, dim] float32 DistilBERT position table: sin on even columns, cos on odd ones.
+
+  Computed in float64 and rounded once, as HF's `create_sinusoidal_embeddings`, so it equals
+  the table HF writes into a checkpoint bit for bit.
+  """
+  pos = np.arange(n_pos, dtype=np.float64)[:, None]
+  j = np.arange(dim)
+  angle = pos / np.power(10000, 2 * (j // 2) / dim)
+  table = np.where(j % 2 == 0, np.sin(angle), np.cos(angle)).astype(np.float32)
+  table.flags.writeable = False
+  return table
+
+
 def attention_bias(attention_mask: jax.Array) -> jax.Array:
   """[batch, seq] 0/1 mask -> [batch, 1, 1, seq] additive float32 bias."""
   return jnp.where(attention_mask[:, None, None, :] > 0, 0.0, _NEG_INF).astype(jnp.float32)
@@ -152,7 +173,12 @@ class Embeddings(nn.Module):
       positions = jnp.cumsum(not_pad, axis=1) * not_pad + cfg.pad_token_id
     else:
       positions = jnp.broadcast_to(jnp.arange(input_ids.shape[1]), input_ids.shape)
-    x = x + embed(cfg.max_position_embeddings, name="position_embeddings")(positions)
+    if cfg.sinusoidal_pos_embds:
+      # A constant, not a parameter: nothing (optimizer, gate angle, clipping) can move it.
+      table = sinusoidal_table(cfg.max_position_embeddings, cfg.hidden_size)
+      x = x + jnp.asarray(table, cfg.compute_dtype)[positions]
+    else:
+      x = x + embed(cfg.max_position_embeddings, name="position_embeddings")(positions)
     if cfg.type_vocab_size > 0:
       if token_type_ids is None:
         token_type_ids = jnp.zeros_like(input_ids)
@@ -208,10 +234,17 @@ class TransformerLayer(nn.Module):
 
 
 class ExitHead(nn.Module):
-  """Exit classifier on a layer's [CLS] state (or token mean): optional pooler, dropout, linear.
+  """Exit classifier on a layer's [CLS] state (or token mean), laid out as `cfg.head` says.
 
-  Returns (logits [batch, num_labels] float32, feature [batch, d]); the feature is the
-  dropout-free input of the dropout + linear layer (SPEC's f).
+  Every head (config.EXIT_HEADS) ends in dropout + linear ("classifier"); all but "linear"
+  first run a dense layer ("pooler") and its activation, the "roberta" head with a dropout
+  before the dense too (RobertaClassificationHead's placement). One rate,
+  `classifier_dropout` (default hidden_dropout), serves every dropout of the head.
+
+  Returns (logits [batch, num_labels] float32, feature [batch, d]); the feature is SPEC's f,
+  the input of the final dropout + linear layer computed without the head's dropout. (With
+  the "roberta" head in training the logits see the dense layer on the dropped input, and f
+  the same layer on the undropped one.)
   """
   cfg: EncoderConfig
 
@@ -219,13 +252,23 @@ class ExitHead(nn.Module):
   def __call__(self, cls, train: bool = False, example: jax.Array | None = None):
     """cls: [batch, hidden]; example: [batch] global example ids (dropout keying)."""
     cfg = self.cfg
-    feat = cls
-    if cfg.pooler:
-      feat = jnp.tanh(_dense(cfg, cfg.hidden_size, "pooler")(feat))
+    spec = cfg.head_spec
     rate = cfg.hidden_dropout if cfg.classifier_dropout is None else cfg.classifier_dropout
     if example is None:
-      example = jnp.arange(feat.shape[0])
-    x = Dropout(rate)(feat, example_counters(example, feat.shape[-1]), deterministic=not train)
+      example = jnp.arange(cls.shape[0])
+    x = feat = cls
+    if spec.activation is not None:
+      act = HEAD_ACTIVATIONS[spec.activation]
+      dense = _dense(cfg, cfg.hidden_size, "pooler")
+      feat = act(dense(cls))
+      if spec.input_dropout:
+        dropped = Dropout(rate, name="input_dropout")(
+            cls, example_counters(example, cls.shape[-1]), deterministic=not train)
+        # Dropout hands its input back when it is off (eval, rate 0): one dense pass then.
+        x = feat if dropped is cls else act(dense(dropped))
+      else:
+        x = feat
+    x = Dropout(rate)(x, example_counters(example, x.shape[-1]), deterministic=not train)
     logits = _dense(cfg, cfg.num_labels, "classifier")(x)
     return logits.astype(jnp.float32), feat
 

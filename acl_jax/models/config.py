@@ -23,6 +23,29 @@ EXIT_POOLING = ("cls", "mean")
 
 
 @dataclasses.dataclass(frozen=True)
+class HeadSpec:
+  """The layout of an exit head: [dropout] -> dense -> activation = f -> dropout -> linear.
+
+  Attributes:
+    activation: of the head's hidden dense layer ("tanh" or "relu"); None for a head without
+      one, whose feature f is its input.
+    input_dropout: a dropout on the head's input before the dense layer too (RoBERTa's head).
+  """
+  activation: str | None
+  input_dropout: bool = False
+
+
+# Exit heads. "linear" is acl-jax's (SPEC: f is the layer's [CLS] state); the others are the
+# heads of HF's *ForSequenceClassification models, so a fine-tuned one loads exactly.
+EXIT_HEADS = {
+    "linear": HeadSpec(None),
+    "bert_pooler": HeadSpec("tanh"),  # BERT's pooler (dense + tanh), dropout, classifier
+    "roberta": HeadSpec("tanh", input_dropout=True),  # classifier.dense, classifier.out_proj
+    "distilbert": HeadSpec("relu"),  # pre_classifier + ReLU, dropout, classifier
+}
+
+
+@dataclasses.dataclass(frozen=True)
 class EncoderConfig:
   """Static shape and behaviour of the encoder and its exit heads.
 
@@ -31,6 +54,8 @@ class EncoderConfig:
     vocab_size, hidden_size, num_layers, num_heads, intermediate_size: transformer shape.
     max_position_embeddings: size of the learned position table.
     type_vocab_size: token-type table size (0 for DistilBERT, which has none).
+    sinusoidal_pos_embds: DistilBERT's fixed sinusoidal position table: a constant computed
+      from the shape, not a parameter, so training cannot move it (HF freezes it).
     hidden_dropout, attention_dropout: dropout rates used when `train=True`.
     layer_norm_eps: LayerNorm epsilon.
     pad_token_id: used for RoBERTa's position ids.
@@ -38,12 +63,16 @@ class EncoderConfig:
       "gelu_tanh" or "relu" (`hf.encoder_config` rejects others at load time).
     num_labels: classes of every exit head.
     exits: "last" (one head on layer M) or "all" (a head on every layer 1..M).
-    pooler: whether each exit has a dense+tanh pooler before its dropout and classifier.
+    head: every exit's head, a key of `EXIT_HEADS`: "linear" (dropout + linear on the
+      layer's state, acl-jax's default), "bert_pooler" (dense + tanh first), "roberta"
+      (dropout, dense + tanh, as RobertaClassificationHead) or "distilbert" (dense + ReLU
+      first, as DistilBertForSequenceClassification's pre_classifier).
     exit_pooling: what an exit reads from its layer: "cls" (the [CLS] state, SPEC's h, the
       default) or "mean" (the mean over non-padding tokens). "mean" goes beyond the SPEC:
       sentence-embedding checkpoints such as all-MiniLM-L6-v2 were trained with mean pooling
       and their lower-layer [CLS] states carry almost no signal.
-    classifier_dropout: dropout before each classifier (defaults to hidden_dropout).
+    classifier_dropout: dropout in each exit head (defaults to hidden_dropout; DistilBERT's
+      config.json gives it as seq_classif_dropout).
     dtype: compute dtype (params stay float32); "bfloat16" on accelerators.
   """
   family: str = "bert"
@@ -54,6 +83,7 @@ class EncoderConfig:
   intermediate_size: int = 3072
   max_position_embeddings: int = 512
   type_vocab_size: int = 2
+  sinusoidal_pos_embds: bool = False
   hidden_dropout: float = 0.1
   attention_dropout: float = 0.1
   layer_norm_eps: float = 1e-12
@@ -61,7 +91,7 @@ class EncoderConfig:
   hidden_act: str = "gelu"
   num_labels: int = 2
   exits: str = "last"
-  pooler: bool = False
+  head: str = "linear"
   exit_pooling: str = "cls"
   classifier_dropout: float | None = None
   dtype: str = "float32"
@@ -71,6 +101,8 @@ class EncoderConfig:
       raise ValueError(f"Unknown encoder family {self.family!r}; known: {sorted(set(FAMILIES.values()))}.")
     if self.exits not in EXIT_MODES:
       raise ValueError(f"exits must be one of {EXIT_MODES}, got {self.exits!r}.")
+    if self.head not in EXIT_HEADS:
+      raise ValueError(f"Unknown exit head {self.head!r}; known: {sorted(EXIT_HEADS)}.")
     if self.exit_pooling not in EXIT_POOLING:
       raise ValueError(f"exit_pooling must be one of {EXIT_POOLING}, got {self.exit_pooling!r}.")
     if self.hidden_size % self.num_heads:
@@ -96,6 +128,10 @@ class EncoderConfig:
     return self.max_position_embeddings
 
   @property
+  def head_spec(self) -> HeadSpec:
+    return EXIT_HEADS[self.head]
+
+  @property
   def compute_dtype(self) -> Any:
     return jnp.dtype(self.dtype)
 
@@ -108,7 +144,7 @@ def config_from_hf(hf: dict, **overrides) -> EncoderConfig:
 
   Args:
     hf: the parsed `config.json`.
-    **overrides: EncoderConfig fields to set (num_labels, exits, pooler, dtype, ...).
+    **overrides: EncoderConfig fields to set (num_labels, exits, head, dtype, ...).
   """
   model_type = hf.get("model_type", "bert")
   if model_type not in FAMILIES:
@@ -122,10 +158,9 @@ def config_from_hf(hf: dict, **overrides) -> EncoderConfig:
         max_position_embeddings=hf["max_position_embeddings"], type_vocab_size=0,
         hidden_dropout=hf.get("dropout", 0.1), attention_dropout=hf.get("attention_dropout", 0.1),
         layer_norm_eps=1e-12, pad_token_id=hf.get("pad_token_id", 0),
-        hidden_act=hf.get("activation", "gelu"))
-    if hf.get("sinusoidal_pos_embds"):
-      # The table is still stored in the checkpoint, so loading it as learned is exact.
-      pass
+        hidden_act=hf.get("activation", "gelu"),
+        sinusoidal_pos_embds=bool(hf.get("sinusoidal_pos_embds", False)),
+        classifier_dropout=hf.get("seq_classif_dropout", 0.2))
   else:
     kw = dict(
         vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"],

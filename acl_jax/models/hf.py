@@ -1,8 +1,11 @@
-"""Loading Hugging Face checkpoints into `Classifier` params.
+"""Loading Hugging Face checkpoints into `Classifier` params, and the names back for export.
 
 A model folder holds config.json, model.safetensors (or pytorch_model.bin) and tokenizer files.
-A hub id is fetched with `huggingface_hub` when online; offline it fails at once.
+A hub id is fetched with `huggingface_hub` when online; offline it fails at once. A fine-tuned
+sequence-classification head loads into the final exit (`checkpoint_head`, `resolve_head`);
+`hf_state_dict` and `head_state_dict` invert the mapping for acl_jax/export.py.
 """
+import logging
 import os
 from typing import Any
 
@@ -10,8 +13,10 @@ import jax
 import numpy as np
 
 from acl_jax.models import bert
-from acl_jax.models.config import EncoderConfig, config_from_hf, read_hf_config
+from acl_jax.models.config import (EXIT_HEADS, FAMILIES, EncoderConfig, config_from_hf,
+                                    read_hf_config)
 
+log = logging.getLogger(__name__)
 _OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 _HUB_FILES = ["config.json", "*.safetensors", "pytorch_model.bin", "tokenizer.json",
               "tokenizer_config.json", "vocab.txt", "vocab.json", "merges.txt",
@@ -128,8 +133,94 @@ def _t(w):
   return None if w is None else w.T
 
 
-def convert_state_dict(sd: dict[str, np.ndarray], cfg: EncoderConfig) -> tuple[dict, list, list]:
-  """Maps an HF state dict onto our encoder tree (plus the final exit's pooler/head if present).
+# The HF module names of each exit head's parts (without .weight/.bias), as the
+# *ForSequenceClassification models name them. BERT's pooler sits in the encoder checkpoint.
+HEAD_HF_NAMES = {
+    "linear": {"classifier": "classifier"},
+    "bert_pooler": {"pooler": "pooler.dense", "classifier": "classifier"},
+    "roberta": {"pooler": "classifier.dense", "classifier": "classifier.out_proj"},
+    "distilbert": {"pooler": "pre_classifier", "classifier": "classifier"},
+}
+# What a *ForSequenceClassification model of each family has as its head.
+FAMILY_HEADS = {"bert": "bert_pooler", "roberta": "roberta", "distilbert": "distilbert"}
+# The lower exits' heads of a multi-exit model exported to HF (see acl_jax/export.py).
+EXITS_FILE = "exits.safetensors"
+_HEAD_PREFIXES = ("classifier.", "pre_classifier.")
+
+
+def checkpoint_head(sd: dict[str, np.ndarray], hf_config: dict) -> str | None:
+  """The exit head (a key of config.EXIT_HEADS) a checkpoint's fine-tuned classifier forms;
+  None when it holds none (a pretrained encoder, or a head for another task)."""
+  archs = hf_config.get("architectures") or []
+  if archs and not any(a.endswith("ForSequenceClassification") for a in archs):
+    return None  # e.g. a token-classification or multiple-choice head: not an exit head
+  if "classifier.out_proj.weight" in sd:
+    return "roberta"
+  if "classifier.weight" not in sd:
+    return None
+  if "pre_classifier.weight" in sd:
+    return "distilbert"
+  if FAMILIES.get(hf_config.get("model_type", "bert")) == "bert" and "pooler.dense.weight" in sd:
+    return "bert_pooler"
+  return "linear"
+
+
+def drop_head(sd: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """The state dict without a fine-tuned head (BERT's pooler, part of the encoder, stays)."""
+  return {k: v for k, v in sd.items() if not k.startswith(_HEAD_PREFIXES)}
+
+
+def _head_labels(sd: dict[str, np.ndarray], head: str) -> int:
+  return sd[HEAD_HF_NAMES[head]["classifier"] + ".weight"].shape[0]
+
+
+def resolve_head(requested: str | None, found: str | None, sd: dict[str, np.ndarray],
+                 cfg: EncoderConfig, folder: str) -> str:
+  """The exit head to build: the requested one, or the checkpoint's (`found`) if unset.
+
+  Raises ValueError, naming `ignore_head` as the way out, when the checkpoint's fine-tuned
+  head cannot be loaded exactly into the model asked for: another head layout, another
+  number of labels, or exits that read the token mean instead of [CLS].
+  """
+  if found is None:
+    return requested or "linear"
+  fresh = (f"or drop the checkpoint's head with ignore_head=True (train.py: "
+           f"--config.model.ignore_head=True) to start a new {requested or 'linear'!r} head")
+  if requested and requested != found:
+    raise ValueError(
+        f"The checkpoint in {folder!r} carries a fine-tuned {found!r} exit head "
+        f"({', '.join(HEAD_HF_NAMES[found].values())}), which a {requested!r} head cannot hold. "
+        f"Ask for head={found!r} (or leave model.head unset to follow the checkpoint), {fresh}.")
+  k = _head_labels(sd, found)
+  if k != cfg.num_labels:
+    raise ValueError(
+        f"The checkpoint's classifier head has {k} labels but num_labels={cfg.num_labels}. "
+        f"Pass num_labels={k}, {fresh}.")
+  if cfg.exit_pooling != "cls":
+    raise ValueError(
+        f"The checkpoint in {folder!r} carries a fine-tuned {found!r} head, which reads the "
+        f"[CLS] state, but exit_pooling={cfg.exit_pooling!r}. Use exit_pooling='cls', {fresh}.")
+  return found
+
+
+def _check_sinusoid(table: np.ndarray | None, cfg: EncoderConfig, folder: str) -> None:
+  if table is None:
+    return
+  want = bert.sinusoidal_table(cfg.max_position_embeddings, cfg.hidden_size)
+  err = float(np.abs(table - want).max()) if table.shape == want.shape else float("inf")
+  if err > 1e-6:
+    raise ValueError(
+        f"{folder!r} sets sinusoidal_pos_embds=true, but its position table is not the fixed "
+        f"sinusoid (max |difference| {err:.3g}): it was trained (transformers >= 5 leaves it "
+        "trainable). acl-jax keeps a sinusoidal table constant; pass sinusoidal_pos_embds=False "
+        "to load_pretrained (or set it false in config.json) to load and train it as a learned "
+        "table.")
+
+
+def convert_state_dict(sd: dict[str, np.ndarray], cfg: EncoderConfig, folder: str = ""
+                       ) -> tuple[dict, list, list]:
+  """Maps an HF state dict onto our encoder tree, plus the final exit's head parts that the
+  checkpoint holds under `cfg.head`'s HF names (`HEAD_HF_NAMES`).
 
   Returns:
     (params, missing, unused): nested numpy params for the "encoder" subtree and possibly the
@@ -137,8 +228,11 @@ def convert_state_dict(sd: dict[str, np.ndarray], cfg: EncoderConfig) -> tuple[d
   """
   r = _Reader(sd)
   emb = {"word_embeddings": {"embedding": r.get("embeddings.word_embeddings.weight")},
-         "position_embeddings": {"embedding": r.get("embeddings.position_embeddings.weight")},
          "LayerNorm": r.layer_norm("embeddings.LayerNorm")}
+  if cfg.sinusoidal_pos_embds:  # a constant of the model; the stored copy is only checked
+    _check_sinusoid(r.sd.pop("embeddings.position_embeddings.weight", None), cfg, folder)
+  else:
+    emb["position_embeddings"] = {"embedding": r.get("embeddings.position_embeddings.weight")}
   if cfg.type_vocab_size > 0:
     emb["token_type_embeddings"] = {"embedding": r.get("embeddings.token_type_embeddings.weight")}
   enc = {"embeddings": emb}
@@ -155,24 +249,93 @@ def convert_state_dict(sd: dict[str, np.ndarray], cfg: EncoderConfig) -> tuple[d
         "mlp": {"fc1": r.dense(n["mlp/fc1"]), "fc2": r.dense(n["mlp/fc2"]),
                 "LayerNorm": r.layer_norm(n["mlp/LayerNorm"])}}
   params: dict[str, Any] = {"encoder": enc}
-  last = f"exit_{cfg.num_layers}"
-  head: dict[str, Any] = {}
-  if cfg.pooler and "pooler.dense.weight" in r.sd:
-    head["pooler"] = r.dense("pooler.dense")
-  if "classifier.weight" in r.sd:
-    w = r.sd["classifier.weight"]
-    if w.shape[0] != cfg.num_labels:
-      raise ValueError(
-          f"The checkpoint's classifier head has {w.shape[0]} labels but num_labels="
-          f"{cfg.num_labels}. Pass num_labels={w.shape[0]}, or drop the head with "
-          "ignore_head=True (train.py: --config.model.ignore_head=True) to start a new one.")
-    head["classifier"] = r.dense("classifier")
+  head = {ours: r.dense(name) for ours, name in HEAD_HF_NAMES[cfg.head].items()
+          if name + ".weight" in r.sd}
   if head:
-    params[last] = head
+    params[f"exit_{cfg.num_layers}"] = head
   missing = list(r.missing)
-  unused = sorted(k for k in r.sd if not k.startswith(("pooler.", "classifier.", "pre_classifier.",
-                                                        "lm_head.", "cls.", "vocab_")))
+  unused = sorted(k for k in r.sd if not k.startswith(("pooler.", "lm_head.", "cls.", "vocab_")
+                                                        + _HEAD_PREFIXES))
   return params, missing, unused
+
+
+def hf_state_dict(cfg: EncoderConfig, params: Any) -> dict[str, np.ndarray]:
+  """The encoder part of `params` under HF's names (no model prefix), in PyTorch's layout
+  (a Linear weight is the transposed kernel); the inverse of `convert_state_dict`."""
+  p = jax.tree.map(lambda x: np.asarray(x, np.float32), params["encoder"])
+  out = {}
+
+  def dense(name, d):
+    out[name + ".weight"], out[name + ".bias"] = np.ascontiguousarray(d["kernel"].T), d["bias"]
+
+  def layer_norm(name, d):
+    out[name + ".weight"], out[name + ".bias"] = d["scale"], d["bias"]
+
+  emb = p["embeddings"]
+  out["embeddings.word_embeddings.weight"] = emb["word_embeddings"]["embedding"]
+  out["embeddings.position_embeddings.weight"] = (
+      bert.sinusoidal_table(cfg.max_position_embeddings, cfg.hidden_size).copy()
+      if cfg.sinusoidal_pos_embds else emb["position_embeddings"]["embedding"])
+  if cfg.type_vocab_size > 0:
+    out["embeddings.token_type_embeddings.weight"] = emb["token_type_embeddings"]["embedding"]
+  layer_norm("embeddings.LayerNorm", emb["LayerNorm"])
+  h = cfg.hidden_size
+  for i in range(cfg.num_layers):
+    n, layer = _hf_layer_names(cfg, i), p[f"layer_{i}"]
+    qkv = layer["attention"]["qkv"]
+    for j, part in enumerate("qkv"):
+      dense(n[part], {"kernel": qkv["kernel"][:, j * h:(j + 1) * h],
+                      "bias": qkv["bias"][j * h:(j + 1) * h]})
+    dense(n["attention/out"], layer["attention"]["out"])
+    layer_norm(n["attention/LayerNorm"], layer["attention"]["LayerNorm"])
+    dense(n["mlp/fc1"], layer["mlp"]["fc1"])
+    dense(n["mlp/fc2"], layer["mlp"]["fc2"])
+    layer_norm(n["mlp/LayerNorm"], layer["mlp"]["LayerNorm"])
+  return out
+
+
+def head_state_dict(head_params: Any, head: str, prefix: str = "") -> dict[str, np.ndarray]:
+  """An exit head's params under HF's names for `head` (`HEAD_HF_NAMES`), PyTorch layout."""
+  out = {}
+  for ours, name in HEAD_HF_NAMES[head].items():
+    d = head_params[ours]
+    out[f"{prefix}{name}.weight"] = np.ascontiguousarray(np.asarray(d["kernel"], np.float32).T)
+    out[f"{prefix}{name}.bias"] = np.asarray(d["bias"], np.float32)
+  return out
+
+
+def read_exit_heads(folder: str, cfg: EncoderConfig) -> dict[str, Any]:
+  """The lower exits' heads stored beside an exported multi-exit model (`EXITS_FILE`), as
+  {"exit_m": head params} for every exit below the last; {} without the file.
+
+  Raises ValueError when the file's heads are not the ones `cfg` builds.
+  """
+  path = os.path.join(folder, EXITS_FILE)
+  if not os.path.isfile(path):
+    return {}
+  from safetensors import safe_open  # pylint: disable=import-outside-toplevel
+  with safe_open(path, "np") as f:
+    meta = f.metadata() or {}
+    tensors = {k: f.get_tensor(k) for k in f.keys()}
+  layers = [int(m) for m in meta.get("exit_layers", "").split(",") if m]
+  fix = ("Load it with the head and exit_pooling it was exported with, or pass "
+         "ignore_head=True to start new heads.")
+  if meta.get("head") != cfg.head or meta.get("exit_pooling", "cls") != cfg.exit_pooling:
+    raise ValueError(f"{path} holds {meta.get('head')!r} heads on exit_pooling="
+                     f"{meta.get('exit_pooling')!r}, but the model asked for has head="
+                     f"{cfg.head!r}, exit_pooling={cfg.exit_pooling!r}. {fix}")
+  want = list(cfg.exit_layers[:-1])
+  if layers != want:
+    raise ValueError(f"{path} holds heads for exits {layers}, but this model's lower exits are "
+                     f"{want}. {fix}")
+  out = {}
+  for m in want:
+    r = _Reader({k[len(f"exit_{m}."):]: v for k, v in tensors.items()
+                 if k.startswith(f"exit_{m}.")})
+    out[f"exit_{m}"] = {ours: r.dense(name) for ours, name in HEAD_HF_NAMES[cfg.head].items()}
+    if r.missing:
+      raise ValueError(f"{path} lacks {r.missing[:3]} of exit_{m}; it is incomplete.")
+  return out
 
 
 def merge_params(init: Any, loaded: Any) -> Any:
@@ -229,20 +392,30 @@ def check_max_length(name_or_path: str, max_length: int) -> None:
 
 
 def load_pretrained(name_or_path: str, num_labels: int, exits: str = "last", *,
-                    pooler: bool = False, dtype: str = "float32", seed: int = 0,
+                    head: str | None = None, dtype: str = "float32", seed: int = 0,
                     ignore_head: bool = False, with_tokenizer: bool = True, **overrides):
   """Builds a `Classifier` from an HF checkpoint.
+
+  A checkpoint fine-tuned for sequence classification (BERT, RoBERTa or DistilBERT
+  *ForSequenceClassification) loads with its head, so the final exit's logits equal HF's.
+  A head the model cannot hold exactly is an error naming `ignore_head`, never a silent drop.
 
   Args:
     name_or_path: an alias ("minilm-l6": the packaged all-MiniLM-L6-v2), a local HF model
       folder, or a hub id (downloaded when online).
     num_labels: classes of every exit head.
-    exits: "last" (one head on the final layer) or "all" (a head on every layer).
-    pooler: give every exit a dense+tanh pooler; the final exit's starts from the checkpoint's
-      pooler when it has one.
+    exits: "last" (one head on the final layer) or "all" (a head on every layer). With "all",
+      a folder written by acl_jax.export for a multi-exit model also restores the lower exits'
+      heads from its exits.safetensors.
+    head: every exit's head (a key of config.EXIT_HEADS: "linear", "bert_pooler", "roberta",
+      "distilbert"); None follows the checkpoint: its fine-tuned head if it has one, else
+      "linear". A "bert_pooler" final exit starts from the checkpoint's pooler when it has one.
     dtype: compute dtype, "float32" or "bfloat16".
     seed: seeds the new (not loaded) head parameters.
-    ignore_head: skip a classifier head stored in the checkpoint.
+    ignore_head: skip a fine-tuned head stored in the checkpoint (classifier, RoBERTa's
+      classifier.dense/out_proj, DistilBERT's pre_classifier, exits.safetensors) and start
+      new heads; BERT's pooler is part of the encoder checkpoint and still seeds a
+      "bert_pooler" head.
     with_tokenizer: also load the fast tokenizer (else None is returned for it).
     **overrides: further `EncoderConfig` fields (e.g. hidden_dropout=0.0).
 
@@ -250,15 +423,24 @@ def load_pretrained(name_or_path: str, num_labels: int, exits: str = "last", *,
     (model, params, tokenizer): `model.apply({"params": params}, input_ids, attention_mask,
     token_type_ids=None, train=False)` gives `(logits, aux)`.
   """
-  folder, cfg = encoder_config(name_or_path, num_labels=num_labels, exits=exits,
-                               pooler=pooler, dtype=dtype, **overrides)
+  folder, cfg = encoder_config(name_or_path, num_labels=num_labels, exits=exits, dtype=dtype,
+                               **overrides)
+  if head is not None and head not in EXIT_HEADS:
+    raise ValueError(f"Unknown exit head {head!r}; known: {sorted(EXIT_HEADS)}.")
   sd = read_state_dict(folder)
-  if ignore_head:
-    sd = {k: v for k, v in sd.items() if not k.startswith("classifier.")}
-  loaded, missing, _ = convert_state_dict(sd, cfg)
+  found = checkpoint_head(sd, read_hf_config(folder))
+  if found is None and not ignore_head and any(k.startswith(_HEAD_PREFIXES) for k in sd):
+    log.warning("%s holds classifier weights that are not a sequence-classification head "
+                "(config.json's architectures); they are not loaded.", folder)
+  if ignore_head or found is None:
+    sd, found = drop_head(sd), None
+  cfg = cfg.replace(head=resolve_head(head, found, sd, cfg, folder))
+  loaded, missing, _ = convert_state_dict(sd, cfg, folder)
   if missing:
     raise ValueError(f"Checkpoint in {folder!r} lacks {len(missing)} expected tensors, e.g. "
                      f"{missing[:5]}; is config.json's model_type right?")
+  if cfg.exits == "all" and not ignore_head:
+    loaded.update(read_exit_heads(folder, cfg))
   model = bert.Classifier(cfg)
   params = merge_params(bert.init_params(cfg, jax.random.key(seed)), loaded)
   params = jax.tree.map(jax.numpy.asarray, params)

@@ -263,6 +263,21 @@ class Checkpoints:
       log.warning("The %s; reading step %d instead.", "; the ".join(map(str, bad)), step)
     return out
 
+  def restore_selected(self, target_params, checkpoint: str = "best"
+                       ) -> tuple[Any, dict] | None:
+    """The params a finished run is read by: checkpoint="best" is the dev-selected one (the
+    latest when none is marked best), "latest" the run's final weights; None without one."""
+    if checkpoint not in ("best", "latest"):
+      raise ValueError(f"checkpoint must be 'best' or 'latest', got {checkpoint!r}.")
+    return ((checkpoint == "best" and self.restore_params(target_params, best=True))
+            or self.restore_params(target_params))
+
+  def read_meta(self, best: bool = False) -> dict | None:
+    """The JSON meta of the newest best (or latest) checkpoint, without its arrays."""
+    mngr = self.best if best else self.latest
+    step = mngr.latest_step()
+    return None if step is None else self._read_meta(mngr, step)
+
   def close(self):
     self.latest.close()
     self.best.close()

@@ -63,6 +63,19 @@ def _check_splits(task, splits) -> None:
     raise ValueError(f"Split {missing[0]!r} not in task {task.name}; has {sorted(task.splits)}.")
 
 
+def load_model(config, num_labels: int, with_tokenizer: bool = True):
+  """(model, pretrained params, tokenizer) that a run's config trains (hf.load_pretrained)."""
+  # .get: workdirs written before model.exit_pooling / model.head existed.
+  overrides = {"exit_pooling": config.model.get("exit_pooling", "cls")}
+  if config.model.dropout >= 0:
+    overrides.update(hidden_dropout=config.model.dropout, attention_dropout=config.model.dropout)
+  return hf.load_pretrained(
+      config.model.name, num_labels, exits=config.model.exits,
+      head=config.model.get("head", "") or None, dtype=config.model.dtype, seed=config.seed,
+      ignore_head=config.model.get("ignore_head", False), with_tokenizer=with_tokenizer,
+      **overrides)
+
+
 def build(config, splits=()) -> Setup:
   """Loads the task, model and tokenised splits named by the config; `splits` the caller will
   read must exist (checked before the model loads)."""
@@ -75,14 +88,7 @@ def build(config, splits=()) -> Setup:
       text_pair_column=t.text_pair_column or None, label_column=t.label_column,
       files=files or None, main_metric=t.main_metric or None)
   _check_splits(task, splits)
-  # .get: workdirs written before model.exit_pooling existed read as "cls".
-  overrides = {"exit_pooling": config.model.get("exit_pooling", "cls")}
-  if config.model.dropout >= 0:
-    overrides.update(hidden_dropout=config.model.dropout, attention_dropout=config.model.dropout)
-  model, params, tokenizer = hf.load_pretrained(
-      config.model.name, task.num_labels, exits=config.model.exits,
-      pooler=config.model.pooler, dtype=config.model.dtype, seed=config.seed,
-      ignore_head=config.model.get("ignore_head", False), **overrides)
+  model, params, tokenizer = load_model(config, task.num_labels)
   tok = {}
   for split, ds in task.splits.items():
     n = t.max_train_examples if split == "train" else t.max_eval_examples
@@ -454,6 +460,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   writer = MetricWriter(workdir, start)
   if is_main():
     record_config(workdir, cfg, start, resumed=restored is not None)
+    provenance.write_labels(workdir, setup.task.label_names)
     log.info("%s: %d train examples, %d steps/epoch, %d steps, objective %s, %d device(s).",
              setup.task.name, n_train, steps_per_epoch, total, objective.name,
              jax.device_count())
@@ -546,10 +553,7 @@ def evaluate_best(setup: Setup, ckpts, target_params, eval_step, splits, dump_di
   free of the choice model selection made on dev. With `dump_dir`, each split's features go
   to `dump_dir/features_{split}.npz`.
   """
-  if checkpoint not in ("best", "latest"):
-    raise ValueError(f"checkpoint must be 'best' or 'latest', got {checkpoint!r}.")
-  restored = ((checkpoint == "best" and ckpts.restore_params(target_params, best=True))
-              or ckpts.restore_params(target_params))
+  restored = ckpts.restore_selected(target_params, checkpoint)
   if restored is None:
     raise FileNotFoundError("No checkpoint to evaluate in this workdir; train first.")
   params, meta = restored
@@ -633,7 +637,7 @@ def early_exit_workdir(config, workdir: str, split: str, policy: str, thresholds
   for t in thresholds:  # fail before loading anything
     check_threshold(policy, t)
   setup, ckpts, target = _open_workdir(config, workdir, [split])
-  restored = ckpts.restore_params(target, best=True) or ckpts.restore_params(target)
+  restored = ckpts.restore_selected(target)
   ckpts.close()
   params = jax.device_get(restored[0])
   ds = setup.tok[split]

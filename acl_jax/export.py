@@ -1,0 +1,228 @@
+"""Writes a trained acl-jax classifier as a Hugging Face model folder.
+
+`AutoModelForSequenceClassification.from_pretrained(DIR)` and `AutoTokenizer` give the
+probabilities of the acl-jax model's final exit. DIR holds:
+  config.json        the backbone's HF config as the family's *ForSequenceClassification
+                     (architectures, id2label/label2id, the run's dropout rates), plus an
+                     "acl_jax" record: the head, the exit layers, the checkpoint step.
+  model.safetensors  the encoder and the final exit's head under HF's names.
+  tokenizer files    as `tokenizer.save_pretrained` writes them.
+  exits.safetensors  multi-exit models only: the heads of exits 1..M-1 under the same HF
+                     names as the final head, prefixed "exit_{m}." (PyTorch layout), with
+                     metadata {"head", "exit_pooling", "exit_layers"}. HF ignores the file;
+                     `load_pretrained(DIR, num_labels, exits="all")` reads it back.
+
+Which heads export. An HF sequence classifier has one fixed head per family, so an exit head
+exports when it is (or maps exactly onto) that head:
+  BERT / MiniLM  "bert_pooler" (BertForSequenceClassification: pooler + classifier);
+  RoBERTa        "roberta" (RobertaClassificationHead);
+  DistilBERT     "distilbert" (pre_classifier + ReLU + classifier), and also acl-jax's
+                 default "linear" head, exactly (`_linear_as_distilbert`).
+The default "linear" head on BERT or RoBERTa has no exact HF form (the pooler's or the
+classification head's tanh cannot be an identity), and mean-pooled exits have none anywhere
+(HF's heads read [CLS]): those are refused, naming the config that trains an exportable head.
+"""
+import json
+import logging
+import math
+import os
+from typing import Any
+
+import jax
+import numpy as np
+
+from acl_jax import provenance
+from acl_jax.models import hf
+from acl_jax.models.config import EncoderConfig, read_hf_config
+
+log = logging.getLogger(__name__)
+
+# model_type -> the HF sequence classifier written for it, and its base-model prefix.
+ARCHITECTURES = {"bert": "BertForSequenceClassification",
+                 "roberta": "RobertaForSequenceClassification",
+                 "xlm-roberta": "XLMRobertaForSequenceClassification",
+                 "distilbert": "DistilBertForSequenceClassification"}
+_BASE_PREFIX = {"bert": "bert.", "roberta": "roberta.", "distilbert": "distilbert."}
+
+
+def _layer_norm_floor(ln: dict, dim: int) -> np.ndarray:
+  """[dim] c with LayerNorm(x) + c > 0 for every input x: a normalised entry is at most
+  sqrt(dim - 1) in size (zero mean, unit variance), so |out_i| <= |scale_i| sqrt(dim - 1) +
+  |bias_i|; one more keeps a float32 margin."""
+  scale, bias = (np.asarray(ln[k], np.float64) for k in ("scale", "bias"))
+  return np.abs(scale) * math.sqrt(dim - 1) + np.abs(bias) + 1.0
+
+
+def _linear_as_distilbert(head: dict, layer_norm: dict, dim: int) -> dict:
+  """A linear head as an exactly equal DistilBERT head: pre_classifier = identity plus a
+  shift c that keeps every input in ReLU's linear part, and the classifier's bias takes the
+  shift back: ReLU(h + c) K + (b - c K) = h K + b.
+
+  The exit's input h is its layer's output, a LayerNorm output, so the bound behind c holds
+  for every input; float32 rounding of h + c leaves errors near 1e-6.
+  """
+  c = _layer_norm_floor(layer_norm, dim)
+  kernel = np.asarray(head["classifier"]["kernel"], np.float64)
+  bias = np.asarray(head["classifier"]["bias"], np.float64)
+  return {"pooler": {"kernel": np.eye(dim, dtype=np.float32), "bias": c.astype(np.float32)},
+          "classifier": {"kernel": kernel.astype(np.float32),
+                         "bias": (bias - c @ kernel).astype(np.float32)}}
+
+
+def exported_head(cfg: EncoderConfig) -> str:
+  """The HF head a model's exits are written as; ValueError when there is no exact one."""
+  family_head = hf.FAMILY_HEADS[cfg.family]
+  if cfg.exit_pooling != "cls":
+    raise ValueError(
+        f"This model's exits read the token mean (model.exit_pooling={cfg.exit_pooling!r}), "
+        "but HF's sequence-classification heads read the [CLS] state, so no HF model computes "
+        "it. Train with --config.model.exit_pooling=cls to export.")
+  if cfg.head == family_head or (cfg.family == "distilbert" and cfg.head == "linear"):
+    return family_head
+  if cfg.head == "linear":
+    why = ("acl-jax's linear head on the raw [CLS] state has no exact form there (that head's "
+           "tanh cannot be an identity)")
+  else:
+    why = f"a {cfg.head!r} head is another layout"
+  raise ValueError(
+      f"A {cfg.family} model exports as {ARCHITECTURES.get(cfg.family, cfg.family)}, whose "
+      f"head is {family_head!r}; {why}. Train with --config.model.head={family_head} (the HF "
+      "head, same dropout placement) to export, or keep using the model in acl-jax.")
+
+
+def _export_head(cfg: EncoderConfig, params: Any, layer: int, head: str) -> dict:
+  """Exit `layer`'s head params in the form of the HF head `head` (see `exported_head`)."""
+  p = jax.tree.map(np.asarray, params[f"exit_{layer}"])
+  if cfg.head == "linear" and head == "distilbert":
+    ln = params["encoder"][f"layer_{layer - 1}"]["mlp"]["LayerNorm"]
+    return _linear_as_distilbert(p, ln, cfg.hidden_size)
+  return p
+
+
+def _hf_config(base: dict, cfg: EncoderConfig, head: str, label_names: list[str],
+               record: dict) -> dict:
+  out = {k: v for k, v in base.items()
+         if k not in ("num_labels", "_name_or_path", "transformers_version")}
+  model_type = base.get("model_type", "bert")
+  out["architectures"] = [ARCHITECTURES[model_type]]
+  out["id2label"] = {str(i): n for i, n in enumerate(label_names)}
+  out["label2id"] = {n: i for i, n in enumerate(label_names)}
+  out["problem_type"] = "single_label_classification"
+  head_dropout = cfg.hidden_dropout if cfg.classifier_dropout is None else cfg.classifier_dropout
+  if cfg.family == "distilbert":
+    out.update(dropout=cfg.hidden_dropout, attention_dropout=cfg.attention_dropout,
+               seq_classif_dropout=head_dropout, sinusoidal_pos_embds=cfg.sinusoidal_pos_embds)
+  else:
+    out.update(hidden_dropout_prob=cfg.hidden_dropout,
+               attention_probs_dropout_prob=cfg.attention_dropout, classifier_dropout=head_dropout)
+  out["acl_jax"] = {"head": head, "trained_head": cfg.head, "exit_layers": list(cfg.exit_layers),
+                    **record}
+  return out
+
+
+def label_names_or_default(names: list[str] | None, num_labels: int, source: str) -> list[str]:
+  """`names`, checked against the label count; LABEL_i names (with a warning) without them."""
+  if names is None:
+    log.warning("%s records no label names; the exported classes are named LABEL_0.."
+                "LABEL_%d.", source, num_labels - 1)
+    return [f"LABEL_{i}" for i in range(num_labels)]
+  if len(names) != num_labels or len(set(names)) != len(names):
+    raise ValueError(f"{source}: the label names {names} are not {num_labels} distinct names, "
+                     "one per class of the model.")
+  return list(names)
+
+
+def _save_tensors(tensors: dict, path: str, metadata: dict) -> None:
+  from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
+  save_file(tensors, path, metadata=metadata)
+  umask = os.umask(0)
+  os.umask(umask)
+  os.chmod(path, 0o666 & ~umask)  # safetensors writes 0600; the folder is meant to be shared
+
+
+def export_model(cfg: EncoderConfig, params: Any, out_dir: str, *, base_config: dict,
+                 tokenizer, label_names: list[str] | None = None,
+                 record: dict | None = None) -> str:
+  """Writes `params` of `Classifier(cfg)` as an HF model folder (layout: module docstring).
+
+  Args:
+    cfg: the model's config (family, head, exits).
+    params: its params (any arrays).
+    out_dir: the folder to write; created if missing, files of the same names replaced.
+    base_config: the backbone's HF config.json (the folder the model was loaded from), the
+      base of the written config.
+    tokenizer: the model's HF tokenizer, saved beside it.
+    label_names: class names in label-id order (None: LABEL_i, with a warning).
+    record: more entries for config.json's "acl_jax" record (e.g. the checkpoint step).
+
+  Returns:
+    out_dir.
+  """
+  head = exported_head(cfg)
+  names = label_names_or_default(label_names, cfg.num_labels, "export")
+  prefix = _BASE_PREFIX[cfg.family]
+  tensors = {prefix + k: v for k, v in hf.hf_state_dict(cfg, params).items()}
+  last = cfg.exit_layers[-1]
+  for k, v in hf.head_state_dict(_export_head(cfg, params, last, head), head).items():
+    tensors[(prefix + k) if k.startswith("pooler.") else k] = v  # BERT's pooler: the encoder's
+  os.makedirs(out_dir, exist_ok=True)
+  _save_tensors(tensors, os.path.join(out_dir, "model.safetensors"), {"format": "pt"})
+  exits_path = os.path.join(out_dir, hf.EXITS_FILE)
+  lower = cfg.exit_layers[:-1]
+  if lower:
+    heads = {}
+    for m in lower:
+      heads.update(hf.head_state_dict(_export_head(cfg, params, m, head), head,
+                                      prefix=f"exit_{m}."))
+    _save_tensors(heads, exits_path, {"head": head, "exit_pooling": cfg.exit_pooling,
+                                      "exit_layers": ",".join(map(str, lower))})
+  elif os.path.exists(exits_path):
+    os.remove(exits_path)  # a stale file from an earlier export would be read back
+  config = _hf_config(base_config, cfg, head, names, record or {})
+  provenance.write_atomic(os.path.join(out_dir, "config.json"),
+                          json.dumps(config, indent=2))
+  tokenizer.save_pretrained(out_dir)
+  return out_dir
+
+
+def export_workdir(workdir: str, out_dir: str, checkpoint: str = "best") -> str:
+  """Exports a train.py workdir's best (or latest) checkpoint as an HF folder `out_dir`.
+
+  The model is rebuilt from the workdir's config (`provenance.run_config`), its label names
+  read from labels.json (LABEL_i, with a warning, when the run predates it).
+  """
+  if checkpoint not in ("best", "latest"):
+    raise ValueError(f"checkpoint must be 'best' or 'latest', got {checkpoint!r}.")
+  import ml_collections  # pylint: disable=import-outside-toplevel
+  from acl_jax.train import checkpoint as ckpt_lib  # pylint: disable=import-outside-toplevel
+  from acl_jax.train import loop  # pylint: disable=import-outside-toplevel
+  cfg_dict = provenance.run_config(workdir)
+  if cfg_dict is None:
+    raise FileNotFoundError(f"{os.path.join(workdir, 'config.json')} not found: --workdir must "
+                            "be a folder written by train.py.")
+  if not (provenance.checkpoint_steps(workdir, "best") or provenance.checkpoint_steps(workdir)):
+    raise FileNotFoundError(f"No checkpoint in {workdir}: train it first.")
+  config = ml_collections.ConfigDict(cfg_dict)
+  names = provenance.read_labels(workdir)
+  ckpts = ckpt_lib.Checkpoints(workdir)
+  try:
+    if names is not None:
+      num_labels = len(names)
+    else:
+      meta = ckpts.read_meta(best=checkpoint == "best") or ckpts.read_meta()
+      num_labels = int(meta.get("num_labels") or next(  # older runs: the head's shape
+          v[-1] for k, v in meta["param_shapes"].items() if k.endswith("['classifier']['kernel']")))
+    model, target, tokenizer = loop.load_model(config, num_labels)
+    exported_head(model.cfg)  # refuse before reading the checkpoint
+    restored = ckpts.restore_selected(target, checkpoint)
+  finally:
+    ckpts.close()
+  if restored is None:
+    raise FileNotFoundError(f"No checkpoint to export in {workdir}; train first.")
+  params, meta = restored
+  names = label_names_or_default(names, num_labels, workdir)
+  base = read_hf_config(hf.resolve_model_dir(config.model.name))
+  record = {"checkpoint": checkpoint, "checkpoint_step": int(meta["step"]),
+            "max_length": int(config.task.max_length)}
+  return export_model(model.cfg, jax.device_get(params), out_dir, base_config=base,
+                      tokenizer=tokenizer, label_names=names, record=record)
