@@ -10,7 +10,8 @@ from acl_jax.models import label_embeddings
 from acl_jax.train import objectives, optim, step as step_lib
 from acl_jax.train.state import TrainState
 from configs import common
-from tests.acl_utils import tiny_setup
+from tests import numerics
+from tests.acl_utils import capture_grads, tiny_setup
 
 TOTAL = 6
 
@@ -265,8 +266,19 @@ _STEPS = {}
 
 
 def _acl_cl_step(setup, gate_ce="last", **loss):
-  """One ACL-CL step from the fixture's params: (new params, metrics). Cached: several tests
-  compare against the same step, and each distinct one costs a compile."""
+  """One ACL-CL step from the fixture's params: (the gradient it hands to its optimizer,
+  metrics). Cached: several tests compare against the same step, and each distinct one costs
+  a compile.
+
+  Gradients, not the params after AdamW: Adam's first step lr * g / (|g| + eps) turns the
+  round-off of a gradient element near eps into a change of order lr, and the equalities
+  below hold only up to round-off (per-term gradients against the gradient of the sum, a
+  backward split at the top layer, a gather on one device). They are checked with
+  `numerics.assert_trees_close_f32` over the batch's tokens: 8 eps sqrt(96) ~ 9e-6 of each
+  leaf's largest element, where at most 6.5 eps was seen. The tests using it pass with
+  XLA_FLAGS unset, --xla_cpu_experimental_ynn_fusion_type= (YNN off: XLA's own dots and
+  reductions) and --xla_cpu_experimental_ynn_fusion_type=+eltwise,+reduce (YNN for those too).
+  """
   key = (id(setup), gate_ce, tuple(sorted(loss.items())))
   if key not in _STEPS:
     _STEPS[key] = _acl_cl_step_uncached(setup, gate_ce, **loss)
@@ -280,26 +292,35 @@ def _acl_cl_step_uncached(setup, gate_ce, **loss):
   c.loss.update(loss)
   multi = objectives.multi_exit_from_config(c.multi_exit, 3, TOTAL)
   obj = objectives.build_objective(c.loss, num_labels=3, last_exit=3, multi_exit=multi)
-  tx = optim.make_optimizer(lr=1e-2, total_steps=TOTAL, warmup_ratio=0.0, clip_norm=0.0)
+  tx = capture_grads()
   state = step_lib.replicate(TrainState.create(params, tx, 0), mesh)
   fn = step_lib.make_train_step(model, obj, tx, mesh, donate=False)
   state, m = fn(state, step_lib.shard_batch(batch, mesh))
-  return jax.device_get(state.params), jax.device_get(m)
+  return jax.device_get(state.opt_state), jax.device_get(m)
+
+
+def _tokens(setup):
+  return setup[2][0]["input_ids"].size
+
+
+def _nonzero(tree):
+  return any(np.any(x != 0) for x in jax.tree.leaves(tree))
 
 
 @pytest.mark.parametrize("angle_params", ["all", "top"])
 def test_acl_cl_gate_adds_lower_exits_outside_the_gate(setup, angle_params):
   """gate_ce='last' (SPEC §2.5): always open == the ungated sum; always closed == the sum
   without the final exit's ACL term (lam=0): the lower exits' losses go through either way."""
-  params = setup[1]
   for threshold, ungated in ((180.0, {}), (1e-3, {"lam": 0.0})):
     gated, m = _acl_cl_step(setup, gate=True, gate_threshold=threshold,
                             angle_params=angle_params)
     assert float(m["gate/gate"]) == (1.0 if threshold == 180.0 else 0.0)
     plain, _ = _acl_cl_step(setup, gate=False, **ungated)
-    assert not _same(gated["encoder"]["layer_0"], params["encoder"]["layer_0"])
-    for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(gated)):
-      np.testing.assert_allclose(a, b, atol=2e-6, err_msg=f"threshold {threshold}")
+    assert _nonzero(gated["encoder"]["layer_0"]), f"threshold {threshold}"
+    numerics.assert_trees_close_f32(gated, plain, _tokens(setup))
+  # The open and closed references differ (by lam * ACL), so the equalities tell them apart.
+  assert numerics.trees_differ_f32(_acl_cl_step(setup, gate=False)[0],
+                                   _acl_cl_step(setup, gate=False, lam=0.0)[0], _tokens(setup))
 
 
 def test_acl_cl_contrastive_global_on_one_device_is_the_local_loss(setup):
@@ -307,9 +328,10 @@ def test_acl_cl_contrastive_global_on_one_device_is_the_local_loss(setup):
   step is the local one (the 1-vs-4-device equality is in test_train's data-parallel test)."""
   local, m_local = _acl_cl_step(setup, gate=True)
   glob, m_glob = _acl_cl_step(setup, gate=True, contrastive_global=True)
-  np.testing.assert_allclose(m_glob["loss"], m_local["loss"], rtol=1e-6)
-  for a, b in zip(jax.tree.leaves(local), jax.tree.leaves(glob)):
-    np.testing.assert_allclose(a, b, atol=2e-6)  # fusion-order round-off after one Adam step
+  # The loss: a mean of per-exit terms, each a reduction over at most the batch's tokens.
+  np.testing.assert_allclose(m_glob["loss"], m_local["loss"],
+                             rtol=numerics.reassociation_rtol(_tokens(setup)))
+  numerics.assert_trees_close_f32(glob, local, _tokens(setup))
 
 
 def test_acl_cl_gate_angle_is_against_the_final_exit_ce(setup):
@@ -359,11 +381,8 @@ def test_top_gate_always_on_equals_ungated_multi_exit_update(setup):
   """angle_params='top' with every exit trained and gate_ce='all': the lower exits' losses
   must still reach the lower layers through their per-layer states (gate always on == the
   ungated sum)."""
-  params = setup[1]
   plain, _ = _acl_cl_step(setup, "all", gate=False)
   gated, m = _acl_cl_step(setup, "all", gate=True, gate_threshold=180.0, angle_params="top")
   assert float(m["gate/gate"]) == 1.0
-  lower = lambda p: p["encoder"]["layer_0"]
-  assert not _same(lower(plain), lower(params)), "the lower layer did not move"
-  for a, b in zip(jax.tree.leaves(plain), jax.tree.leaves(gated)):
-    np.testing.assert_allclose(a, b, atol=2e-6)
+  assert _nonzero(gated["encoder"]["layer_0"]), "no gradient reached the lower layer"
+  numerics.assert_trees_close_f32(gated, plain, _tokens(setup))
