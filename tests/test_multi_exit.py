@@ -148,9 +148,15 @@ def test_kd_and_train_acc_skip_padding_examples(setup):
   half = {k: v[:4] for k, v in batch.items()}
   padded = dict(batch, example_mask=np.r_[np.ones(4), np.zeros(4)].astype(np.float32))
   (t_half, m_half), (t_pad, m_pad) = terms(half), terms(padded)
-  for k in ("kd/exit_1", "kd/exit_2", "train_acc"):
-    np.testing.assert_allclose(m_pad[k], m_half[k], rtol=1e-5, err_msg=k)
-  np.testing.assert_allclose(t_pad["ce"], t_half["ce"], rtol=1e-5)
+  # The two batch sizes give logits that differ in the last bit (another matmul blocking).
+  # KD is T^2 KL, a difference of two cross-entropies of size T^2 log K: its round-off is that
+  # size times eps, not relative to the small KL (here ~600 times smaller).
+  tol = numerics.reassociation_rtol(half["input_ids"].size)
+  kd_scale = multi.kd_temperature**2 * np.log(3)
+  for k in ("kd/exit_1", "kd/exit_2"):
+    np.testing.assert_allclose(m_pad[k], m_half[k], rtol=tol, atol=tol * kd_scale, err_msg=k)
+  np.testing.assert_array_equal(m_pad["train_acc"], m_half["train_acc"])
+  np.testing.assert_allclose(t_pad["ce"], t_half["ce"], rtol=tol)
 
 
 def test_gloss_objective_ignores_padding_rows(setup):
@@ -259,7 +265,10 @@ def test_frozen_group_keeps_its_adam_state(strategy):
       np.testing.assert_array_equal(ups[t], 0.0, err_msg=f"step {t}")
       continue
     want, fs = fresh.update(grads[t]["exit_1"], fs, params["exit_1"])
-    np.testing.assert_allclose(ups[t], want["kernel"], rtol=1e-5, err_msg=f"step {t}")
+    # Adam's update is lr * m / sqrt(v), m a running sum of gradients of both signs: its
+    # round-off is eps times the update's scale (~lr), growing with the steps summed into m,
+    # not relative to an element that came out small.
+    numerics.assert_trees_close_f32(ups[t], want["kernel"], n=total)
 
 
 _STEPS = {}
