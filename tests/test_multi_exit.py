@@ -319,7 +319,11 @@ def _nonzero(tree):
 @pytest.mark.parametrize("angle_params", ["all", "top"])
 def test_acl_cl_gate_adds_lower_exits_outside_the_gate(setup, angle_params):
   """gate_ce='last' (SPEC §2.5): always open == the ungated sum; always closed == the sum
-  without the final exit's ACL term (lam=0): the lower exits' losses go through either way."""
+  without the final exit's ACL term (lam=0): the lower exits' losses go through either way.
+
+  Gradients against a float32 bound, passing under three XLA:CPU kernel sets: see
+  `_acl_cl_step`.
+  """
   for threshold, ungated in ((180.0, {}), (1e-3, {"lam": 0.0})):
     gated, m = _acl_cl_step(setup, gate=True, gate_threshold=threshold,
                             angle_params=angle_params)
@@ -334,7 +338,11 @@ def test_acl_cl_gate_adds_lower_exits_outside_the_gate(setup, angle_params):
 
 def test_acl_cl_contrastive_global_on_one_device_is_the_local_loss(setup):
   """contrastive_global gathers every exit's features over the data axis: on one device the
-  step is the local one (the 1-vs-4-device equality is in test_train's data-parallel test)."""
+  step is the local one (the 1-vs-4-device equality is in test_train's data-parallel test).
+
+  Gradients against a float32 bound, passing under three XLA:CPU kernel sets: see
+  `_acl_cl_step`.
+  """
   local, m_local = _acl_cl_step(setup, gate=True)
   glob, m_glob = _acl_cl_step(setup, gate=True, contrastive_global=True)
   # The loss: a mean of per-exit terms, each a reduction over at most the batch's tokens.
@@ -389,7 +397,11 @@ def test_acl_cl_gate_angle_is_against_the_final_exit_ce(setup):
 def test_top_gate_always_on_equals_ungated_multi_exit_update(setup):
   """angle_params='top' with every exit trained and gate_ce='all': the lower exits' losses
   must still reach the lower layers through their per-layer states (gate always on == the
-  ungated sum)."""
+  ungated sum).
+
+  Gradients against a float32 bound, passing under three XLA:CPU kernel sets: see
+  `_acl_cl_step`.
+  """
   plain, _ = _acl_cl_step(setup, "all", gate=False)
   gated, m = _acl_cl_step(setup, "all", gate=True, gate_threshold=180.0, angle_params="top")
   assert float(m["gate/gate"]) == 1.0
