@@ -28,6 +28,8 @@ def env(**extra):
   e = dict(os.environ)
   e.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", JAX_PLATFORMS="cpu",
            PYTHONPATH=REPO + os.pathsep + e.get("PYTHONPATH", ""))
+  if "XLA_FLAGS" in extra:  # added to the caller's flags (e.g. alternative kernels), not instead
+    extra = {**extra, "XLA_FLAGS": f"{e.get('XLA_FLAGS', '')} {extra['XLA_FLAGS']}".strip()}
   e.update({k: str(v) for k, v in extra.items()})
   return e
 

@@ -7,7 +7,9 @@ runs in its own process (`chex.set_n_cpu_devices`), on the same global batches, 
 ACL (gated; all params and the "top" mode), gated ACL-CL and G-Loss, with every pairwise loss
 over the gathered global batch (`contrastive_global` / `gloss_global`).
 
-Passed also under XLA:CPU's alternative kernels (`XLA_FLAGS=--xla_cpu_use_onednn=true`).
+Passes with XLA_FLAGS unset and under XLA:CPU's alternative kernels, which round differently:
+`--xla_cpu_experimental_ynn_fusion_type=` (YNN off: XLA's own dots and reductions) and
+`--xla_cpu_experimental_ynn_fusion_type=+eltwise,+reduce` (YNN for those too).
 """
 import json
 
@@ -95,6 +97,7 @@ def _train_losses(workdir):
   return np.array([r["loss"] for r in recs if r["kind"] == "train"])
 
 
+@pytest.mark.slow
 def test_training_loop_gives_the_same_losses_on_1_and_2_devices(tiny_model_dir, tmp_path):
   """The real loop (quickstart runlocal, Adam, dropout at the checkpoint's rate): the loop feeds
   each example's dataset index to the step, so the per-step train losses agree.

@@ -216,6 +216,7 @@ def test_no_intact_checkpoint_names_the_folder_to_delete(tiny_model_dir, ce_run,
   assert provenance.checkpoint_steps(wd) == [3, 6]  # nothing is moved without a fallback
 
 
+@pytest.mark.slow
 def test_sigkill_during_a_checkpoint_save_resumes_exactly(tiny_model_dir, tmp_path):
   """SIGKILL while the latest checkpoint of step 8 is being written (arrays in Orbax's temp
   folder, not yet renamed): the half-written folder is not a checkpoint, the resume from step

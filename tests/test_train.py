@@ -209,6 +209,7 @@ def test_optimizer_mismatch_with_equal_leaf_count_is_named(tmp_path):
   ckpts.close()
 
 
+@pytest.mark.slow
 def test_two_processes_jax_distributed(tiny_model_dir, tmp_path):
   port = _free_port()
   wd = str(tmp_path / "dist")
