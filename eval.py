@@ -8,7 +8,6 @@ Early-exit sweep of multi-exit runs (table per workdir, one plot with a curve pe
       --thresholds 0,0.05,0.1,0.2,0.3,0.4
 """
 import json
-import logging
 import os
 import sys
 
@@ -82,7 +81,8 @@ def early_exit(workdirs):
 
 def main(argv):
   del argv
-  logging.basicConfig(level=logging.INFO, stream=sys.stdout)
+  from acl_jax import logs  # pylint: disable=import-outside-toplevel
+  logs.setup()
   from acl_jax.train import loop  # pylint: disable=import-outside-toplevel
   workdirs = _WORKDIR.value
   if _POLICY.value:

@@ -8,9 +8,6 @@ Re-running the same command resumes from the workdir's latest checkpoint. Multi-
 process per host, as on a TPU pod): add --coordinator=HOST:PORT --num_processes=N
 --process_id=I (or rely on the platform's auto-detection with --distributed).
 """
-import logging
-import sys
-
 from absl import app, flags
 from ml_collections import config_flags
 
@@ -62,10 +59,8 @@ def parse_flags(argv):
 
 def main(argv):
   del argv
-  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
-                      stream=sys.stdout)
-  for noisy in ("absl", "jax", "orbax", "datasets", "httpx"):
-    logging.getLogger(noisy).setLevel(logging.WARNING)
+  from acl_jax import logs  # pylint: disable=import-outside-toplevel
+  logs.setup()
   init_distributed()
   from acl_jax.train import loop  # pylint: disable=import-outside-toplevel
   results = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
