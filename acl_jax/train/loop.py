@@ -425,6 +425,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   multi = objectives.multi_exit_from_config(cfg.multi_exit, len(setup.model.cfg.exit_layers),
                                             total)
   tx = make_tx(cfg, total, multi)
+  lr_groups = optim.lr_groups(**_lr_args(cfg, total, multi))  # logged host-side
   state = TrainState.create(params, tx, cfg.seed)
   state = step_lib.replicate(state, setup.mesh)
   # The newest intact checkpoint (an unreadable one is set aside and logged).
@@ -503,6 +504,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
       bar.set_postfix(loss=f"{float(m['loss']):.4f}")
     if done % cfg.log_every == 0 or done == total:
       m["steps_per_s"] = (done - start) / max(time.time() - t0, 1e-9)
+      m.update(optim.learning_rates(lr_groups, step))  # what this step's update used
       writer.write(done, "train", m)
     if done % eval_every == 0 or done == total:
       res = evaluate(setup, eval_step, state.params, "dev")
@@ -567,14 +569,17 @@ def evaluate_best(setup: Setup, ckpts, target_params, eval_step, splits, dump_di
   return out
 
 
+def _lr_args(cfg, total_steps: int, multi=None) -> dict:
+  o = cfg.optim
+  return dict(lr=o.lr, total_steps=total_steps, warmup_ratio=o.warmup_ratio,
+              strategy=multi.strategy if multi else "",
+              stage1_steps=multi.stage1_steps if multi else 0, head_lr_mult=o.head_lr_mult)
+
+
 def make_tx(cfg, total_steps: int, multi=None):
   """The optimizer of a config (multi-exit strategies get their parameter groups)."""
-  o = cfg.optim
-  return optim.make_optimizer(lr=o.lr, total_steps=total_steps, warmup_ratio=o.warmup_ratio,
-                              weight_decay=o.weight_decay, clip_norm=o.clip_norm,
-                              strategy=multi.strategy if multi else "",
-                              stage1_steps=multi.stage1_steps if multi else 0,
-                              head_lr_mult=o.head_lr_mult)
+  return optim.make_optimizer(weight_decay=cfg.optim.weight_decay,
+                              clip_norm=cfg.optim.clip_norm, **_lr_args(cfg, total_steps, multi))
 
 
 def _open_workdir(config, workdir: str, splits=()):
