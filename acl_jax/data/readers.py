@@ -203,6 +203,12 @@ def read_quickstart(path: str) -> Columns:
 
 
 GENERIC_FORMATS = ("csv", "tsv", "jsonl")
+_EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl"}
+
+
+def format_of(path: str) -> Optional[str]:
+  """"csv", "tsv" or "jsonl" by the file's extension; None for any other name."""
+  return _EXTENSIONS.get(os.path.splitext(path)[1].lower())
 
 
 def _jsonl_records(f, path: str):

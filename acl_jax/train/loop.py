@@ -86,7 +86,10 @@ def build(config, splits=()) -> Setup:
       t.name, t.data_dir or None, text=t.text, val_fraction=t.val_fraction,
       split_seed=t.split_seed, on_empty=t.on_empty, text_column=t.text_column,
       text_pair_column=t.text_pair_column or None, label_column=t.label_column,
-      files=files or None, main_metric=t.main_metric or None)
+      files=files or None, main_metric=t.main_metric or None,
+      # .get: workdirs written before the hub task existed.
+      hub_id=t.get("hub_id", ""), hub_config=t.get("hub_config", ""),
+      hub_splits=dict(t.splits) if "splits" in t else None)
   _check_splits(task, splits)
   model, params, tokenizer = load_model(config, task.num_labels)
   tok = {}
