@@ -392,9 +392,9 @@ def _check_not_pruned(workdir: str) -> None:
   would silently train again from step 0 and overwrite its results: refuse."""
   if provenance.run_finished(workdir) and not provenance.checkpoint_steps(workdir):
     raise ValueError(f"{workdir} holds a finished run (results.json) but no checkpoint to "
-                     "resume from (ckpt/ was deleted): training would restart from step 0 "
-                     "and overwrite its results. Use a new --workdir, or move results.json "
-                     "away to retrain it here.")
+                     "resume from (ckpt/ was deleted, e.g. by checkpoint.keep_train_state="
+                     "False): training would restart from step 0 and overwrite its results. "
+                     "Use a new --workdir, or move results.json away to retrain it here.")
 
 
 def train_and_evaluate(config, workdir: str) -> dict:
@@ -547,6 +547,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
   ckpts.close()
   if is_main():
     write_atomic(os.path.join(workdir, "results.json"), json.dumps(results, indent=2))
+  if not cfg.checkpoint.keep_train_state:  # after results.json: the run is finished
+    ckpt_lib.drop_train_state(workdir)
   return results
 
 
@@ -598,7 +600,7 @@ def _open_workdir(config, workdir: str, splits=()):
         f"No checkpoint in {workdir}: train it first (a run restored from a records archive, "
         "or pruned, keeps its results but not its weights).")
   setup = build(config, splits)
-  ckpts = ckpt_lib.Checkpoints(workdir)
+  ckpts = ckpt_lib.Checkpoints(workdir, create=False)
   if not ckpts.has_checkpoint():
     ckpts.close()
     raise FileNotFoundError(f"No checkpoint in {workdir}; train first.")
