@@ -79,6 +79,16 @@ def early_exit(workdirs):
   print(f"wrote {png}")
 
 
+def per_class_table(split: str, rows: dict) -> str:
+  """The per-class metrics of a split, one line per label name (from the run's labels.json)."""
+  width = max([len("label")] + [len(n) for n in rows])
+  lines = [f"[{split}] per class", f"{'label':<{width}}  precision  recall  f1      support"]
+  for name, r in rows.items():
+    lines.append(f"{name:<{width}}  {r['precision']:<9.4f}  {r['recall']:<6.4f}  "
+                 f"{r['f1']:<6.4f}  {r['support']}")
+  return "\n".join(lines)
+
+
 def main(argv):
   del argv
   from acl_jax import logs  # pylint: disable=import-outside-toplevel
@@ -94,8 +104,12 @@ def main(argv):
   if _CHECKPOINT.value == "latest" and _DUMP.value:
     raise app.UsageError("--dump_features writes the best checkpoint's features; drop it or "
                          "use --checkpoint best.")
-  results = loop.evaluate_workdir(config, workdir, _SPLIT.value.split(","),
-                                  dump_features=_DUMP.value, checkpoint=_CHECKPOINT.value)
+  try:
+    results = loop.evaluate_workdir(config, workdir, _SPLIT.value.split(","),
+                                    dump_features=_DUMP.value, checkpoint=_CHECKPOINT.value,
+                                    per_class=True)
+  except FileNotFoundError as e:  # no checkpoint of the kind asked for: say which to use
+    raise app.UsageError(str(e)) from e
   name = "results.json" if _CHECKPOINT.value == "best" else "results_latest.json"
   out = os.path.join(workdir, name)
   # Merge: splits evaluated now replace their entries; other splits and the training record
@@ -105,7 +119,11 @@ def main(argv):
     with open(out) as f:
       old = json.load(f)
   loop.write_atomic(out, json.dumps(loop.merge_results(old, results), indent=2))
-  print(json.dumps(results, indent=2))
+  print(json.dumps({k: ({m: v for m, v in r.items() if m != "per_class"}
+                        if isinstance(r, dict) else r) for k, r in results.items()}, indent=2))
+  for split, res in results.items():
+    if isinstance(res, dict) and "per_class" in res:
+      print(per_class_table(split, res["per_class"]))
   print(f"wrote {out}")
 
 

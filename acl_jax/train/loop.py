@@ -132,11 +132,12 @@ def predict(setup: Setup, eval_step, params, ds, with_features: bool = False):
 
 
 def evaluate(setup: Setup, eval_step, params, split: str, with_features: bool = False,
-             dump_path: str | None = None) -> dict:
+             dump_path: str | None = None, per_class: bool = False) -> dict:
   """Exact metrics of every exit over a whole split (padding rows masked out).
 
   Returns a dict with the task's metrics of the last exit, `exit_{m}/{metric}` for every exit
-  when there are several, and silhouette scores of the last exit's features when asked.
+  when there are several, silhouette scores of the last exit's features when asked, and with
+  `per_class` the last exit's {label name: precision, recall, f1, support} as "per_class".
   With `dump_path` (needs with_features), process 0 saves the last exit's features, labels,
   predictions and label embeddings there (npz) for plots such as t-SNE.
   """
@@ -146,6 +147,8 @@ def evaluate(setup: Setup, eval_step, params, split: str, with_features: bool = 
   labels = np.asarray(ds["label"], np.int64)
   names = setup.task.metrics
   out = metrics_lib.compute(all_preds[-1], labels, k, names)
+  if per_class:
+    out["per_class"] = metrics_lib.per_class(all_preds[-1], labels, setup.task.label_names)
   exits = setup.model.cfg.exit_layers
   if len(exits) > 1:
     for e, m in enumerate(exits):
@@ -553,7 +556,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
 
 
 def evaluate_best(setup: Setup, ckpts, target_params, eval_step, splits, dump_dir=None,
-                  checkpoint: str = "best") -> dict:
+                  checkpoint: str = "best", per_class: bool = False) -> dict:
   """Evaluates the best checkpoint (the latest when none is marked best) on `splits`.
 
   checkpoint="latest" evaluates the last saved checkpoint instead: the run's final weights,
@@ -570,7 +573,7 @@ def evaluate_best(setup: Setup, ckpts, target_params, eval_step, splits, dump_di
   for split in splits:
     dump = os.path.join(dump_dir, f"features_{split}.npz") if dump_dir else None
     out[split] = evaluate(setup, eval_step, params, split, with_features=True,
-                          dump_path=dump)
+                          dump_path=dump, per_class=per_class)
   return out
 
 
@@ -619,14 +622,24 @@ def merge_results(old: dict, new: dict) -> dict:
 
 
 def evaluate_workdir(config, workdir: str, splits, dump_features: bool = False,
-                     checkpoint: str = "best") -> dict:
-  """Rebuilds the model of a finished run and evaluates its best (or latest) checkpoint."""
+                     checkpoint: str = "best", per_class: bool = False) -> dict:
+  """Rebuilds the model of a finished run and evaluates its best (or latest) checkpoint.
+
+  Classes are named by the run's labels.json (the names its model was trained with), where
+  the run has one."""
   splits = [s.strip() for s in splits]
   setup, ckpts, target = _open_workdir(config, workdir, splits)
+  names = provenance.read_labels(workdir)
+  # Another label count is a model that does not fit the checkpoint, which the restore names.
+  if names not in (None, setup.task.label_names) and len(names) == setup.task.num_labels:
+    log.warning("%s was trained with the labels %s; the task's data now names them %s.",
+                workdir, names, setup.task.label_names)
+    setup.task.label_names = names
   eval_step = step_lib.make_eval_step(setup.model, setup.mesh)
   try:
     return evaluate_best(setup, ckpts, target, eval_step, splits,
-                         dump_dir=workdir if dump_features else None, checkpoint=checkpoint)
+                         dump_dir=workdir if dump_features else None, checkpoint=checkpoint,
+                         per_class=per_class)
   finally:
     ckpts.close()
 
