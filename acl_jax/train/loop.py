@@ -675,5 +675,7 @@ def early_exit_workdir(config, workdir: str, split: str, policy: str, thresholds
   rows = exits.sweep(setup.model.cfg, params, batches, None, policy, thresholds,
                      metric_fn=metric_fn, repeats=repeats)
   label = f"{os.path.basename(os.path.normpath(workdir))}"
+  about = {"task": setup.task.name, "model": os.path.basename(os.path.normpath(
+      config.model.name)), "split": split}
   return exits.write_table(rows, os.path.join(workdir, f"early_exit_{policy}_{split}.md"),
-                           label=label)
+                           label=label, about=about)
