@@ -1,5 +1,8 @@
 r"""Evaluates a trained workdir's best checkpoint and writes DIR/results.json.
 
+Prints each split's metrics, then its per-class precision, recall and F1, the classes named by
+the run's labels.json (results.json: per_class).
+
   python eval.py --workdir runs/quickstart --split dev
   python eval.py --workdir runs/mr_gloss --split test
 
