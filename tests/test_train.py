@@ -77,8 +77,13 @@ def test_merge_results_keeps_other_splits_and_drops_stale_ones():
   assert other == {"checkpoint_step": 4, "dev": {"a": 3}, "train": {"final_step": 6}}
 
 
+@pytest.mark.slow
 def test_resume_after_sigkill_is_exact(tiny_model_dir, tmp_path):
-  """Train N steps straight; separately SIGKILL mid-run and resume: final params equal."""
+  """Train N steps straight; separately SIGKILL mid-run and resume: final params equal.
+
+  Slow (three 60-step training subprocesses, over 2 minutes on 2 cores): the default suite
+  resumes in process, in test_crash_between_checkpoint_saves_is_mended.
+  """
   args = ["train.py", "--config", "configs/quickstart.py:runlocal",
           f"--config.model.name={tiny_model_dir}", "--config.num_steps=60",
           "--config.eval_every=20", "--config.checkpoint_every=4", "--config.progress=False",
