@@ -1,5 +1,8 @@
 r"""Evaluates a trained workdir's best checkpoint and writes DIR/results.json.
 
+Prints each split's metrics, then its per-class precision, recall and F1, the classes named by
+the run's labels.json (results.json: per_class).
+
   python eval.py --workdir runs/quickstart --split dev
   python eval.py --workdir runs/mr_gloss --split test
 
@@ -8,7 +11,6 @@ Early-exit sweep of multi-exit runs (table per workdir, one plot with a curve pe
       --thresholds 0,0.05,0.1,0.2,0.3,0.4
 """
 import json
-import logging
 import os
 import sys
 
@@ -80,9 +82,20 @@ def early_exit(workdirs):
   print(f"wrote {png}")
 
 
+def per_class_table(split: str, rows: dict) -> str:
+  """The per-class metrics of a split, one line per label name (from the run's labels.json)."""
+  width = max([len("label")] + [len(n) for n in rows])
+  lines = [f"[{split}] per class", f"{'label':<{width}}  precision  recall  f1      support"]
+  for name, r in rows.items():
+    lines.append(f"{name:<{width}}  {r['precision']:<9.4f}  {r['recall']:<6.4f}  "
+                 f"{r['f1']:<6.4f}  {r['support']}")
+  return "\n".join(lines)
+
+
 def main(argv):
   del argv
-  logging.basicConfig(level=logging.INFO, stream=sys.stdout)
+  from acl_jax import logs  # pylint: disable=import-outside-toplevel
+  logs.setup()
   from acl_jax.train import loop  # pylint: disable=import-outside-toplevel
   workdirs = _WORKDIR.value
   if _POLICY.value:
@@ -94,8 +107,12 @@ def main(argv):
   if _CHECKPOINT.value == "latest" and _DUMP.value:
     raise app.UsageError("--dump_features writes the best checkpoint's features; drop it or "
                          "use --checkpoint best.")
-  results = loop.evaluate_workdir(config, workdir, _SPLIT.value.split(","),
-                                  dump_features=_DUMP.value, checkpoint=_CHECKPOINT.value)
+  try:
+    results = loop.evaluate_workdir(config, workdir, _SPLIT.value.split(","),
+                                    dump_features=_DUMP.value, checkpoint=_CHECKPOINT.value,
+                                    per_class=True)
+  except FileNotFoundError as e:  # no checkpoint of the kind asked for: say which to use
+    raise app.UsageError(str(e)) from e
   name = "results.json" if _CHECKPOINT.value == "best" else "results_latest.json"
   out = os.path.join(workdir, name)
   # Merge: splits evaluated now replace their entries; other splits and the training record
@@ -105,7 +122,11 @@ def main(argv):
     with open(out) as f:
       old = json.load(f)
   loop.write_atomic(out, json.dumps(loop.merge_results(old, results), indent=2))
-  print(json.dumps(results, indent=2))
+  print(json.dumps({k: ({m: v for m, v in r.items() if m != "per_class"}
+                        if isinstance(r, dict) else r) for k, r in results.items()}, indent=2))
+  for split, res in results.items():
+    if isinstance(res, dict) and "per_class" in res:
+      print(per_class_table(split, res["per_class"]))
   print(f"wrote {out}")
 
 

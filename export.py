@@ -10,9 +10,6 @@ Then, with no acl-jax involved:
 The run must have an exit head HF has (model.head=bert_pooler for BERT and MiniLM, roberta
 for RoBERTa; DistilBERT also exports the default linear head); see acl_jax/export.py.
 """
-import logging
-import sys
-
 from absl import app, flags
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A workdir written by train.py.")
@@ -24,8 +21,8 @@ _CHECKPOINT = flags.DEFINE_enum("checkpoint", "best", ["best", "latest"],
 
 def main(argv):
   del argv
-  logging.basicConfig(level=logging.INFO, stream=sys.stdout)
-  from acl_jax import export  # pylint: disable=import-outside-toplevel
+  from acl_jax import export, logs  # pylint: disable=import-outside-toplevel
+  logs.setup()  # pylint: disable=import-outside-toplevel
   try:
     out = export.export_workdir(_WORKDIR.value, _OUT.value, _CHECKPOINT.value)
   except (ValueError, FileNotFoundError) as e:

@@ -8,15 +8,23 @@ Re-running the same command resumes from the workdir's latest checkpoint. Multi-
 process per host, as on a TPU pod): add --coordinator=HOST:PORT --num_processes=N
 --process_id=I (or rely on the platform's auto-detection with --distributed).
 """
-import logging
-import sys
-
 from absl import app, flags
 from ml_collections import config_flags
 
-_CONFIG = config_flags.DEFINE_config_file("config", None, "Config file (configs/*.py[:arg]).",
-                                          lock_config=True)
+from configs import common as _configs
+
+# --help prints this docstring: with the config files and their words it shows the whole CLI.
+__doc__ += "\n" + _configs.describe_configs() + "\n"
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", None, "Config file, configs/FILE.py[:ARG] (listed above).", lock_config=True)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Run folder: checkpoints, logs, results.")
+_PRINT = flags.DEFINE_bool("print_config", False, "Print every config field, its value (after "
+                           "--config.x overrides) and a one-line doc, then exit without "
+                           "training.")
+flags.register_multi_flags_validator(
+    ["workdir", "print_config"], lambda f: bool(f["workdir"]) or f["print_config"],
+    message="--workdir is required (the run folder), except with --print_config.")
 _DIST = flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize().")
 _COORD = flags.DEFINE_string("coordinator", None, "Coordinator address HOST:PORT.")
 _NPROC = flags.DEFINE_integer("num_processes", None, "Number of processes.")
@@ -50,11 +58,11 @@ def parse_flags(argv):
   try:
     return app.parse_flags_with_usage(argv)
   except (AttributeError, KeyError):
-    from configs import common  # pylint: disable=import-outside-toplevel
     # Every config file builds on base_config(), so its fields are the ones to check against.
     for arg in argv[1:]:
       if arg.startswith("--config."):
-        msg = common.unknown_field(common.base_config(), arg[len("--config."):].split("=")[0])
+        msg = _configs.unknown_field(_configs.base_config(),
+                                     arg[len("--config."):].split("=")[0])
         if msg:
           raise SystemExit(f"FATAL Flags parsing error: {msg}") from None
     raise
@@ -62,10 +70,13 @@ def parse_flags(argv):
 
 def main(argv):
   del argv
-  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
-                      stream=sys.stdout)
-  for noisy in ("absl", "jax", "orbax", "datasets", "httpx"):
-    logging.getLogger(noisy).setLevel(logging.WARNING)
+  if _PRINT.value:
+    name = config_flags.get_config_filename(flags.FLAGS["config"])
+    print(_configs.print_config(_CONFIG.value, f"# {name}: every field, its value and what it "
+                                "does; set one with --config.FIELD=VALUE"))
+    return 0
+  from acl_jax import logs  # pylint: disable=import-outside-toplevel
+  logs.setup()
   init_distributed()
   from acl_jax.train import loop  # pylint: disable=import-outside-toplevel
   results = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
@@ -78,5 +89,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  flags.mark_flags_as_required(["config", "workdir"])
+  flags.mark_flags_as_required(["config"])
   app.run(main, flags_parser=parse_flags)

@@ -32,6 +32,7 @@ import jax
 import numpy as np
 
 from acl_jax import provenance
+from acl_jax.predict import label_names_or_default
 from acl_jax.models import hf
 from acl_jax.models.config import EncoderConfig, read_hf_config
 
@@ -120,18 +121,6 @@ def _hf_config(base: dict, cfg: EncoderConfig, head: str, label_names: list[str]
   return out
 
 
-def label_names_or_default(names: list[str] | None, num_labels: int, source: str) -> list[str]:
-  """`names`, checked against the label count; LABEL_i names (with a warning) without them."""
-  if names is None:
-    log.warning("%s records no label names; the exported classes are named LABEL_0.."
-                "LABEL_%d.", source, num_labels - 1)
-    return [f"LABEL_{i}" for i in range(num_labels)]
-  if len(names) != num_labels or len(set(names)) != len(names):
-    raise ValueError(f"{source}: the label names {names} are not {num_labels} distinct names, "
-                     "one per class of the model.")
-  return list(names)
-
-
 def _save_tensors(tensors: dict, path: str, metadata: dict) -> None:
   from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
   save_file(tensors, path, metadata=metadata)
@@ -188,41 +177,14 @@ def export_model(cfg: EncoderConfig, params: Any, out_dir: str, *, base_config: 
 def export_workdir(workdir: str, out_dir: str, checkpoint: str = "best") -> str:
   """Exports a train.py workdir's best (or latest) checkpoint as an HF folder `out_dir`.
 
-  The model is rebuilt from the workdir's config (`provenance.run_config`), its label names
-  read from labels.json (LABEL_i, with a warning, when the run predates it).
+  The model is rebuilt from the workdir's config (`predict.load_run`), its label names read
+  from labels.json (LABEL_i, with a warning, when the run predates it).
   """
-  if checkpoint not in ("best", "latest"):
-    raise ValueError(f"checkpoint must be 'best' or 'latest', got {checkpoint!r}.")
-  import ml_collections  # pylint: disable=import-outside-toplevel
-  from acl_jax.train import checkpoint as ckpt_lib  # pylint: disable=import-outside-toplevel
-  from acl_jax.train import loop  # pylint: disable=import-outside-toplevel
-  cfg_dict = provenance.run_config(workdir)
-  if cfg_dict is None:
-    raise FileNotFoundError(f"{os.path.join(workdir, 'config.json')} not found: --workdir must "
-                            "be a folder written by train.py.")
-  if not (provenance.checkpoint_steps(workdir, "best") or provenance.checkpoint_steps(workdir)):
-    raise FileNotFoundError(f"No checkpoint in {workdir}: train it first.")
-  config = ml_collections.ConfigDict(cfg_dict)
-  names = provenance.read_labels(workdir)
-  ckpts = ckpt_lib.Checkpoints(workdir)
-  try:
-    if names is not None:
-      num_labels = len(names)
-    else:
-      meta = ckpts.read_meta(best=checkpoint == "best") or ckpts.read_meta()
-      num_labels = int(meta.get("num_labels") or next(  # older runs: the head's shape
-          v[-1] for k, v in meta["param_shapes"].items() if k.endswith("['classifier']['kernel']")))
-    model, target, tokenizer = loop.load_model(config, num_labels)
-    exported_head(model.cfg)  # refuse before reading the checkpoint
-    restored = ckpts.restore_selected(target, checkpoint)
-  finally:
-    ckpts.close()
-  if restored is None:
-    raise FileNotFoundError(f"No checkpoint to export in {workdir}; train first.")
-  params, meta = restored
-  names = label_names_or_default(names, num_labels, workdir)
-  base = read_hf_config(hf.resolve_model_dir(config.model.name))
-  record = {"checkpoint": checkpoint, "checkpoint_step": int(meta["step"]),
-            "max_length": int(config.task.max_length)}
-  return export_model(model.cfg, jax.device_get(params), out_dir, base_config=base,
-                      tokenizer=tokenizer, label_names=names, record=record)
+  from acl_jax import predict  # pylint: disable=import-outside-toplevel
+  # The head is refused before the checkpoint is read.
+  run = predict.load_run(workdir, checkpoint, check_model=lambda m: exported_head(m.cfg))
+  base = read_hf_config(hf.resolve_model_dir(run.config.model.name))
+  record = {"checkpoint": checkpoint, "checkpoint_step": run.step,
+            "max_length": int(run.config.task.max_length)}
+  return export_model(run.model.cfg, jax.device_get(run.params), out_dir, base_config=base,
+                      tokenizer=run.tokenizer, label_names=run.label_names, record=record)

@@ -47,3 +47,15 @@ def compute(preds: np.ndarray, labels: np.ndarray, num_labels: int, names) -> di
     raise ValueError(f"Unknown metrics {unknown}; known: {sorted(METRICS)}.")
   cm = confusion(np.asarray(preds, np.int64), np.asarray(labels, np.int64), num_labels)
   return {n: METRICS[n](cm) for n in names}
+
+
+def per_class(preds: np.ndarray, labels: np.ndarray, names) -> dict[str, dict[str, float]]:
+  """{label name: {"precision", "recall", "f1", "support"}} for every class, in id order;
+  a class never predicted (or never present) gets 0 where its ratio is undefined."""
+  k = len(names)
+  cm = confusion(np.asarray(preds, np.int64), np.asarray(labels, np.int64), k)
+  tp, pred_n, true_n = np.diag(cm), cm.sum(0), cm.sum(1)
+  safe = lambda a, b: float(a / b) if b > 0 else 0.0
+  return {str(n): {"precision": safe(tp[i], pred_n[i]), "recall": safe(tp[i], true_n[i]),
+                   "f1": safe(2 * tp[i], pred_n[i] + true_n[i]), "support": int(true_n[i])}
+          for i, n in enumerate(names)}

@@ -60,6 +60,7 @@ RESUMABLE_FIELDS = (
     "optim.", "num_steps", "num_epochs", "eval_every", "checkpoint_every", "log_every",
     "early_stop_patience", "eval_splits", "eval_batch_size", "progress",
     "task.num_buckets",  # the padded lengths of the batches, not their content
+    "checkpoint.",  # what stays on disk after the run
 )
 
 

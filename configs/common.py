@@ -5,6 +5,7 @@ fields, then `apply_args(config, arg)`, where `arg` is a comma-separated list of
 preset name and optionally `runlocal`, e.g. `--config configs/glue.py:rte,acl,runlocal`.
 """
 import difflib
+import functools
 
 import ml_collections
 
@@ -28,102 +29,180 @@ MULTI_EXIT = {
 }
 
 
+# Dotted field -> its one-line doc (and section name -> the section's), filled by `field` as
+# `base_config` declares them; `print_config` shows them beside the values.
+FIELD_DOCS: dict[str, str] = {}
+
+
+def field(config: ml_collections.ConfigDict, path: str, value, doc: str) -> None:
+  """Declares `config.<path> = value` with its one-line doc; sections are made as needed."""
+  *parents, leaf = path.split(".")
+  node = config
+  for p in parents:
+    if p not in node:
+      node[p] = ml_collections.ConfigDict()
+    node = node[p]
+  node[leaf] = value
+  FIELD_DOCS[path] = doc
+
+
+def section(config: ml_collections.ConfigDict, name: str, doc: str) -> None:
+  """Declares an empty section `config.<name>` with its doc."""
+  config[name] = ml_collections.ConfigDict()
+  FIELD_DOCS[name] = doc
+
+
 def base_config() -> ml_collections.ConfigDict:
+  """Every field a run has, with SPEC's defaults; each declared once with its doc."""
   c = ml_collections.ConfigDict()
-  c.seed = 0
+  f = functools.partial(field, c)
+  f("seed", 0, "seeds the init of fresh heads, dropout, data order and train subsampling")
 
-  c.task = ml_collections.ConfigDict()
-  c.task.name = ""  # a key of acl_jax.data.TASKS
-  c.task.data_dir = ""  # local data root; "" = the hub (GLUE) or the packaged quickstart data
-  c.task.text = "raw"  # TextGCN: "raw" or "clean" corpus
-  c.task.val_fraction = 0.1  # TextGCN: share of train held out as dev (seeded)
-  c.task.split_seed = 0
-  c.task.on_empty = "skip"  # empty text rows: "skip" (counted, logged) or "error"
-  c.task.text_column = "text"  # generic csv/tsv/jsonl files
-  c.task.text_pair_column = ""
-  c.task.label_column = "label"
-  c.task.train_file = ""
-  c.task.dev_file = ""
-  c.task.test_file = ""
-  c.task.main_metric = ""  # "" = the task's own main metric
-  c.task.max_length = 128
-  c.task.num_buckets = 4  # static sequence lengths for length bucketing
-  c.task.max_train_examples = 0  # 0 = all; else a seeded subsample (stated in results)
-  c.task.max_eval_examples = 0
+  section(c, "task", "what to train on: the task, its data, its splits and tokenisation")
+  f("task.name", "", "a key of acl_jax.data.TASKS (glue tasks, textgcn corpora, quickstart, "
+    "csv/tsv/jsonl files, hub)")
+  f("task.data_dir", "", "local data root; \"\" = the hub (GLUE) or the packaged quickstart data")
+  f("task.text", "raw", "TextGCN: \"raw\" or \"clean\" corpus")
+  f("task.val_fraction", 0.1, "share of train held out as dev where the data has no dev split "
+    "(TextGCN, quickstart, files or hub datasets without one)")
+  f("task.split_seed", 0, "seed of that held-out dev split")
+  f("task.on_empty", "skip", "rows with an empty text or label: \"skip\" (counted, logged) or "
+    "\"error\"")
+  f("task.text_column", "text", "files and hub datasets: the column with the text")
+  f("task.text_pair_column", "", "files and hub datasets: the column with the second text of "
+    "a pair (\"\" = single texts)")
+  f("task.label_column", "label", "files and hub datasets: the column with the label")
+  f("task.train_file", "", "files (csv/tsv/jsonl tasks): the train file, relative to data_dir "
+    "if that is set")
+  f("task.dev_file", "", "files: the dev file (\"\" = val_fraction of train held out)")
+  f("task.test_file", "", "files: the test file (\"\" = none)")
+  f("task.hub_id", "", "hub task: a dataset id on the HF hub (e.g. stanfordnlp/imdb) or a local "
+    "folder (save_to_disk output, or data files)")
+  f("task.hub_config", "", "hub task: the dataset's config name, if it has several (e.g. sst2 "
+    "of nyu-mll/glue)")
+  f("task.splits.train", "train", "hub task: the dataset's split to train on")
+  f("task.splits.dev", "validation", "hub task: the dataset's split to select checkpoints on "
+    "(\"\" = val_fraction of train held out)")
+  f("task.splits.test", "test", "hub task: the dataset's test split (\"\" = none)")
+  f("task.main_metric", "", "metric that selects checkpoints; \"\" = the task's own")
+  f("task.max_length", 128, "longest token sequence, special tokens included; longer ones "
+    "are truncated")
+  f("task.num_buckets", 4, "static sequence lengths for length bucketing (one compile each)")
+  f("task.max_train_examples", 0, "0 = all; else a seeded subsample (stated in results)")
+  f("task.max_eval_examples", 0, "0 = all; else the first n of a fixed shuffle of each eval "
+    "split")
 
-  c.model = ml_collections.ConfigDict()
-  c.model.name = "minilm-l6"  # alias, local HF folder, or hub id (e.g. bert-base-uncased)
-  c.model.exits = "last"  # "last" or "all"
-  # Exit heads: "" = the checkpoint's fine-tuned head if it has one, else "linear" (SPEC: a
-  # linear layer on the [CLS] state); "bert_pooler", "roberta" or "distilbert" build HF's
-  # *ForSequenceClassification heads, which export.py writes as standard HF folders.
-  c.model.head = ""
-  c.model.exit_pooling = "cls"  # "cls" (SPEC) or "mean": what each exit reads from its layer
-  c.model.dtype = "float32"  # "bfloat16" on accelerators
-  c.model.dropout = -1.0  # < 0 keeps the checkpoint's hidden/attention dropout
-  c.model.ignore_head = False  # start a fresh head on a checkpoint fine-tuned for other labels
+  section(c, "model", "the encoder and its exit heads")
+  f("model.name", "minilm-l6", "alias, local HF folder, or hub id (e.g. bert-base-uncased)")
+  f("model.exits", "last", "\"last\" or \"all\" (an exit head on every layer)")
+  f("model.head", "", "exit heads: \"\" = the checkpoint's fine-tuned head if it has one, else "
+    "\"linear\" (SPEC: a linear layer on the [CLS] state); \"bert_pooler\", \"roberta\" or "
+    "\"distilbert\" build HF's heads, which export.py writes as HF folders")
+  f("model.exit_pooling", "cls", "what each exit reads from its layer: \"cls\" (SPEC) or "
+    "\"mean\" (masked token mean)")
+  f("model.dtype", "float32", "compute dtype; \"bfloat16\" on accelerators")
+  f("model.dropout", -1.0, "hidden and attention dropout; < 0 keeps the checkpoint's")
+  f("model.ignore_head", False, "start a fresh head on a checkpoint fine-tuned for other labels")
 
-  c.loss = ml_collections.ConfigDict()
-  c.loss.name = "ce"
-  c.loss.class_weights = ""  # "" or "balanced" (sklearn)
-  # -1: the loss's SPEC default (SCL 0.9, ACL-Embed 0.5, G-Loss 0.8); triplet and cosine
-  # have none, so their presets set 0.5.
-  c.loss.lam = -1.0
-  # How lambda mixes the auxiliary loss with CE: "" = the loss's own (SPEC: SCL, G-Loss,
-  # triplet, cosine "convex" (1-lam) CE + lam L; ACL-Embed "additive" CE + lam L). Setting
-  # the other form is an ablation, e.g. SCL in ACL's additive form for the lambda study.
-  c.loss.combine = ""
-  c.loss.tau = 0.3
-  c.loss.anchors = "all"  # ACL-Embed: "all" or "samples"
-  c.loss.gate = False  # ACL-Grad angle gate on the auxiliary term
-  c.loss.gate_threshold = 90.0
-  c.loss.gate_mode = "drop"  # "drop" or "project"
-  c.loss.angle_params = "all"  # "all", "encoder" (no heads/LayerNorm/biases) or "top" (fast)
-  # G-Loss label split: set at most one; neither = SPEC default gamma_keep 0.7.
-  c.loss.gamma_keep = -1.0  # fraction of the batch that KEEPS its labels (the code's gamma)
-  c.loss.gamma_hide = -1.0  # fraction hidden = 1 - gamma_keep (the paper's wording)
-  c.loss.sigma = 0.667
-  c.loss.sigma_mode = "fixed"  # "fixed" or "sqrt"
-  c.loss.gloss_form = "clean"  # "clean" or "official"
-  c.loss.gloss_global = False  # data parallel: one graph over the gathered global batch
-  # Data parallel: SCL, ACL-Embed, ACL-CL, triplet and cosine pair every example with the
-  # gathered global batch (negatives from every device) instead of its own device's share.
-  c.loss.contrastive_global = False
-  c.loss.margin = 5.0  # triplet
+  section(c, "loss", "the training objective (method presets set these)")
+  f("loss.name", "ce", "a key of acl_jax.losses.LOSSES: ce, scl, acl_embed, gloss, triplet, "
+    "cosine")
+  f("loss.class_weights", "", "\"\" or \"balanced\" (sklearn's class-balanced CE)")
+  f("loss.lam", -1.0, "weight of the auxiliary loss; -1 = the loss's SPEC default (SCL 0.9, "
+    "ACL-Embed 0.5, G-Loss 0.8; triplet and cosine have none, their presets set 0.5)")
+  # The form that is not the loss's own is an ablation, e.g. SCL in ACL's additive form for the
+  # lambda study.
+  f("loss.combine", "", "how lam mixes the auxiliary loss L with CE: \"convex\" (1-lam) CE + "
+    "lam L, \"additive\" CE + lam L, \"\" = the loss's own (SPEC: additive for ACL-Embed, "
+    "convex for the others)")
+  f("loss.tau", 0.3, "contrastive temperature (SCL, ACL-Embed, ACL-CL)")
+  f("loss.anchors", "all", "ACL-Embed anchors: \"all\" (samples and label embeddings) or "
+    "\"samples\"")
+  f("loss.gate", False, "ACL-Grad: gate the auxiliary term by its gradient's angle to CE's")
+  f("loss.gate_threshold", 90.0, "ACL-Grad: the angle (degrees) above which the term is gated")
+  f("loss.gate_mode", "drop", "ACL-Grad: \"drop\" the conflicting term or \"project\" it")
+  f("loss.angle_params", "all", "ACL-Grad angle over \"all\" params, the \"encoder\" (no "
+    "heads/LayerNorm/biases) or the \"top\" layer and heads (fast)")
+  f("loss.gamma_keep", -1.0, "G-Loss: fraction of the batch that KEEPS its labels (the code's "
+    "gamma); set at most one of gamma_keep/gamma_hide, neither = SPEC's 0.7")
+  f("loss.gamma_hide", -1.0, "G-Loss: fraction hidden = 1 - gamma_keep (the paper's wording)")
+  f("loss.sigma", 0.667, "G-Loss: Gaussian kernel width")
+  f("loss.sigma_mode", "fixed", "G-Loss: \"fixed\" (loss.sigma) or \"sqrt\" (heuristic on "
+    "pretrained features)")
+  f("loss.gloss_form", "clean", "G-Loss: \"clean\" or \"official\" form")
+  f("loss.gloss_global", False, "data parallel: one G-Loss graph over the gathered global batch")
+  f("loss.contrastive_global", False, "data parallel: SCL, ACL-Embed, ACL-CL, triplet and cosine "
+    "pair every example with the gathered global batch, not its device's share")
+  f("loss.margin", 5.0, "triplet margin")
 
-  c.multi_exit = ml_collections.ConfigDict()
-  c.multi_exit.strategy = ""  # "" (one exit) or jt, 2st, alt, kd, acl_cl (needs exits="all")
-  c.multi_exit.weights = "uniform"  # exit weights: "uniform" or "linear" (PABEE m/sum m)
-  c.multi_exit.stage1_fraction = 0.5  # 2ST: share of steps in stage 1 (backbone + last exit)
-  c.multi_exit.kd_temperature = 2.0
-  # KD on exits m < M: "add" = CE_m + alpha T^2 KL(final || m), JT plus KL as SPEC §3;
-  # "convex" = (1-alpha) CE_m + alpha T^2 KL (Hinton's mix; what the session-1/2 runs used).
-  c.multi_exit.kd_form = "add"
-  c.multi_exit.kd_alpha = 0.5
-  c.multi_exit.lambda_cl = 0.5  # ACL-CL weight of the cross-layer loss on exits 1..M-1
-  c.multi_exit.teacher_grad = False  # ACL-CL: let gradients reach the teacher items
-  # ACL-CL with the ACL-Grad gate: the angle is measured against the final exit's CE ("last",
-  # SPEC §2.5; the lower exits' losses are added outside the gate) or every exit's ("all").
-  c.multi_exit.gate_ce = "last"
+  section(c, "multi_exit", "multi-exit training (SPEC §3; needs model.exits=\"all\")")
+  f("multi_exit.strategy", "", "\"\" (one exit) or jt, 2st, alt, kd, acl_cl")
+  f("multi_exit.weights", "uniform", "exit loss weights: \"uniform\" or \"linear\" (PABEE "
+    "m/sum m)")
+  f("multi_exit.stage1_fraction", 0.5, "2ST: share of steps in stage 1 (backbone + last exit)")
+  f("multi_exit.kd_temperature", 2.0, "KD: distillation temperature T")
+  f("multi_exit.kd_form", "add", "KD on exits m < M: \"add\" = CE_m + alpha T^2 KL(final || m) "
+    "(SPEC §3), \"convex\" = (1-alpha) CE_m + alpha T^2 KL (Hinton's mix)")
+  f("multi_exit.kd_alpha", 0.5, "KD: weight alpha of the KL term")
+  f("multi_exit.lambda_cl", 0.5, "ACL-CL: weight of the cross-layer loss on exits 1..M-1")
+  f("multi_exit.teacher_grad", False, "ACL-CL: let gradients reach the teacher items")
+  f("multi_exit.gate_ce", "last", "ACL-CL with ACL-Grad: the angle is against the final exit's "
+    "CE (\"last\", SPEC §2.5) or every exit's loss (\"all\")")
 
-  c.optim = ml_collections.ConfigDict()
-  c.optim.lr = 2e-5
-  c.optim.warmup_ratio = 0.1
-  c.optim.weight_decay = 0.01
-  c.optim.clip_norm = 1.0
-  c.optim.head_lr_mult = 1.0  # exit heads' peak lr = lr * head_lr_mult
+  section(c, "optim", "AdamW with linear warmup and decay")
+  f("optim.lr", 2e-5, "peak learning rate of the encoder")
+  f("optim.warmup_ratio", 0.1, "share of the steps spent warming up from 0")
+  f("optim.weight_decay", 0.01, "decoupled weight decay on kernels and embeddings")
+  f("optim.clip_norm", 1.0, "global gradient-norm clipping; <= 0 disables it")
+  f("optim.head_lr_mult", 1.0, "exit heads' peak lr = lr * head_lr_mult")
 
-  c.batch_size = 32  # global batch, split over all devices of all processes
-  c.eval_batch_size = 64
-  c.num_epochs = 3
-  c.num_steps = 0  # > 0 overrides num_epochs
-  c.eval_every = 0  # steps; 0 = once per epoch
-  c.checkpoint_every = 0  # steps; 0 = at every eval
-  c.log_every = 10
-  c.early_stop_patience = 0  # evals without dev improvement before stopping; 0 = off
-  c.eval_splits = "dev"  # comma list evaluated at the end with the best checkpoint
-  c.progress = True
+  section(c, "checkpoint", "what a run keeps on disk")
+  f("checkpoint.keep_train_state", True, "keep ckpt/ (the whole train state, to resume) after the "
+    "final evaluation; False deletes it and keeps best/ (the params) alone")
+
+  f("batch_size", 32, "global batch, split over all devices of all processes")
+  f("eval_batch_size", 64, "global batch of evaluation and prediction")
+  f("num_epochs", 3, "epochs to train, when num_steps is 0")
+  f("num_steps", 0, "> 0 overrides num_epochs")
+  f("eval_every", 0, "steps between dev evaluations; 0 = once per epoch")
+  f("checkpoint_every", 0, "steps between checkpoints of the train state; 0 = at every eval")
+  f("log_every", 10, "steps between train metric records (metrics.jsonl, TensorBoard)")
+  f("early_stop_patience", 0, "evals without dev improvement before stopping; 0 = off")
+  f("eval_splits", "dev", "comma list evaluated at the end with the best checkpoint")
+  f("progress", True, "a progress bar with an ETA on the terminal")
   return c
+
+
+def print_config(config: ml_collections.ConfigDict, title: str = "") -> str:
+  """Every field of `config` as `path = value  # doc`, in declaration order, each section's
+  doc above its fields (fields a config file added beyond base_config's come last)."""
+  base_config()  # fills FIELD_DOCS
+  leaves = _leaf_paths(config)
+  rows = []
+  # The top-level fields first: after a section they would read as part of it.
+  is_section = lambda p: any(k.startswith(p + ".") for k in FIELD_DOCS)
+  order = sorted(FIELD_DOCS, key=lambda p: "." in p or is_section(p))
+  for path in order:
+    doc = FIELD_DOCS[path]
+    if path in leaves:
+      rows.append((f"{path} = {_get(config, path)!r}", doc))
+    elif any(k.startswith(path + ".") for k in leaves):
+      rows.append((None, f"{path}: {doc}"))
+  rows += [(f"{p} = {_get(config, p)!r}", "") for p in leaves if p not in FIELD_DOCS]
+  width = max(len(r[0]) for r in rows if r[0] is not None)
+  lines = [title] if title else []
+  for left, doc in rows:
+    if left is None:
+      lines += ["", f"# {doc}"]
+    else:
+      lines.append(f"{left:<{width}}  # {doc}" if doc else left)
+  return "\n".join(lines)
+
+
+def _get(config: ml_collections.ConfigDict, path: str):
+  for part in path.split("."):
+    config = config[part]
+  return config
 
 
 def task_config(arg: str | None, default: str, tasks, kind: str):
@@ -167,6 +246,39 @@ def runlocal(c: ml_collections.ConfigDict) -> None:
   c.num_steps = 6
   c.eval_every = 3
   c.log_every = 1
+
+
+def describe_configs(folder: str | None = None) -> str:
+  """What `train.py --help` lists: each config file of `folder` (default: configs/) with the
+  first line of its docstring and its task words, the method words, and how to see the
+  fields."""
+  import importlib  # pylint: disable=import-outside-toplevel
+  import inspect  # pylint: disable=import-outside-toplevel
+  import os  # pylint: disable=import-outside-toplevel
+  folder = folder or os.path.dirname(os.path.abspath(__file__))
+  lines = ["Config files, --config configs/FILE.py[:ARG], ARG = [TASK][,METHOD][,runlocal]:"]
+  for name in sorted(os.listdir(folder)):
+    stem, ext = os.path.splitext(name)
+    if ext != ".py" or stem in ("__init__", "common"):
+      continue
+    mod = importlib.import_module(f"configs.{stem}")
+    if not hasattr(mod, "get_config"):
+      continue
+    lines.append(f"  configs/{name}: {(mod.__doc__ or '').strip().splitlines()[0]}")
+    tasks = getattr(mod, "TASKS", ())
+    if tasks:
+      default = inspect.signature(mod.get_config).parameters["arg"].default
+      default = (default or "").partition(",")[0]
+      lines.append(f"      TASK: {', '.join(tasks)} "
+                   + (f"(default {default})" if default else "(optional)"))
+  lines += [
+      f"  METHOD: {', '.join(METHODS)}",
+      f"    multi-exit (an exit on every layer): {', '.join(MULTI_EXIT)}",
+      "  runlocal: shrinks any config to a smoke run of seconds",
+      "Every field, its value and a one-line doc (then exits):",
+      "  python train.py --config configs/glue.py:rte --print_config",
+      "Override any field: --config.loss.lam=0.3 --config.task.max_length=256"]
+  return "\n".join(lines)
 
 
 def unknown_field(config: ml_collections.ConfigDict, path: str) -> str | None:

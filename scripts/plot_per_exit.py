@@ -77,6 +77,19 @@ def gains_table(gains: dict[str, dict[int, list[float]]], baseline: str, split: 
   return "\n".join(lines) + "\n"
 
 
+def task_and_model(workdirs) -> str:
+  """"task, model" of the runs' config.json files ("/" between values that differ)."""
+  seen = {"task": [], "model": []}
+  for wd in workdirs:
+    cfg = sweep.provenance.run_config(wd) if os.path.isdir(wd) else None
+    if cfg:
+      seen["task"].append(cfg.get("task", {}).get("name", ""))
+      seen["model"].append(os.path.basename(os.path.normpath(cfg.get("model", {}).get("name",
+                                                                                     ""))))
+  return ", ".join("/".join(dict.fromkeys(v for v in vals if v)) for vals in seen.values()
+                   if any(vals))
+
+
 # Multi-exit strategies in SPEC §3's order; other settings follow, sorted.
 ORDER = ("jt", "2st", "alt", "kd", "acl_cl")
 
@@ -93,6 +106,7 @@ def _label(key: str) -> str:
 
 
 def main(argv=None):
+  """Prints the table(s), writes the plot; returns its title."""
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("workdirs", nargs="*")
   p.add_argument("--root", default="", help="a sweep root: mean +- std over seeds")
@@ -137,11 +151,11 @@ def main(argv=None):
       avg = sum(c[m]["mean"] for m in xs) / len(xs)
       print(f"| {lab} | {min(c[m]['n'] for m in xs)} | " + " | ".join(cells)
             + f" | {100 * avg:.2f} |")
-    _finish(fig, ax, a)
+    title = _finish(fig, ax, a, [os.path.join(a.root, d) for d in sorted(os.listdir(a.root))])
     if a.vs:
       print("\n" + gains_table(paired_gains(a.root, a.vs, a.split, a.metric), a.vs, a.split,
                               a.metric, dict(zip(curves, labels))))
-    return
+    return title
   labels = a.labels or [os.path.basename(os.path.normpath(w)) for w in a.workdirs]
   if len(labels) != len(a.workdirs) or len(set(labels)) != len(labels):
     raise SystemExit(f"--labels needs one distinct label per workdir: got {len(labels)} "
@@ -158,18 +172,23 @@ def main(argv=None):
   print("|---|" + "---|" * len(exits))
   for lab, c in rows.items():
     print(f"| {lab} | " + " | ".join(f"{100 * c[m]:.2f}" if m in c else "" for m in exits) + " |")
-  _finish(fig, ax, a)
+  return _finish(fig, ax, a, a.workdirs)
 
 
-def _finish(fig, ax, a) -> None:
+def _finish(fig, ax, a, workdirs) -> str:
+  """Axis labels, the title (split, metric, and the runs' task and model), legend, save;
+  returns the title."""
   ax.set_xlabel("exit (layer)")
   ax.set_ylabel(f"{a.split} {a.metric} (%)")
+  where = task_and_model(workdirs)
+  ax.set_title(f"Per-exit {a.split} {a.metric}" + (f": {where}" if where else ""), fontsize=10)
   ax.grid(alpha=0.3)
-  ax.legend()
+  ax.legend(title="run")
   fig.tight_layout()
   os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
   fig.savefig(a.out, dpi=110)
   print(f"wrote {a.out}", file=sys.stderr)
+  return ax.get_title()
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ def env(**extra):
   return e
 
 
-def run_py(args, timeout=300, **env_extra):
-  """Runs python with args in the repo; returns CompletedProcess (text)."""
+def run_py(args, timeout=300, input_text="", **env_extra):
+  """Runs python with args in the repo, `input_text` on its stdin; returns CompletedProcess
+  (text)."""
   return subprocess.run([sys.executable, *args], cwd=REPO, env=env(**env_extra), text=True,
-                        capture_output=True, timeout=timeout)
+                        capture_output=True, timeout=timeout, input=input_text)

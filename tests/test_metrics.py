@@ -27,3 +27,20 @@ def test_absent_class_and_degenerate():
   assert got["mcc"] == 0.0 and got["f1"] == 0.0
   with pytest.raises(ValueError, match="Unknown metrics"):
     metrics.compute(p, y, 2, ["auc"])
+
+
+def test_per_class_matches_sklearn():
+  rng = np.random.default_rng(0)
+  y = rng.integers(0, 3, 200)
+  p = np.where(rng.random(200) < 0.6, y, rng.integers(0, 2, 200))  # class 2 rarely predicted
+  got = metrics.per_class(p, y, ["a", "b", "c"])
+  prec, rec, f1, sup = skm.precision_recall_fscore_support(y, p, labels=[0, 1, 2],
+                                                           zero_division=0)
+  assert list(got) == ["a", "b", "c"]
+  for i, name in enumerate(got):
+    assert got[name]["precision"] == pytest.approx(prec[i])
+    assert got[name]["recall"] == pytest.approx(rec[i])
+    assert got[name]["f1"] == pytest.approx(f1[i])
+    assert got[name]["support"] == sup[i]
+  assert metrics.per_class(np.array([0]), np.array([0]), ["x", "y"])["y"] == {
+      "precision": 0.0, "recall": 0.0, "f1": 0.0, "support": 0}

@@ -172,3 +172,53 @@ def test_lambda_plot_over_another_axis(tmp_path, capsys):
   assert row in out
   with pytest.raises(SystemExit, match="No loss.sigma runs"):
     plot_lambda.main([str(tmp_path), "--axis", "loss.sigma", "--out", str(tmp_path / "s.png")])
+
+
+def _run_with_features(wd, loss, task="sst2", model="/models/minilm-l6"):
+  wd.mkdir()
+  (wd / "config.json").write_text(json.dumps({"task": {"name": task}, "model": {"name": model},
+                                              "loss": {"name": loss}}))
+  (wd / "labels.json").write_text(json.dumps(["negative", "positive"]))
+  rng = np.random.default_rng(0)
+  np.savez(wd / "features_dev.npz", feats=rng.normal(size=(40, 8)),
+           labels=rng.integers(0, 2, 40), preds=rng.integers(0, 2, 40),
+           label_emb=rng.normal(size=(2, 8)), label_names=np.array(["a", "b"]))
+  return str(wd)
+
+
+def test_tsne_names_run_task_model_split_and_stars_only_label_embedding_runs(tmp_path):
+  ce = _run_with_features(tmp_path / "ce", "ce")
+  acl = _run_with_features(tmp_path / "acl", "acl_embed")
+  panels = plot_tsne.main([ce, acl, "--labels", "CE", "ACL", "--out", str(tmp_path / "t.png"),
+                           "--max_points", "30"])
+  assert [p["stars"] for p in panels] == [False, True]  # CE has no label embeddings
+  assert panels[0]["title"] == "CE\nsst2 · minilm-l6 · dev"
+  assert panels[1]["classes"] == ["negative", "positive"]  # labels.json, for the legend
+  assert os.path.getsize(tmp_path / "t.png") > 1000
+
+
+def test_quality_speed_and_per_exit_titles_name_task_model_split_metric(tmp_path):
+  from scripts import plot_quality_speed
+  from acl_jax.exits import write_table
+  rows = [dict(policy="entropy", threshold=t, metric=0.8 - 0.1 * t, full_metric=0.8,
+               mean_layers=6 - t, layer_speedup=6 / (6 - t), row_speedup=1.0, time_fast_s=None,
+               time_full_s=None, speedup=None, agreement=1.0, metric_name="accuracy")
+          for t in (0.1, 0.3)]
+  _, js = write_table(rows, str(tmp_path / "jt" / "ee.md"), label="JT",
+                      about={"task": "sst2", "model": "minilm-l6", "split": "dev"})
+  assert "(task sst2, model minilm-l6, split dev)" in open(tmp_path / "jt" / "ee.md").read()
+  fig = plot_quality_speed.figure([js])
+  assert fig._suptitle.get_text() == "Early-exit quality vs speed (entropy): sst2, minilm-l6"
+  assert fig.axes[1].get_ylabel() == "dev accuracy"
+  assert [t.get_text() for t in fig.axes[1].get_legend().get_texts()] == ["JT"]
+  wds = []
+  for name in ("jt", "kd"):
+    wd = tmp_path / "runs" / name
+    wd.mkdir(parents=True)
+    (wd / "config.json").write_text(json.dumps({"task": {"name": "rte"},
+                                                "model": {"name": "bert-base-uncased"}}))
+    (wd / "results.json").write_text(json.dumps(
+        {"train": {}, "dev": {"exit_1/accuracy": 0.6, "exit_2/accuracy": 0.7}}))
+    wds.append(str(wd))
+  title = plot_per_exit.main(wds + ["--out", str(tmp_path / "pe.png")])
+  assert title == "Per-exit dev accuracy: rte, bert-base-uncased"

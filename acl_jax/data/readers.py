@@ -203,6 +203,12 @@ def read_quickstart(path: str) -> Columns:
 
 
 GENERIC_FORMATS = ("csv", "tsv", "jsonl")
+_EXTENSIONS = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl"}
+
+
+def format_of(path: str) -> Optional[str]:
+  """"csv", "tsv" or "jsonl" by the file's extension; None for any other name."""
+  return _EXTENSIONS.get(os.path.splitext(path)[1].lower())
 
 
 def _jsonl_records(f, path: str):
@@ -219,6 +225,27 @@ def _jsonl_records(f, path: str):
       raise ValueError(f"{path} line {i + 1} is a JSON {type(rec).__name__}, not an object "
                        "with text and label fields.")
     yield rec
+
+
+def iter_records(lines, fmt: str, path: str):
+  """The records of a CSV, TSV or JSONL text, one dict per row (CSV quoted as usual, TSV
+  unquoted like the GLUE files), from an open file or any iterable of its lines."""
+  if fmt == "jsonl":
+    return _jsonl_records(lines, path)
+  if fmt == "csv":
+    return csv.DictReader(lines)
+  if fmt == "tsv":
+    return csv.DictReader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)
+  raise ValueError(f"Unknown file format {fmt!r}; known: {list(GENERIC_FORMATS)}.")
+
+
+def sniff_format(first_line: str) -> str:
+  """The format of a text whose extension says nothing (e.g. stdin), from its first line: a
+  JSON object is JSONL, a tab means TSV, anything else CSV."""
+  line = first_line.lstrip("\ufeff").strip()
+  if line.startswith("{"):
+    return "jsonl"
+  return "tsv" if "\t" in line else "csv"
 
 
 def read_generic(path: str, fmt: str, text_column: str, text_pair_column: Optional[str],
@@ -247,13 +274,7 @@ def read_generic(path: str, fmt: str, text_column: str, text_pair_column: Option
     wanted["text_pair"] = text_pair_column
   cols = {k: [] for k in wanted}
   with open(path, encoding="utf-8-sig", newline="") as f:
-    if fmt == "jsonl":
-      records = _jsonl_records(f, path)
-    elif fmt == "csv":
-      records = csv.DictReader(f)
-    else:
-      records = csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-    for n, rec in enumerate(records):
+    for n, rec in enumerate(iter_records(f, fmt, path)):
       missing = [c for c in wanted.values() if c not in rec]
       if missing:
         raise ValueError(f"{path} record {n + 1} has no column(s) {missing}; it has "

@@ -1,4 +1,4 @@
-"""Task registry: GLUE, the TextGCN corpora, a Rotten Tomatoes quickstart, generic files.
+"""Task registry: GLUE, TextGCN corpora, a Rotten Tomatoes quickstart, files, hub datasets.
 
 `load_task(name, ...)` returns a `TaskData` whose splits are `datasets.Dataset`s with
 columns "text", optionally "text_pair", and "label" (int64 in 0..K-1). Splits are
@@ -46,6 +46,9 @@ class LoadOptions:
   text_pair_column: Optional[str] = None
   label_column: str = "label"
   files: Optional[dict[str, str]] = None
+  hub_id: str = ""
+  hub_config: str = ""
+  hub_splits: Optional[dict[str, str]] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,12 +256,97 @@ def _load_generic(spec: TaskSpec, data_dir: Optional[str], opts: LoadOptions) ->
   for split, path in files.items():
     if data_dir is not None and not os.path.isabs(path):
       path = os.path.join(data_dir, path)
+    ext = readers.format_of(path)
+    if ext is not None and ext != spec.source:
+      # A TSV read as CSV fails later with a header of one column; say it here.
+      raise ValueError(f"{path} is a {ext} file but task {spec.name!r} reads {spec.source}: "
+                       f"use configs/files.py:{ext} (task.name={ext!r}).")
     splits[split] = readers.read_generic(path, spec.source, opts.text_column,
                                          opts.text_pair_column, opts.label_column)
   if "dev" not in splits:
     kept, held = holdout(len(splits["train"]["label"]), opts.val_fraction, opts.split_seed)
     splits["dev"] = _take(splits["train"], held)
     splits["train"] = _take(splits["train"], kept)
+  return RawTask(splits, None, None)
+
+
+def _is_saved_dataset(folder: str) -> bool:
+  """Whether `folder` was written by `Dataset.save_to_disk` or `DatasetDict.save_to_disk`."""
+  return any(os.path.isfile(os.path.join(folder, f))
+             for f in ("dataset_dict.json", "state.json"))
+
+
+def open_hub_dataset(hub_id: str, config: str = "") -> datasets.DatasetDict:
+  """The dataset `hub_id` names, as a DatasetDict.
+
+  A local folder written by `save_to_disk` is read with `datasets.load_from_disk`; any other
+  folder (data files such as train.csv and test.parquet, or a loading script) and any hub id
+  go through `datasets.load_dataset`, the call that downloads when online. Offline, a hub id
+  fails at once instead of waiting on the network.
+  """
+  if not hub_id:
+    raise ValueError("The hub task needs a dataset: set --config.task.hub_id to a hub id (e.g. "
+                     "stanfordnlp/imdb) or a local folder, or use a preset such as "
+                     "configs/hub.py:imdb.")
+  if os.path.isdir(hub_id):
+    if _is_saved_dataset(hub_id):
+      ds = datasets.load_from_disk(hub_id)
+      return ds if isinstance(ds, datasets.DatasetDict) else datasets.DatasetDict(train=ds)
+    return datasets.load_dataset(hub_id, config or None)
+  if _hub_offline():
+    raise RuntimeError(
+        f"Hub dataset {hub_id!r}: the hub is offline (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE is "
+        f"set) and {hub_id!r} is no local folder. Go online, or set --config.task.hub_id to a "
+        "folder written by DatasetDict.save_to_disk or holding the data files (train.csv, "
+        "test.csv, ... as datasets.load_dataset reads them).")
+  return datasets.load_dataset(hub_id, config or None)
+
+
+def _hub_labels(ds: datasets.Dataset, column: str) -> tuple[list[str], Optional[list[str]]]:
+  """(label strings, ClassLabel names or None): ClassLabel ids become "0".."K-1" and its
+  unlabelled -1 (e.g. GLUE's test splits) an empty label, which the empty-row policy drops."""
+  feature = ds.features[column]
+  values = list(ds[column])
+  if isinstance(feature, datasets.ClassLabel):
+    return ["" if v is None or v < 0 else str(v) for v in values], list(feature.names)
+  return ["" if v is None else str(v) for v in values], None
+
+
+def _load_hub(spec: TaskSpec, data_dir: Optional[str], opts: LoadOptions) -> RawTask:
+  del data_dir
+  hub = open_hub_dataset(opts.hub_id, opts.hub_config)
+  wanted = {k: v for k, v in (opts.hub_splits or {"train": "train"}).items() if v}
+  unknown = sorted(set(wanted) - {"train", "dev", "test"})
+  if "train" not in wanted or unknown:
+    raise ValueError(f"task.splits maps train (required), dev and test to the dataset's split "
+                     f"names; got {opts.hub_splits}.")
+  missing = {k: v for k, v in wanted.items() if v not in hub}
+  if missing:
+    k, v = next(iter(missing.items()))
+    raise ValueError(f"Dataset {opts.hub_id!r} has no split {v!r} (task.splits.{k}); its splits "
+                     f"are {sorted(hub)}. Set --config.task.splits.{k}=NAME"
+                     + (", or \"\" to hold dev out of train." if k == "dev" else "."))
+  columns = {"text": opts.text_column, "label": opts.label_column}
+  if opts.text_pair_column:
+    columns["text_pair"] = opts.text_pair_column
+  splits, class_names = {}, None
+  for split, name in wanted.items():
+    ds = hub[name]
+    lacking = [c for c in columns.values() if c not in ds.column_names]
+    if lacking:
+      raise ValueError(f"Dataset {opts.hub_id!r} split {name!r} has no column(s) {lacking}; it "
+                       f"has {ds.column_names}. Set task.text_column/text_pair_column/"
+                       "label_column.")
+    cols = {k: list(ds[c]) for k, c in columns.items() if k != "label"}
+    cols["label"], names = _hub_labels(ds, opts.label_column)
+    class_names = class_names or names
+    splits[split] = cols
+  if "dev" not in splits:
+    kept, held = holdout(len(splits["train"]["label"]), opts.val_fraction, opts.split_seed)
+    splits["dev"] = _take(splits["train"], held)
+    splits["train"] = _take(splits["train"], kept)
+  if class_names is not None:  # ids in the dataset's own order, named by it
+    return RawTask(splits, tuple(str(i) for i in range(len(class_names))), tuple(class_names))
   return RawTask(splits, None, None)
 
 
@@ -319,7 +407,10 @@ TASKS: dict[str, TaskSpec] = {
                            "accuracy", _CLASSIFY, {"test_fraction": 0.1}),
     **{f: TaskSpec(f, _load_generic, ("text",), None, "accuracy", _CLASSIFY, f)
        for f in readers.GENERIC_FORMATS},
+    "hub": TaskSpec("hub", _load_hub, ("text",), None, "accuracy", _CLASSIFY, None),
 }
+# Tasks whose text columns are named by the config (task.text_column, task.text_pair_column).
+CONFIGURED_COLUMNS = (*readers.GENERIC_FORMATS, "hub")
 
 
 def get_task(name: str) -> TaskSpec:
@@ -330,6 +421,30 @@ def get_task(name: str) -> TaskSpec:
   return TASKS[key]
 
 
+def input_columns(name: str, text_column: str = "text",
+                  text_pair_column: Optional[str] = None) -> list[tuple[str, ...]]:
+  """The names a task's text field(s) go by in a file of new texts to classify.
+
+  Files and hub datasets use the configured columns; GLUE tasks their hub names (e.g.
+  ("sentence1", "sentence2") for RTE), or the glue_data TSV header's (MRPC's "#1 String",
+  MNLI's "sentence1"), so a task's own dev.tsv can be read as it is; the rest "text".
+
+  Returns:
+    Alternatives in order of preference, each a tuple of one column name per text field.
+  """
+  spec = get_task(name)
+  if spec.name in CONFIGURED_COLUMNS:
+    return [(text_column,) + ((text_pair_column,) if text_pair_column else ())]
+  fmt = spec.source
+  if isinstance(fmt, readers.GlueFormat):
+    out = [tuple(c for c in (fmt.hub_text, fmt.hub_pair) if c is not None)]
+    tsv = tuple(c for c in (fmt.text, fmt.pair) if c is not None)
+    if fmt.header and tsv not in out:
+      out.append(tsv)
+    return out
+  return [("text",)]
+
+
 # ---------------------------------------------------------------------------- load_task
 
 
@@ -337,7 +452,8 @@ def load_task(name: str, data_dir: Optional[str] = None, *, text: str = "raw",
               val_fraction: float = 0.1, split_seed: int = 0, on_empty: str = "skip",
               text_column: str = "text", text_pair_column: Optional[str] = None,
               label_column: str = "label", files: Optional[dict[str, str]] = None,
-              main_metric: Optional[str] = None) -> TaskData:
+              main_metric: Optional[str] = None, hub_id: str = "", hub_config: str = "",
+              hub_splits: Optional[dict[str, str]] = None) -> TaskData:
   """Loads a registered task into in-memory datasets.
 
   Args:
@@ -357,6 +473,11 @@ def load_task(name: str, data_dir: Optional[str] = None, *, text: str = "raw",
     files: generic files: {"train": path, "dev": path, "test": path}; dev/test optional.
     main_metric: overrides the task's model-selection metric (e.g. "macro_f1" for the
       G-Loss protocol on TextGCN).
+    hub_id: hub task: a dataset id, or a local folder (`open_hub_dataset`).
+    hub_config: hub task: the dataset's config name, if any.
+    hub_splits: hub task: {"train": name, "dev": name, "test": name}, the dataset's split
+      names; dev and test optional ("" or absent: none; without dev, val_fraction of train is
+      held out). Text, pair and label columns are text_column, text_pair_column, label_column.
 
   Returns:
     The task's splits, label names and metrics.
@@ -370,7 +491,7 @@ def load_task(name: str, data_dir: Optional[str] = None, *, text: str = "raw",
       raise ValueError(f"Unknown main_metric {main_metric!r}; known: {list(METRIC_NAMES)}.")
     metrics = metrics if main_metric in metrics else metrics + (main_metric,)
   opts = LoadOptions(text, val_fraction, split_seed, text_column, text_pair_column,
-                     label_column, files)
+                     label_column, files, hub_id, hub_config, hub_splits)
   raw = spec.loader(spec, data_dir, opts)
 
   splits, dropped = {}, {}

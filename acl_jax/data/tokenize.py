@@ -28,12 +28,26 @@ def cache_key(ds: datasets.Dataset, tokenizer, max_length: int) -> str:
   return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:24]
 
 
-def tokenize_dataset(ds: datasets.Dataset, tokenizer, max_length: int,
-                     cache_dir: Optional[str] = None) -> datasets.Dataset:
-  """Tokenises "text" (and "text_pair") without padding; batching pads later.
+def encode(tokenizer, texts: list[str], pairs: Optional[list[str]], max_length: int) -> dict:
+  """Token ids of `texts` (and `pairs`) as training sees them, unpadded.
 
   Padding, truncation and max_length are passed on every call because some
   tokenizer.json files (all-MiniLM-L6-v2's among them) carry their own defaults.
+
+  Returns:
+    input_ids and token_type_ids (one int list per text, pairs truncated longest-first) and
+    length (their lengths).
+  """
+  enc = tokenizer(texts, pairs, truncation="longest_first", max_length=max_length,
+                  padding=False, return_attention_mask=False, return_token_type_ids=True)
+  ids = enc["input_ids"]
+  types = enc.get("token_type_ids") or [[0] * len(x) for x in ids]
+  return {"input_ids": ids, "token_type_ids": types, "length": [len(x) for x in ids]}
+
+
+def tokenize_dataset(ds: datasets.Dataset, tokenizer, max_length: int,
+                     cache_dir: Optional[str] = None) -> datasets.Dataset:
+  """Tokenises "text" (and "text_pair") without padding (`encode`); batching pads later.
 
   Args:
     ds: a split from `load_task`, with "text", optionally "text_pair", and "label".
@@ -49,22 +63,17 @@ def tokenize_dataset(ds: datasets.Dataset, tokenizer, max_length: int,
   """
   pair = "text_pair" in ds.column_names
 
-  def encode(batch):
-    enc = tokenizer(batch["text"], batch["text_pair"] if pair else None,
-                    truncation="longest_first", max_length=max_length, padding=False,
-                    return_attention_mask=False, return_token_type_ids=True)
-    ids = enc["input_ids"]
-    types = enc.get("token_type_ids") or [[0] * len(x) for x in ids]
-    return {"input_ids": ids, "token_type_ids": types, "length": [len(x) for x in ids],
-            "label": batch["label"]}
+  def encode_batch(batch):
+    out = encode(tokenizer, batch["text"], batch["text_pair"] if pair else None, max_length)
+    return {**out, "label": batch["label"]}
 
   key = cache_key(ds, tokenizer, max_length)
   # Our key is the output's fingerprint; it spares datasets from pickling the tokenizer
-  # to hash `encode`, which costs seconds per call.
+  # to hash `encode_batch`, which costs seconds per call.
   kwargs = dict(new_fingerprint=key)
   if cache_dir is not None:
     os.makedirs(cache_dir, exist_ok=True)
     kwargs.update(cache_file_name=os.path.join(cache_dir, key + ".arrow"),
                   load_from_cache_file=True)
-  return ds.map(encode, batched=True, remove_columns=ds.column_names, features=FEATURES,
+  return ds.map(encode_batch, batched=True, remove_columns=ds.column_names, features=FEATURES,
                 desc="tokenize", **kwargs)

@@ -71,15 +71,16 @@ def _embed_fn(cfg: EncoderConfig):
 
 @functools.lru_cache(maxsize=None)
 def _step_fn(cfg: EncoderConfig, policy: str):
-  """Jitted (layer_params, head_params, x, mask, state, threshold) -> (x, done, pred, state)."""
+  """Jitted (layer_params, head_params, x, mask, state, threshold) -> (x, done, pred, state,
+  logits)."""
   @jax.jit
   def step(layer_params, head_params, x, mask, state, threshold):
-    """x: [b, seq, hidden]; mask: [b, seq]; state: ExitState of [b]."""
+    """x: [b, seq, hidden]; mask: [b, seq]; state: ExitState of [b]; logits: [b, K]."""
     TRACES["step", policy, *mask.shape] += 1
     x = TransformerLayer(cfg).apply({"params": layer_params}, x, attention_bias(mask))
     logits, _ = ExitHead(cfg).apply({"params": head_params}, pool(x, mask, cfg.exit_pooling))
     done, pred, state = policies.policy_step(logits, state, policy, threshold)
-    return x, done, pred, state
+    return x, done, pred, state, logits
   return step
 
 
@@ -106,7 +107,8 @@ def _exit_params(cfg: EncoderConfig, params: Any):
 def early_exit_predict(cfg: EncoderConfig, params: Any, input_ids, attention_mask,
                        token_type_ids, policy: str, threshold: Any,
                        buckets: Optional[Sequence[int]] = None,
-                       stats: Optional[dict] = None) -> tuple[np.ndarray, np.ndarray]:
+                       stats: Optional[dict] = None, with_logits: bool = False
+                       ) -> tuple[np.ndarray, ...]:
   """Early-exit predictions, running each example only up to the layer it leaves at.
 
   Args:
@@ -122,10 +124,12 @@ def early_exit_predict(cfg: EncoderConfig, params: Any, input_ids, attention_mas
     stats: if a dict, "row_layers" (padded rows run, summed over layers) and "example_layers"
       (the layers each of the `batch` input rows needed, summed) are added to it: their
       ratio is the compute the bucketing wastes.
+    with_logits: also return the logits of the exit each example left at.
 
   Returns:
     exit_layer: [batch] int32 numpy, 1-based layer each example left at.
     preds: [batch] int32 numpy, the argmax of that exit.
+    logits: [batch, K] float32 numpy, that exit's logits (with_logits only).
   """
   threshold = policies.check_threshold(policy, threshold)
   layers, heads = _exit_params(cfg, params)
@@ -151,15 +155,21 @@ def early_exit_predict(cfg: EncoderConfig, params: Any, input_ids, attention_mas
 
   exit_layer = np.zeros((batch,), np.int32)
   preds = np.zeros((batch,), np.int32)
+  out_logits = None
   row_layers = 0
   for m in range(1, cfg.num_layers + 1):
     x, mask, state = carry
-    x, done, pred, state = step(layers[m - 1], heads[m - 1], x, mask, state, threshold)
+    x, done, pred, state, logits = step(layers[m - 1], heads[m - 1], x, mask, state, threshold)
     row_layers += slots.size
     done, pred = jax.device_get((done, pred))
     leaving = (slots >= 0) & (done | (m == cfg.num_layers))
     exit_layer[slots[leaving]] = m
     preds[slots[leaving]] = pred[leaving]
+    if with_logits:  # fetched only when asked: the timed sweeps do without the transfer
+      logits = np.asarray(jax.device_get(logits), np.float32)
+      if out_logits is None:
+        out_logits = np.zeros((batch, logits.shape[-1]), np.float32)
+      out_logits[slots[leaving]] = logits[leaving]
     slots = np.where(leaving, -1, slots)
     live = np.flatnonzero(slots >= 0)
     if live.size == 0:
@@ -173,4 +183,4 @@ def early_exit_predict(cfg: EncoderConfig, params: Any, input_ids, attention_mas
   if stats is not None:
     stats["row_layers"] = stats.get("row_layers", 0) + row_layers
     stats["example_layers"] = stats.get("example_layers", 0) + int(exit_layer.sum())
-  return exit_layer, preds
+  return (exit_layer, preds, out_logits) if with_logits else (exit_layer, preds)

@@ -182,13 +182,16 @@ _COLUMNS = (("threshold", "threshold", "{:g}"), ("metric", "metric", "{:.4f}"),
 
 
 def write_table(rows: Sequence[Mapping[str, Any]], path_md: str,
-                label: Optional[str] = None) -> tuple[str, str]:
+                label: Optional[str] = None,
+                about: Optional[Mapping[str, str]] = None) -> tuple[str, str]:
   """Writes `rows` as a Markdown table at `path_md` and as JSON next to it (same stem).
 
   Args:
     rows: the output of `sweep`.
     path_md: where the table goes, e.g. "workdir/exits_entropy.md".
     label: curve name for `scripts/plot_quality_speed.py`; None for the folder's name.
+    about: what was swept, e.g. {"task": "sst2", "model": "minilm-l6", "split": "dev"}: named
+      in the table's title and the plot's.
 
   Returns:
     (markdown path, json path).
@@ -199,7 +202,10 @@ def write_table(rows: Sequence[Mapping[str, Any]], path_md: str,
   label = label or os.path.basename(folder)
   policy = rows[0]["policy"] if rows else None
   metric = rows[0].get("metric_name") if rows else None
-  lines = [f"Early exit: {label}, policy {policy}" + (f", metric {metric}" if metric else ""), "",
+  about = dict(about or {})
+  where = ", ".join(f"{k} {v}" for k, v in about.items() if v)
+  lines = [f"Early exit: {label}, policy {policy}" + (f", metric {metric}" if metric else "")
+           + (f" ({where})" if where else ""), "",
            "| " + " | ".join(c[0] for c in _COLUMNS) + " |",
            "|" + "|".join("---" for _ in _COLUMNS) + "|"]
   for r in rows:
@@ -209,6 +215,6 @@ def write_table(rows: Sequence[Mapping[str, Any]], path_md: str,
     lines.append("| " + " | ".join(cells) + " |")
   # Atomic: run_results.sh takes a JSON newer than results.json as "this run is swept".
   write_atomic(path_md, "\n".join(lines) + "\n")
-  write_atomic(path_json, json.dumps({"label": label, "policy": policy, "rows": list(rows)},
-                                     indent=1))
+  write_atomic(path_json, json.dumps({"label": label, "policy": policy, **about,
+                                      "rows": list(rows)}, indent=1))
   return path_md, path_json

@@ -11,10 +11,13 @@ Restores go against an abstract target built from the live state, so optax state
 as their own types (not plain dicts) and arrays come back with the live shardings.
 
 Two latest checkpoints are kept: one that cannot be read (a shard truncated by a full disk, a
-bad copy) is moved to `ckpt_corrupt/` and the run resumes from the one before it.
+bad copy) is moved to `ckpt_corrupt/` and the run resumes from the one before it. With
+checkpoint.keep_train_state=False a finished run deletes `ckpt/` (`drop_train_state`) and keeps
+the best params alone, a third of a latest checkpoint's size (params, no Adam moments).
 """
 import logging
 import os
+import shutil
 import sys
 from typing import Any
 
@@ -68,8 +71,8 @@ def _leaf_paths(tree) -> set[str]:
   return {"/".join(name(k) for k in path) for path, _ in jax.tree_util.tree_leaves_with_path(tree)}
 
 
-def _manager(path: str, keep: int) -> ocp.CheckpointManager:
-  opts = ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
+def _manager(path: str, keep: int, create: bool = True) -> ocp.CheckpointManager:
+  opts = ocp.CheckpointManagerOptions(max_to_keep=keep, create=create,
                                       enable_async_checkpointing=False,
                                       cleanup_tmp_directories=True)
   return ocp.CheckpointManager(os.path.abspath(path), options=opts)
@@ -82,13 +85,15 @@ def _abstract(state: Any) -> Any:
 class Checkpoints:
   """The latest and best checkpoints of one workdir, each a TrainState plus a JSON `meta`."""
 
-  def __init__(self, workdir: str, keep_latest: int = 2):
+  def __init__(self, workdir: str, keep_latest: int = 2, create: bool = True):
+    """create=False opens the checkpoints of a finished run for reading: a run that kept best/
+    alone (checkpoint.keep_train_state=False) gets no empty ckpt/ back."""
     if keep_latest < 2:
       raise ValueError(f"keep_latest must be >= 2 (a checkpoint to fall back to), got "
                        f"{keep_latest}.")
     self.workdir = workdir
-    self.latest = _manager(os.path.join(workdir, "ckpt"), keep_latest)
-    self.best = _manager(os.path.join(workdir, "best"), 1)
+    self.latest = _manager(os.path.join(workdir, "ckpt"), keep_latest, create)
+    self.best = _manager(os.path.join(workdir, "best"), 1, create)
 
   def save(self, state, meta: dict, best: bool = False) -> None:
     mngr = self.best if best else self.latest
@@ -269,6 +274,11 @@ class Checkpoints:
     latest when none is marked best), "latest" the run's final weights; None without one."""
     if checkpoint not in ("best", "latest"):
       raise ValueError(f"checkpoint must be 'best' or 'latest', got {checkpoint!r}.")
+    if (checkpoint == "latest" and self.latest.latest_step() is None
+        and self.best.latest_step() is not None):
+      raise FileNotFoundError(
+          f"{self.workdir} keeps its best checkpoint alone (ckpt/, the final weights, was "
+          "deleted after training: checkpoint.keep_train_state=False); use --checkpoint best.")
     return ((checkpoint == "best" and self.restore_params(target_params, best=True))
             or self.restore_params(target_params))
 
@@ -281,6 +291,21 @@ class Checkpoints:
   def close(self):
     self.latest.close()
     self.best.close()
+
+
+def drop_train_state(workdir: str) -> bool:
+  """Deletes the workdir's ckpt/ (the whole train state, for resuming) and keeps best/ (the
+  params evaluation, export and prediction read), once every process is past its last read.
+  Returns whether it deleted (a run without a best checkpoint keeps ckpt/, with a warning)."""
+  ocp.multihost.sync_global_processes("acl_jax_drop_train_state")
+  best = os.path.join(workdir, "best")
+  if not any(d.isdigit() for d in (os.listdir(best) if os.path.isdir(best) else [])):
+    log.warning("%s has no best checkpoint; ckpt/ is kept.", workdir)
+    return False
+  if jax.process_index() == 0:  # the workdir is one folder for every host
+    shutil.rmtree(os.path.join(workdir, "ckpt"), ignore_errors=True)
+  ocp.multihost.sync_global_processes("acl_jax_dropped_train_state")
+  return True
 
 
 def _restore_items(mngr, step: int, items: dict) -> dict:

@@ -86,7 +86,10 @@ def build(config, splits=()) -> Setup:
       t.name, t.data_dir or None, text=t.text, val_fraction=t.val_fraction,
       split_seed=t.split_seed, on_empty=t.on_empty, text_column=t.text_column,
       text_pair_column=t.text_pair_column or None, label_column=t.label_column,
-      files=files or None, main_metric=t.main_metric or None)
+      files=files or None, main_metric=t.main_metric or None,
+      # .get: workdirs written before the hub task existed.
+      hub_id=t.get("hub_id", ""), hub_config=t.get("hub_config", ""),
+      hub_splits=dict(t.splits) if "splits" in t else None)
   _check_splits(task, splits)
   model, params, tokenizer = load_model(config, task.num_labels)
   tok = {}
@@ -129,11 +132,12 @@ def predict(setup: Setup, eval_step, params, ds, with_features: bool = False):
 
 
 def evaluate(setup: Setup, eval_step, params, split: str, with_features: bool = False,
-             dump_path: str | None = None) -> dict:
+             dump_path: str | None = None, per_class: bool = False) -> dict:
   """Exact metrics of every exit over a whole split (padding rows masked out).
 
   Returns a dict with the task's metrics of the last exit, `exit_{m}/{metric}` for every exit
-  when there are several, and silhouette scores of the last exit's features when asked.
+  when there are several, silhouette scores of the last exit's features when asked, and with
+  `per_class` the last exit's {label name: precision, recall, f1, support} as "per_class".
   With `dump_path` (needs with_features), process 0 saves the last exit's features, labels,
   predictions and label embeddings there (npz) for plots such as t-SNE.
   """
@@ -143,6 +147,8 @@ def evaluate(setup: Setup, eval_step, params, split: str, with_features: bool = 
   labels = np.asarray(ds["label"], np.int64)
   names = setup.task.metrics
   out = metrics_lib.compute(all_preds[-1], labels, k, names)
+  if per_class:
+    out["per_class"] = metrics_lib.per_class(all_preds[-1], labels, setup.task.label_names)
   exits = setup.model.cfg.exit_layers
   if len(exits) > 1:
     for e, m in enumerate(exits):
@@ -389,9 +395,9 @@ def _check_not_pruned(workdir: str) -> None:
   would silently train again from step 0 and overwrite its results: refuse."""
   if provenance.run_finished(workdir) and not provenance.checkpoint_steps(workdir):
     raise ValueError(f"{workdir} holds a finished run (results.json) but no checkpoint to "
-                     "resume from (ckpt/ was deleted): training would restart from step 0 "
-                     "and overwrite its results. Use a new --workdir, or move results.json "
-                     "away to retrain it here.")
+                     "resume from (ckpt/ was deleted, e.g. by checkpoint.keep_train_state="
+                     "False): training would restart from step 0 and overwrite its results. "
+                     "Use a new --workdir, or move results.json away to retrain it here.")
 
 
 def train_and_evaluate(config, workdir: str) -> dict:
@@ -425,6 +431,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   multi = objectives.multi_exit_from_config(cfg.multi_exit, len(setup.model.cfg.exit_layers),
                                             total)
   tx = make_tx(cfg, total, multi)
+  lr_groups = optim.lr_groups(**_lr_args(cfg, total, multi))  # logged host-side
   state = TrainState.create(params, tx, cfg.seed)
   state = step_lib.replicate(state, setup.mesh)
   # The newest intact checkpoint (an unreadable one is set aside and logged).
@@ -503,6 +510,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
       bar.set_postfix(loss=f"{float(m['loss']):.4f}")
     if done % cfg.log_every == 0 or done == total:
       m["steps_per_s"] = (done - start) / max(time.time() - t0, 1e-9)
+      m.update(optim.learning_rates(lr_groups, step))  # what this step's update used
       writer.write(done, "train", m)
     if done % eval_every == 0 or done == total:
       res = evaluate(setup, eval_step, state.params, "dev")
@@ -542,11 +550,13 @@ def train_and_evaluate(config, workdir: str) -> dict:
   ckpts.close()
   if is_main():
     write_atomic(os.path.join(workdir, "results.json"), json.dumps(results, indent=2))
+  if not cfg.checkpoint.keep_train_state:  # after results.json: the run is finished
+    ckpt_lib.drop_train_state(workdir)
   return results
 
 
 def evaluate_best(setup: Setup, ckpts, target_params, eval_step, splits, dump_dir=None,
-                  checkpoint: str = "best") -> dict:
+                  checkpoint: str = "best", per_class: bool = False) -> dict:
   """Evaluates the best checkpoint (the latest when none is marked best) on `splits`.
 
   checkpoint="latest" evaluates the last saved checkpoint instead: the run's final weights,
@@ -563,18 +573,21 @@ def evaluate_best(setup: Setup, ckpts, target_params, eval_step, splits, dump_di
   for split in splits:
     dump = os.path.join(dump_dir, f"features_{split}.npz") if dump_dir else None
     out[split] = evaluate(setup, eval_step, params, split, with_features=True,
-                          dump_path=dump)
+                          dump_path=dump, per_class=per_class)
   return out
+
+
+def _lr_args(cfg, total_steps: int, multi=None) -> dict:
+  o = cfg.optim
+  return dict(lr=o.lr, total_steps=total_steps, warmup_ratio=o.warmup_ratio,
+              strategy=multi.strategy if multi else "",
+              stage1_steps=multi.stage1_steps if multi else 0, head_lr_mult=o.head_lr_mult)
 
 
 def make_tx(cfg, total_steps: int, multi=None):
   """The optimizer of a config (multi-exit strategies get their parameter groups)."""
-  o = cfg.optim
-  return optim.make_optimizer(lr=o.lr, total_steps=total_steps, warmup_ratio=o.warmup_ratio,
-                              weight_decay=o.weight_decay, clip_norm=o.clip_norm,
-                              strategy=multi.strategy if multi else "",
-                              stage1_steps=multi.stage1_steps if multi else 0,
-                              head_lr_mult=o.head_lr_mult)
+  return optim.make_optimizer(weight_decay=cfg.optim.weight_decay,
+                              clip_norm=cfg.optim.clip_norm, **_lr_args(cfg, total_steps, multi))
 
 
 def _open_workdir(config, workdir: str, splits=()):
@@ -590,7 +603,7 @@ def _open_workdir(config, workdir: str, splits=()):
         f"No checkpoint in {workdir}: train it first (a run restored from a records archive, "
         "or pruned, keeps its results but not its weights).")
   setup = build(config, splits)
-  ckpts = ckpt_lib.Checkpoints(workdir)
+  ckpts = ckpt_lib.Checkpoints(workdir, create=False)
   if not ckpts.has_checkpoint():
     ckpts.close()
     raise FileNotFoundError(f"No checkpoint in {workdir}; train first.")
@@ -609,14 +622,24 @@ def merge_results(old: dict, new: dict) -> dict:
 
 
 def evaluate_workdir(config, workdir: str, splits, dump_features: bool = False,
-                     checkpoint: str = "best") -> dict:
-  """Rebuilds the model of a finished run and evaluates its best (or latest) checkpoint."""
+                     checkpoint: str = "best", per_class: bool = False) -> dict:
+  """Rebuilds the model of a finished run and evaluates its best (or latest) checkpoint.
+
+  Classes are named by the run's labels.json (the names its model was trained with), where
+  the run has one."""
   splits = [s.strip() for s in splits]
   setup, ckpts, target = _open_workdir(config, workdir, splits)
+  names = provenance.read_labels(workdir)
+  # Another label count is a model that does not fit the checkpoint, which the restore names.
+  if names not in (None, setup.task.label_names) and len(names) == setup.task.num_labels:
+    log.warning("%s was trained with the labels %s; the task's data now names them %s.",
+                workdir, names, setup.task.label_names)
+    setup.task.label_names = names
   eval_step = step_lib.make_eval_step(setup.model, setup.mesh)
   try:
     return evaluate_best(setup, ckpts, target, eval_step, splits,
-                         dump_dir=workdir if dump_features else None, checkpoint=checkpoint)
+                         dump_dir=workdir if dump_features else None, checkpoint=checkpoint,
+                         per_class=per_class)
   finally:
     ckpts.close()
 
@@ -652,5 +675,7 @@ def early_exit_workdir(config, workdir: str, split: str, policy: str, thresholds
   rows = exits.sweep(setup.model.cfg, params, batches, None, policy, thresholds,
                      metric_fn=metric_fn, repeats=repeats)
   label = f"{os.path.basename(os.path.normpath(workdir))}"
+  about = {"task": setup.task.name, "model": os.path.basename(os.path.normpath(
+      config.model.name)), "split": split}
   return exits.write_table(rows, os.path.join(workdir, f"early_exit_{policy}_{split}.md"),
-                           label=label)
+                           label=label, about=about)

@@ -1,4 +1,6 @@
 """Optax AdamW with warmup + linear decay, clipping, and no decay on biases and LayerNorm."""
+from typing import Any, Callable, NamedTuple, Optional
+
 import jax
 import optax
 
@@ -36,6 +38,69 @@ def param_groups(params):
   return {k: jax.tree.map(lambda _, g=group(k): g, v) for k, v in params.items()}
 
 
+class Group(NamedTuple):
+  """One parameter group's learning rate.
+
+  Attributes:
+    schedule: learning rate of the group's own k-th update (optax's count of its AdamW).
+    on: global step -> whether the group updates at that step; None: every step.
+    own_count: global step -> the group's own update count at that step (host-side).
+  """
+  schedule: optax.Schedule
+  on: Optional[Callable[[Any], Any]]
+  own_count: Callable[[int], int]
+
+
+def lr_groups(*, lr: float, total_steps: int, warmup_ratio: float = 0.1, strategy: str = "",
+              stage1_steps: int = 0, head_lr_mult: float = 1.0) -> dict[str, Group]:
+  """The learning rate of every parameter group, as `make_optimizer` applies it.
+
+  One group, "encoder", without a multi-exit strategy and with head_lr_mult 1; else
+  "encoder", "head" (the final exit) and "lower_heads" (see `make_optimizer`).
+  """
+  if lr <= 0:
+    raise ValueError(f"optim.lr must be > 0, got {lr}.")
+  if head_lr_mult <= 0:
+    raise ValueError(f"optim.head_lr_mult must be > 0, got {head_lr_mult}.")
+  if total_steps < 1:
+    raise ValueError(f"total_steps must be >= 1, got {total_steps}; check num_epochs/num_steps.")
+
+  def sched(peak, steps=total_steps):
+    return lr_schedule(peak, steps, int(round(warmup_ratio * steps)))
+
+  every = lambda c: c
+  if not strategy and head_lr_mult == 1.0:
+    return {"encoder": Group(sched(lr), None, every)}
+  head_lr = lr * head_lr_mult
+  if strategy == "2st":
+    s1 = max(1, min(stage1_steps, total_steps - 1))  # objectives.stage1_length already is
+    stage1 = lambda c: c < s1
+    return {"encoder": Group(sched(lr, s1), stage1, lambda c: min(c, s1)),
+            "head": Group(sched(head_lr, s1), stage1, lambda c: min(c, s1)),
+            "lower_heads": Group(sched(head_lr, total_steps - s1), lambda c: c >= s1,
+                                 lambda c: max(c - s1, 0))}
+  head = sched(head_lr)
+  if strategy == "alt":
+    # The lower exits' k-th own update is global step 2k + 1, on the global schedule.
+    lower = Group(lambda k: head(2 * k + 1), lambda c: c % 2 == 1, lambda c: c // 2)
+  else:
+    lower = Group(head, None, every)
+  return {"encoder": Group(sched(lr), None, every), "head": Group(head, None, every),
+          "lower_heads": lower}
+
+
+def learning_rates(groups: dict[str, Group], step: int) -> dict[str, float]:
+  """The learning rate each group's update at global `step` (0-based) uses; 0 where the group
+  skips the step. Host-side, for the train metrics: "lr" is the encoder's, "lr/{group}" the
+  others'."""
+  out = {}
+  for name, g in groups.items():
+    on = g.on is None or bool(g.on(step))
+    out["lr" if name == "encoder" else f"lr/{name}"] = (
+        float(g.schedule(g.own_count(step))) if on else 0.0)
+  return out
+
+
 def make_optimizer(*, lr: float, total_steps: int, warmup_ratio: float = 0.1,
                    weight_decay: float = 0.01, clip_norm: float = 1.0, b1: float = 0.9,
                    b2: float = 0.999, eps: float = 1e-6, strategy: str = "",
@@ -64,37 +129,21 @@ def make_optimizer(*, lr: float, total_steps: int, warmup_ratio: float = 0.1,
     stage1_steps: 2ST's stage-1 length.
     head_lr_mult: the exit heads' peak learning rate is lr * head_lr_mult. Fresh heads on a
       pretrained encoder often need more than the encoder's 2e-5..5e-5 in short runs.
+
+  The groups' learning rates come from `lr_groups`, which the training loop also reads to log
+  them (`learning_rates`).
   """
-  if lr <= 0:
-    raise ValueError(f"optim.lr must be > 0, got {lr}.")
-  if head_lr_mult <= 0:
-    raise ValueError(f"optim.head_lr_mult must be > 0, got {head_lr_mult}.")
-  if total_steps < 1:
-    raise ValueError(f"total_steps must be >= 1, got {total_steps}; check num_epochs/num_steps.")
+  groups = lr_groups(lr=lr, total_steps=total_steps, warmup_ratio=warmup_ratio,
+                     strategy=strategy, stage1_steps=stage1_steps, head_lr_mult=head_lr_mult)
   clip = [optax.clip_by_global_norm(clip_norm)] if clip_norm > 0 else []
   adam = dict(b1=b1, b2=b2, eps=eps, weight_decay=weight_decay)
-  if not strategy and head_lr_mult == 1.0:
-    sched = lr_schedule(lr, total_steps, int(round(warmup_ratio * total_steps)))
-    return optax.chain(*clip, _adamw(sched, **adam))
+  if len(groups) == 1:
+    return optax.chain(*clip, _adamw(groups["encoder"].schedule, **adam))
 
-  def sched(peak, steps=total_steps):
-    return lr_schedule(peak, steps, int(round(warmup_ratio * steps)))
+  def gated(g: Group):
+    """AdamW on the group's own update count, skipped on global steps where `on` is False."""
+    t = _adamw(g.schedule, **adam)
+    return t if g.on is None else optax.transforms.conditionally_mask(t, g.on)
 
-  def gated(lr_fn, on=None):
-    """AdamW on `lr_fn` of its own update count, skipped on global steps where `on` is False."""
-    t = _adamw(lr_fn, **adam)
-    return t if on is None else optax.transforms.conditionally_mask(t, on)
-
-  head_lr = lr * head_lr_mult
-  if strategy == "2st":
-    s1 = max(1, min(stage1_steps, total_steps - 1))  # objectives.stage1_length already is
-    groups = {"encoder": gated(sched(lr, s1), lambda c: c < s1),
-              "head": gated(sched(head_lr, s1), lambda c: c < s1),
-              "lower_heads": gated(sched(head_lr, total_steps - s1), lambda c: c >= s1)}
-  else:
-    head = sched(head_lr)
-    # ALT: the lower exits' k-th own update is global step 2k + 1.
-    lower = (gated(lambda k: head(2 * k + 1), lambda c: c % 2 == 1) if strategy == "alt"
-             else gated(head))
-    groups = {"encoder": gated(sched(lr)), "head": gated(head), "lower_heads": lower}
-  return optax.chain(*clip, optax.multi_transform(groups, param_groups))
+  return optax.chain(*clip, optax.multi_transform({k: gated(g) for k, g in groups.items()},
+                                                  param_groups))

@@ -1,0 +1,362 @@
+"""Predictions of a trained run on new texts: label names, probabilities and exit layers.
+
+`load_run(workdir)` reads a train.py workdir back for inference: its config, its label names
+(labels.json), the model and its best or latest params; `export.export_workdir` builds on it.
+A `Predictor` classifies texts with the run's jitted eval step (`train.step.make_eval_step`)
+and the evaluation's batching: predict batches by length, as `data.eval_batches` does, sorting
+a chunk of inputs by token count into batches padded to the run's bucket lengths, then puts the
+results back in input order. Texts are not packed several to a row (sequence packing does not
+exist yet). With an exit policy, a multi-exit run stops each example at its own layer on the
+layer-skipping fast path (`exits.early_exit_predict`).
+
+`predict_file` reads CSV, TSV or JSONL (a file or stdin) with the run's text column(s) and
+writes one JSON line per input row, in input order:
+  {<text column(s)>, "label": name, "probs": {name: p}, "exit_layer": m (early exit only)}
+"""
+import dataclasses
+import itertools
+import json
+import logging
+import os
+import sys
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
+
+import numpy as np
+
+from acl_jax import provenance
+from acl_jax.data import batching, readers, tasks, tokenize
+
+log = logging.getLogger(__name__)
+
+CHECKPOINTS = ("best", "latest")
+# Inputs read, tokenised and predicted at a time: bounds memory on large files and stdin.
+CHUNK = 4096
+
+
+def label_names_or_default(names: Optional[list[str]], num_labels: int,
+                           source: str) -> list[str]:
+  """`names`, checked against the label count; LABEL_i names (with a warning) without them."""
+  if names is None:
+    log.warning("%s records no label names; the classes are named LABEL_0..LABEL_%d.", source,
+                num_labels - 1)
+    return [f"LABEL_{i}" for i in range(num_labels)]
+  if len(names) != num_labels or len(set(names)) != len(names):
+    raise ValueError(f"{source}: the label names {names} are not {num_labels} distinct names, "
+                     "one per class of the model.")
+  return list(names)
+
+
+@dataclasses.dataclass
+class Run:
+  """A finished train.py run, read back for inference.
+
+  Attributes:
+    workdir: its folder.
+    config: its config (config.json with config_history.jsonl applied), a ConfigDict.
+    label_names: class names in label-id order (labels.json; LABEL_i for runs without it).
+    model: the `Classifier`.
+    params: the checkpoint's params, replicated over `mesh`.
+    tokenizer: the model's HF tokenizer.
+    mesh: the devices the params live on.
+    checkpoint: "best" or "latest".
+    step: the training step the checkpoint holds.
+  """
+  workdir: str
+  config: Any
+  label_names: list[str]
+  model: Any
+  params: Any
+  tokenizer: Any
+  mesh: Any
+  checkpoint: str
+  step: int
+
+
+def _num_labels(names: Optional[list[str]], ckpts, checkpoint: str) -> int:
+  if names is not None:
+    return len(names)
+  meta = ckpts.read_meta(best=checkpoint == "best") or ckpts.read_meta()
+  return int(meta.get("num_labels") or next(  # older runs: the head's shape
+      v[-1] for k, v in meta["param_shapes"].items() if k.endswith("['classifier']['kernel']")))
+
+
+def load_run(workdir: str, checkpoint: str = "best",
+             check_model: Optional[Callable[[Any], None]] = None) -> Run:
+  """Reads a train.py workdir's model and its best (or latest) params.
+
+  Args:
+    workdir: a folder written by train.py (config.json, labels.json, best/ and/or ckpt/).
+    checkpoint: "best" (the dev-selected params; the latest when none is marked best) or
+      "latest" (the final weights, in ckpt/).
+    check_model: called with the model before the checkpoint is read (export refuses heads
+      it cannot write there).
+
+  Returns:
+    The run, its params replicated over all devices.
+  """
+  # pylint: disable=import-outside-toplevel
+  import ml_collections
+  from acl_jax.train import checkpoint as ckpt_lib
+  from acl_jax.train import loop, step as step_lib
+  # pylint: enable=import-outside-toplevel
+  if checkpoint not in CHECKPOINTS:
+    raise ValueError(f"checkpoint must be 'best' or 'latest', got {checkpoint!r}.")
+  cfg_dict = provenance.run_config(workdir)
+  if cfg_dict is None:
+    raise FileNotFoundError(f"{os.path.join(workdir, 'config.json')} not found: --workdir must "
+                            "be a folder written by train.py.")
+  if not (provenance.checkpoint_steps(workdir, "best") or provenance.checkpoint_steps(workdir)):
+    raise FileNotFoundError(f"No checkpoint in {workdir}: train it first (a run restored from "
+                            "a records archive keeps its results but not its weights).")
+  config = ml_collections.ConfigDict(cfg_dict)
+  names = provenance.read_labels(workdir)
+  ckpts = ckpt_lib.Checkpoints(workdir, create=False)
+  try:
+    num_labels = _num_labels(names, ckpts, checkpoint)
+    model, target, tokenizer = loop.load_model(config, num_labels)
+    if check_model is not None:
+      check_model(model)
+    mesh = step_lib.make_mesh()
+    restored = ckpts.restore_selected(step_lib.replicate(target, mesh), checkpoint)
+  finally:
+    ckpts.close()
+  if restored is None:
+    raise FileNotFoundError(f"No checkpoint to read in {workdir}; train first.")
+  params, meta = restored
+  names = label_names_or_default(names, num_labels, workdir)
+  return Run(workdir, config, names, model, params, tokenizer, mesh, checkpoint,
+             int(meta["step"]))
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+  """Probabilities over the last axis, in float64 (logits [..., K] -> [..., K])."""
+  x = np.asarray(logits, np.float64)
+  e = np.exp(x - x.max(-1, keepdims=True))
+  return e / e.sum(-1, keepdims=True)
+
+
+class Predictor:
+  """Batched, jitted predictions of a run's exits on new texts."""
+
+  def __init__(self, run: Run, batch_size: int = 0):
+    """Args: run: from `load_run`; batch_size: texts per batch (0: the run's
+    eval_batch_size), a multiple of the device count."""
+    from acl_jax.train import step as step_lib  # pylint: disable=import-outside-toplevel
+    self.run = run
+    self.batch_size = batch_size or int(run.config.eval_batch_size)
+    devices = run.mesh.size
+    if self.batch_size < 1 or self.batch_size % devices:
+      raise ValueError(f"batch_size {self.batch_size} must be a positive multiple of the device "
+                       f"count {devices}: set --batch_size.")
+    t = run.config.task
+    self.max_length = int(t.max_length)
+    self.boundaries = batching.bucket_boundaries(self.max_length, int(t.num_buckets))
+    self.pad_id = run.tokenizer.pad_token_id or 0
+    self._eval_step = step_lib.make_eval_step(run.model, run.mesh)
+    self._shard = lambda b: step_lib.shard_batch(b, run.mesh)
+    self._to_host = step_lib.to_host
+    self._fast_params = None
+
+  @property
+  def num_exits(self) -> int:
+    return len(self.run.model.cfg.exit_layers)
+
+  def columns(self, texts: Sequence[str], pairs: Optional[Sequence[str]] = None
+              ) -> batching.Columns:
+    """Token columns (`batching.to_columns` form) of the texts, tokenised as in training."""
+    enc = tokenize.encode(self.run.tokenizer, list(texts),
+                          None if pairs is None else list(pairs), self.max_length)
+    lengths = np.asarray(enc["length"], np.int64)
+    flat = lambda k: (np.concatenate([np.asarray(x, np.int32) for x in enc[k]])
+                      if len(lengths) else np.zeros((0,), np.int32))
+    return {"input_ids": flat("input_ids"), "token_type_ids": flat("token_type_ids"),
+            "offsets": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+            "length": lengths, "label": np.zeros(len(lengths), np.int64)}
+
+  def _batches(self, cols: batching.Columns):
+    return batching.eval_batches(cols, self.batch_size, self.boundaries, pad_id=self.pad_id)
+
+  def logits(self, texts: Sequence[str], pairs: Optional[Sequence[str]] = None) -> np.ndarray:
+    """[num_exits, n, K] float32 logits of every exit, in input order."""
+    cols = self.columns(texts, pairs)
+    n = len(cols["length"])
+    out = None
+    for batch in self._batches(cols):
+      inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+      logits, _ = self._eval_step(self.run.params, self._shard(inputs))
+      logits = self._to_host(logits)
+      if out is None:
+        out = np.zeros((logits.shape[0], n, logits.shape[-1]), np.float32)
+      keep = batch["index"] >= 0
+      out[:, batch["index"][keep]] = logits[:, keep]
+    if out is None:
+      return np.zeros((self.num_exits, 0, len(self.run.label_names)), np.float32)
+    return out
+
+  def early_exit(self, texts: Sequence[str], pairs: Optional[Sequence[str]], policy: str,
+                 threshold: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Per-example early exit on the layer-skipping fast path.
+
+    Returns:
+      exit_layer: [n] int32, the 1-based layer each example left at.
+      logits: [n, K] float32, the logits of that layer's exit.
+    """
+    import jax  # pylint: disable=import-outside-toplevel
+    from acl_jax import exits  # pylint: disable=import-outside-toplevel
+    from acl_jax.exits import policies  # pylint: disable=import-outside-toplevel
+    cfg = self.run.model.cfg
+    if cfg.exits != "all":
+      raise ValueError(f"{self.run.workdir}: {policies.ONE_EXIT_MSG}; predict without "
+                       "--exit_policy, or train with a multi-exit preset (e.g. jt, acl_cl).")
+    policies.check_threshold(policy, threshold)
+    if self._fast_params is None:  # one device: the fast path is a per-layer jit
+      self._fast_params = jax.device_put(jax.device_get(self.run.params))
+    cols = self.columns(texts, pairs)
+    n = len(cols["length"])
+    layer = np.zeros((n,), np.int32)
+    out = np.zeros((n, len(self.run.label_names)), np.float32)
+    for batch in self._batches(cols):
+      m, _, lg = exits.early_exit_predict(cfg, self._fast_params, batch["input_ids"],
+                                          batch["attention_mask"], batch["token_type_ids"],
+                                          policy, threshold, with_logits=True)
+      keep = batch["index"] >= 0
+      layer[batch["index"][keep]] = m[keep]
+      out[batch["index"][keep]] = lg[keep]
+    return layer, out
+
+  def predict_records(self, records: Iterable[dict], columns: Sequence[str],
+                      policy: Optional[str] = None, threshold: Any = None,
+                      chunk: int = CHUNK) -> Iterator[dict]:
+    """One output record per input record, in input order (see the module docstring).
+
+    Args:
+      records: dicts holding `columns`; a missing or null text is an empty string.
+      columns: the text column, or the text and pair columns, to read.
+      policy: an early-exit policy (a key of `exits.POLICIES`), or None for the final exit.
+      threshold: the policy's threshold.
+      chunk: records tokenised and predicted at a time.
+    """
+    names = self.run.label_names
+    it = iter(records)
+    while batch := list(itertools.islice(it, chunk)):
+      fields = [["" if r.get(c) is None else str(r[c]) for r in batch] for c in columns]
+      pairs = fields[1] if len(fields) > 1 else None
+      if policy:
+        layers, logits = self.early_exit(fields[0], pairs, policy, threshold)
+      else:
+        layers, logits = None, self.logits(fields[0], pairs)[-1]
+      probs = softmax(logits)
+      for i, p in enumerate(probs):
+        rec = {c: f[i] for c, f in zip(columns, fields)}
+        rec["label"] = names[int(np.argmax(p))]
+        rec["probs"] = {n: round(float(v), 6) for n, v in zip(names, p)}
+        if layers is not None:
+          rec["exit_layer"] = int(layers[i])
+        yield rec
+
+
+def input_columns(run: Run) -> list[tuple[str, ...]]:
+  """The names the run's text field(s) may have in an input file (`tasks.input_columns`)."""
+  t = run.config.task
+  return tasks.input_columns(t.name, t.get("text_column", "text"),
+                             t.get("text_pair_column", "") or None)
+
+
+def _lines(path: str):
+  """(lines, name for messages, the first line, the open file or None): a file, or stdin for
+  "-"."""
+  if path == "-":
+    f, name, own = sys.stdin, "<stdin>", None
+  else:
+    if not os.path.isfile(path):
+      raise FileNotFoundError(f"Missing input file {path}.")
+    f = own = open(path, encoding="utf-8-sig", newline="")  # pylint: disable=consider-using-with
+    name = path
+  first = next(f, "")
+  return itertools.chain([first.lstrip("\ufeff")], f), name, first, own
+
+
+def read_inputs(path: str, fmt: str, alternatives: Sequence[tuple[str, ...]]
+                ) -> tuple[Iterator[dict], tuple[str, ...]]:
+  """Records of a CSV, TSV or JSONL file ("-": stdin) and the text column(s) they hold.
+
+  Args:
+    path: the file, or "-" for stdin.
+    fmt: "csv", "tsv", "jsonl", or "auto": by the file's extension, else from its first line
+      (`readers.sniff_format`).
+    alternatives: the run's text column names, in order of preference (`input_columns`).
+
+  Returns:
+    (records, columns): the first alternative whose columns the input has.
+  """
+  if fmt not in ("auto", *readers.GENERIC_FORMATS):
+    raise ValueError(f"Unknown input format {fmt!r}; known: auto, "
+                     f"{', '.join(readers.GENERIC_FORMATS)}.")
+  lines, name, first, own = _lines(path)
+  if fmt == "auto":
+    fmt = (path != "-" and readers.format_of(path)) or readers.sniff_format(first)
+  want = " or ".join("+".join(repr(c) for c in alt) for alt in alternatives)
+  if fmt == "jsonl":
+    records = readers.iter_records(lines, fmt, name)
+    head = next(records, None)
+    if head is None:
+      if own is not None:
+        own.close()
+      return iter(()), alternatives[0]
+    have = list(head)
+    records = itertools.chain([head], records)
+  else:
+    records = readers.iter_records(lines, fmt, name)
+    have = list(records.fieldnames or [])
+  cols = next((alt for alt in alternatives if all(c in have for c in alt)), None)
+  if cols is None:
+    if own is not None:
+      own.close()
+    raise ValueError(f"{name} ({fmt}) has columns {have}; this run reads the text column(s) "
+                     f"{want}. Rename the column(s), or pass --format if {fmt} is the wrong "
+                     "guess.")
+
+  def checked():
+    try:
+      for n, rec in enumerate(records):
+        missing = [c for c in cols if c not in rec]
+        if missing:
+          raise ValueError(f"{name} record {n + 1} has no column(s) {missing}; it has "
+                           f"{sorted(rec)}.")
+        yield rec
+    finally:
+      if own is not None:
+        own.close()
+  return checked(), cols
+
+
+def predict_file(run: Run, input_path: str, output_path: str, fmt: str = "auto",
+                 batch_size: int = 0, policy: Optional[str] = None,
+                 threshold: Any = None) -> int:
+  """Classifies every row of `input_path` and writes the JSONL lines to `output_path` ("-":
+  stdout; a file is written through a temp file and renamed). Returns the row count."""
+  if policy:
+    from acl_jax.exits import policies  # pylint: disable=import-outside-toplevel
+    policies.check_threshold(policy, threshold)  # before reading anything
+  records, cols = read_inputs(input_path, fmt, input_columns(run))
+  predictor = Predictor(run, batch_size)
+  out = predictor.predict_records(records, cols, policy, threshold)
+  if output_path == "-":
+    n = 0
+    for rec in out:
+      sys.stdout.write(json.dumps(rec, ensure_ascii=False) + "\n")
+      n += 1
+    sys.stdout.flush()
+    return n
+  tmp = f"{output_path}.tmp.{os.getpid()}"
+  n = 0
+  try:
+    with open(tmp, "w", encoding="utf-8") as f:
+      for rec in out:
+        f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+        n += 1
+    os.replace(tmp, output_path)
+  finally:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+  return n

@@ -1,0 +1,27 @@
+r"""Your own labelled CSV, TSV or JSONL files: a text (or a text pair) and a label per row.
+
+The argument is `[format][,method][,runlocal]`, format csv (the default), tsv or jsonl. Point
+the task at the files and name their columns:
+
+  python train.py --config configs/files.py:csv,acl --workdir runs/reviews \
+      --config.task.train_file=data/train.csv --config.task.dev_file=data/dev.csv \
+      --config.task.text_column=review --config.task.label_column=stars
+
+Pairs (entailment, paraphrase) add `--config.task.text_pair_column=hypothesis`. Without a
+dev file, task.val_fraction (10%) of train is held out as dev (seeded); test_file is optional;
+relative paths are read under task.data_dir when it is set. Labels may be strings or integers;
+their names, in id order, go to the workdir's labels.json. CSV is quoted as usual, TSV is not
+(as the GLUE files), JSONL holds one object per line.
+"""
+from configs import common
+
+# acl_jax.data.readers.GENERIC_FORMATS, spelt out so that configs import no acl_jax code.
+TASKS = ("csv", "tsv", "jsonl")
+
+
+def get_config(arg="csv"):
+  words = [w for w in (arg or "").split(",") if w]
+  fmt = words.pop(0) if words and words[0] in TASKS else "csv"
+  c = common.base_config()
+  c.task.name = fmt
+  return common.apply_args(c, ",".join(words))

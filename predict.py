@@ -1,0 +1,69 @@
+r"""Classifies new texts with a trained workdir: one JSON line per input row.
+
+  python predict.py --workdir runs/rte_acl --input new.tsv --output preds.jsonl
+  cat new.jsonl | python predict.py --workdir runs/rte_acl --input - --output -
+  python predict.py --workdir runs/sst2_jt --input new.csv --output preds.jsonl \
+      --exit_policy entropy --threshold 0.2
+
+The input (CSV, TSV or JSONL; by extension, from --format, or guessed from the first line for
+stdin) holds the run's text column(s): task.text_column (and task.text_pair_column) for files
+and hub datasets, the task's own for GLUE (e.g. sentence1, sentence2 for RTE, or its dev.tsv's
+header). Each output line holds those fields, "label" (a name from the run's labels.json) and
+"probs" (label name -> probability), plus "exit_layer" with --exit_policy. Predictions are
+batched by length and jitted, as evaluation is; see acl_jax/predict.py.
+"""
+import sys
+
+from absl import app, flags
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "A workdir written by train.py.")
+_INPUT = flags.DEFINE_string("input", None, "CSV, TSV or JSONL file of texts; - reads stdin.")
+_OUTPUT = flags.DEFINE_string("output", "-", "JSONL file to write; - writes stdout.")
+_FORMAT = flags.DEFINE_enum("format", "auto", ["auto", "csv", "tsv", "jsonl"],
+                            "Input format; auto: the file's extension, else its first line.")
+_CHECKPOINT = flags.DEFINE_enum("checkpoint", "best", ["best", "latest"],
+                                "best: the dev-selected params; latest: the final weights.")
+_BATCH = flags.DEFINE_integer("batch_size", 0, "Texts per batch; 0: the run's eval_batch_size.")
+_POLICY = flags.DEFINE_string("exit_policy", None, "Per-example early exit on a multi-exit run: "
+                              "entropy, confidence or patience (writes exit_layer).")
+_THRESHOLD = flags.DEFINE_string("threshold", None, "The policy's threshold: entropy (nats) "
+                                 "or confidence as a float, patience as an int.")
+
+
+def _threshold():
+  from acl_jax import exits  # pylint: disable=import-outside-toplevel
+  if _POLICY.value not in exits.POLICIES:
+    raise app.UsageError(f"Unknown --exit_policy {_POLICY.value!r}; known: "
+                         f"{sorted(exits.POLICIES)}.")
+  if _THRESHOLD.value is None:
+    raise app.UsageError("--exit_policy needs --threshold, e.g. --threshold=0.2.")
+  cast = int if _POLICY.value == "patience" else float
+  try:
+    return cast(_THRESHOLD.value)
+  except ValueError as e:
+    raise app.UsageError(f"--threshold for {_POLICY.value} must be an {cast.__name__}: "
+                         f"{e}") from e
+
+
+def main(argv):
+  del argv
+  from acl_jax import logs, predict  # pylint: disable=import-outside-toplevel
+  logs.setup(stream=sys.stderr)  # stdout may carry the predictions
+  threshold = None
+  if _POLICY.value:
+    threshold = _threshold()
+  elif _THRESHOLD.value is not None:
+    raise app.UsageError("--threshold needs --exit_policy.")
+  try:
+    run = predict.load_run(_WORKDIR.value, _CHECKPOINT.value)
+    n = predict.predict_file(run, _INPUT.value, _OUTPUT.value, _FORMAT.value, _BATCH.value,
+                             _POLICY.value, threshold)
+  except (ValueError, FileNotFoundError) as e:
+    raise app.UsageError(str(e)) from e
+  print(f"wrote {n} predictions to {_OUTPUT.value} ({run.checkpoint} checkpoint, step "
+        f"{run.step})", file=sys.stderr)
+
+
+if __name__ == "__main__":
+  flags.mark_flags_as_required(["workdir", "input"])
+  app.run(main)

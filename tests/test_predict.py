@@ -1,0 +1,198 @@
+"""predict.py on a trained workdir: label names and probabilities per input row, the eval
+step's predictions, per-example early exit; a run that kept best/ alone (keep_train_state=False)
+still evaluates, exports and predicts; eval.py is quiet and names its classes; the learning
+rate is in the train metrics."""
+import io
+import json
+import os
+
+import numpy as np
+import pytest
+
+from acl_jax import predict, provenance
+from tests import helpers
+
+WORDS = ["red", "blue", "green", "dark", "light", "small", "large", "old", "new", "round"]
+
+
+def _rows(n, offset):
+  """Premise-hypothesis pairs: "yes" when the hypothesis repeats the premise's first word."""
+  rows = []
+  for i in range(offset, offset + n):
+    a, b = WORDS[i % 10], WORDS[(i * 3 + 1) % 10]
+    same = i % 2 == 0
+    rows.append({"premise": f"the {a} box is on the {b} table",
+                 "hypothesis": f"a {a if same else b} box", "verdict": "yes" if same else "no"})
+  return rows
+
+
+def _csv(path, rows):
+  keys = list(rows[0])
+  path.write_text("\n".join([",".join(keys)] + [",".join(r[k] for k in keys) for r in rows])
+                  + "\n")
+  return str(path)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tiny_model_dir, tmp_path_factory):
+  """A multi-exit (JT) pair-task run from CSV files that keeps best/ alone."""
+  root = tmp_path_factory.mktemp("predict")
+  _csv(root / "train.csv", _rows(64, 0))
+  dev = _csv(root / "dev.csv", _rows(24, 100))
+  wd = str(root / "run")
+  p = helpers.run_py(["train.py", "--config", "configs/files.py:csv,jt,runlocal",
+                      "--workdir", wd, f"--config.model.name={tiny_model_dir}",
+                      f"--config.task.train_file={root / 'train.csv'}",
+                      f"--config.task.dev_file={dev}", "--config.task.text_column=premise",
+                      "--config.task.text_pair_column=hypothesis",
+                      "--config.task.label_column=verdict", "--config.model.head=bert_pooler",
+                      "--config.checkpoint.keep_train_state=False", "--config.progress=False"],
+                     timeout=600)
+  assert p.returncode == 0, p.stderr[-3000:]
+  return wd, dev
+
+
+@pytest.fixture(scope="module")
+def run(run_dir):
+  return predict.load_run(run_dir[0])
+
+
+def test_run_keeps_best_alone_and_logs_the_learning_rate(run_dir):
+  wd, _ = run_dir
+  assert not os.path.exists(os.path.join(wd, "ckpt")) and provenance.checkpoint_steps(wd, "best")
+  assert provenance.read_labels(wd) == ["no", "yes"]
+  from acl_jax.train import optim
+  cfg = provenance.run_config(wd)
+  groups = optim.lr_groups(lr=cfg["optim"]["lr"], total_steps=6,
+                           warmup_ratio=cfg["optim"]["warmup_ratio"], strategy="jt")
+  recs = [json.loads(x) for x in open(os.path.join(wd, "metrics.jsonl"))]
+  train = [r for r in recs if r["kind"] == "train"]
+  assert [r["step"] for r in train] == [1, 2, 3, 4, 5, 6]
+  for r in train:  # the update that made step s used the schedule at s - 1
+    want = optim.learning_rates(groups, r["step"] - 1)
+    assert {k: r[k] for k in want} == pytest.approx(want)
+  assert max(r["lr"] for r in train) == pytest.approx(cfg["optim"]["lr"])
+  # Training on in a run without its train state is refused, naming why.
+  from acl_jax.train import loop
+  from configs import files
+  with pytest.raises(ValueError, match="no checkpoint to resume from.*keep_train_state=False"):
+    loop.train_and_evaluate(files.get_config("csv,jt,runlocal"), wd)
+
+
+def test_predict_cli_gives_the_evaluated_predictions(run_dir, tmp_path):
+  wd, dev = run_dir
+  out = tmp_path / "preds.jsonl"
+  p = helpers.run_py(["predict.py", "--workdir", wd, "--input", dev, "--output", str(out),
+                      "--batch_size", "8"], timeout=300)
+  assert p.returncode == 0, p.stderr[-3000:]
+  preds = [json.loads(x) for x in out.read_text().splitlines()]
+  rows = _rows(24, 100)
+  assert len(preds) == 24
+  assert [(r["premise"], r["hypothesis"]) for r in preds] == [
+      (r["premise"], r["hypothesis"]) for r in rows]  # input order
+  for r in preds:
+    assert set(r) == {"premise", "hypothesis", "label", "probs"}
+    assert list(r["probs"]) == ["no", "yes"] and sum(r["probs"].values()) == pytest.approx(1)
+    assert r["label"] == max(r["probs"], key=r["probs"].get)
+  acc = np.mean([p["label"] == r["verdict"] for p, r in zip(preds, rows)])
+  results = json.load(open(os.path.join(wd, "results.json")))
+  assert acc == pytest.approx(results["dev"]["accuracy"])  # the best checkpoint, on dev
+  assert "wrote 24 predictions" in p.stderr
+  assert not os.path.exists(os.path.join(wd, "ckpt"))  # reading made no empty ckpt/
+
+
+def test_early_exit_from_stdin_jsonl_writes_exit_layers(run, monkeypatch, capsys):
+  lines = "".join(json.dumps({"premise": r["premise"], "hypothesis": r["hypothesis"]}) + "\n"
+                  for r in _rows(5, 7))
+  monkeypatch.setattr("sys.stdin", io.StringIO(lines))
+  n = predict.predict_file(run, "-", "-", policy="confidence", threshold=0.5)
+  preds = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+  assert n == len(preds) == 5 and set(preds[0]) == {"premise", "hypothesis", "label", "probs",
+                                                    "exit_layer"}
+  # Confidence >= 0.5 holds for any two-class softmax: every example leaves at layer 1.
+  assert [r["exit_layer"] for r in preds] == [1] * 5
+
+
+def test_early_exit_matches_the_full_forward_reference(run):
+  from acl_jax.exits import policies
+  pred = predict.Predictor(run, batch_size=4)
+  rows = _rows(10, 40)
+  texts, pairs = [r["premise"] for r in rows], [r["hypothesis"] for r in rows]
+  full = pred.logits(texts, pairs)  # [exits, n, K]
+  assert full.shape == (2, 10, 2)
+  for policy, t in (("entropy", 0.0), ("entropy", 10.0), ("confidence", 1.0),
+                    ("patience", 1)):
+    layer, logits = pred.early_exit(texts, pairs, policy, t)
+    ref_layer, _ = policies.select_exit(full, policy, t)
+    np.testing.assert_array_equal(layer, np.asarray(ref_layer), err_msg=f"{policy} {t}")
+    np.testing.assert_allclose(logits, full[layer - 1, np.arange(10)], rtol=1e-4, atol=1e-5)
+  assert set(pred.early_exit(texts, pairs, "entropy", 10.0)[0]) == {1}
+  assert set(pred.early_exit(texts, pairs, "entropy", 0.0)[0]) == {2}
+  # Out of order batching: one text alone gets the logits it gets among others.
+  np.testing.assert_allclose(pred.logits(texts[3:4], pairs[3:4])[:, 0], full[:, 3], rtol=1e-4,
+                             atol=1e-5)
+
+
+def test_single_exit_runs_refuse_early_exit(run):
+  import dataclasses
+  from acl_jax.train import loop
+  cfg = run.config.copy_and_resolve_references()
+  cfg.model.exits = "last"
+  model, _, _ = loop.load_model(cfg, 2, with_tokenizer=False)
+  pred = predict.Predictor(dataclasses.replace(run, model=model))
+  with pytest.raises(ValueError, match="exits='all'.*predict without --exit_policy"):
+    pred.early_exit(["a"], ["b"], "entropy", 0.1)
+  with pytest.raises(ValueError, match="multiple of the device count"):
+    predict.Predictor(run, batch_size=-1)
+  with pytest.raises(ValueError, match="patience threshold must be an int"):
+    predict.predict_file(run, "-", "-", policy="patience", threshold=0.5)
+
+
+def test_inputs_are_read_by_extension_or_sniffed(tmp_path, monkeypatch):
+  alts = [("sentence1", "sentence2"), ("#1 String", "#2 String")]
+  tsv = tmp_path / "dev.tsv"
+  tsv.write_text("Quality\t#1 String\t#2 String\n1\ta \"quoted\" one\tb\n")
+  records, cols = predict.read_inputs(str(tsv), "auto", alts)
+  assert cols == ("#1 String", "#2 String")  # MRPC's own TSV header
+  assert [r["#1 String"] for r in records] == ['a "quoted" one']
+  for text, fmt in (('{"sentence1": "x", "sentence2": "y"}\n', "jsonl"),
+                    ("sentence1\tsentence2\nx\ty\n", "tsv"), ("sentence1,sentence2\nx,y\n", "csv")):
+    monkeypatch.setattr("sys.stdin", io.StringIO(text))
+    records, cols = predict.read_inputs("-", "auto", alts)
+    assert cols == alts[0] and [dict(r) for r in records] == [{"sentence1": "x",
+                                                               "sentence2": "y"}], fmt
+  bad = tmp_path / "bad.csv"
+  bad.write_text("text,label\nhello,1\n")
+  with pytest.raises(ValueError, match=r"columns \['text', 'label'\]; this run reads the text "
+                                       r"column\(s\) 'sentence1'\+'sentence2' or"):
+    predict.read_inputs(str(bad), "auto", alts)
+  jl = tmp_path / "x.jsonl"
+  jl.write_text('{"sentence1": "a", "sentence2": "b"}\n{"sentence1": "c"}\n')
+  records, _ = predict.read_inputs(str(jl), "auto", alts)
+  with pytest.raises(ValueError, match=r"record 2 has no column\(s\) \['sentence2'\]"):
+    list(records)
+
+
+def test_eval_and_export_from_best_alone(run_dir, tmp_path):
+  wd, _ = run_dir
+  p = helpers.run_py(["eval.py", "--workdir", wd, "--split", "dev"], timeout=300)
+  assert p.returncode == 0, p.stderr[-3000:]
+  out = p.stdout + p.stderr
+  # Orbax's INFO lines (a manager per folder, every restore) are gone.
+  assert "checkpoint_manager" not in out and "CheckpointManager" not in out
+  assert "[dev] per class" in p.stdout
+  table = p.stdout.split("[dev] per class")[1].splitlines()
+  assert [ln.split()[0] for ln in table[2:4]] == ["no", "yes"]  # labels.json's names
+  res = json.load(open(os.path.join(wd, "results.json")))
+  assert list(res["dev"]["per_class"]) == ["no", "yes"]
+  assert sum(v["support"] for v in res["dev"]["per_class"].values()) == 24
+  assert "train" in res  # the training record stays
+  from acl_jax.train import loop
+  config = predict.load_run(wd).config
+  with pytest.raises(FileNotFoundError, match="keep_train_state=False.*use --checkpoint best"):
+    loop.evaluate_workdir(config, wd, ["dev"], checkpoint="latest")
+  from acl_jax import export
+  hf_dir = export.export_workdir(wd, str(tmp_path / "hf"))
+  config = json.load(open(os.path.join(hf_dir, "config.json")))
+  assert config["id2label"] == {"0": "no", "1": "yes"}
+  assert os.path.isfile(os.path.join(hf_dir, "exits.safetensors"))  # the lower exit's head
