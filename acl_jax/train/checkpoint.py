@@ -58,6 +58,19 @@ def _ignore_aborted_reads() -> None:
       prev(unraisable)
   hook.drops_aborted_reads = True
   sys.unraisablehook = hook
+  # The sibling reads' own failures reach asyncio's exception handler as "... exception was
+  # never retrieved" log records with a traceback each; drop those of failed array reads.
+  logging.getLogger("asyncio").addFilter(_drop_orphaned_read_errors)
+
+
+def _drop_orphaned_read_errors(record: logging.LogRecord) -> bool:
+  exc = record.exc_info[1] if record.exc_info else None
+  orphaned = "never retrieved" in record.getMessage() or "Exception in callback" in \
+      record.getMessage()
+  read_error = isinstance(exc, (ValueError, RuntimeError, OSError)) and (
+      "Error reading" in str(exc) or "Error opening" in str(exc) or
+      str(exc) == "Event loop is closed")
+  return not (orphaned and read_error)
 
 
 def _leaf_paths(tree) -> set[str]:
