@@ -86,7 +86,7 @@ multi_exit() {
     # Runs that a later library change made stale move out of the tables (kept under
     # <task>/<tag>/), so the sweep below trains them again with the current code (if a
     # retirement fails, the task is not swept: its table would mix two codes):
-    # KD and 2ST before session 3 (KD's default became SPEC's additive form, recorded as
+    # earlier KD and 2ST runs (KD's default became SPEC's additive form, recorded as
     # multi_exit.kd_form; 2ST's frozen gradients stopped counting in the clipping);
     local arch
     arch=$(archive_of "$root/$task")
@@ -213,7 +213,7 @@ single() {
   return 0
 }
 glue_rerun() {
-  # The GLUE tasks' single-exit runs trained again on a fresh machine (session 10 found the
+  # The GLUE tasks' single-exit runs trained again on a fresh machine (the
   # run folders behind results/single/headline.md gone), tabulated from their records alone:
   # the single stage's runs (same roots, protocol and seeds), in a table of their own.
   local tasks=${GR_TASKS:-mrpc cola rte} t have=()
