@@ -404,6 +404,16 @@ def lr_table(rows: list[dict]) -> str:
   return "\n".join(lines) + "\n"
 
 
+def hf_verdict(v) -> str:
+  """Whether our CE's seeds match HF's within seed noise: Welch's t-test of the two means."""
+  if len(v) < 2:
+    return "one seed: no test"
+  p = sps.ttest_ind_from_stats(np.mean(v), np.std(v, ddof=1), len(v), HF_MR[0], HF_MR[1],
+                               HF_MR[2], equal_var=False).pvalue
+  return (f"matches within seed noise (Welch p = {p:.2f})" if p >= 0.05 else
+          f"differs (Welch p = {p:.3f}): find out why before reading other rows")
+
+
 def hf_table(rows: list[dict]) -> str:
   v = list(by_seed(rows, lambda r: score(r, "accuracy", "latest")).values())
   mean, half = t_interval(v) if v else (float("nan"), float("nan"))
@@ -411,7 +421,8 @@ def hf_table(rows: list[dict]) -> str:
           f"| ours (CE) | {fmt_mean(v)} | {len(v)} |\n"
           f"| HF transformers + PyTorch | {HF_MR[0]:.2f} ± {HF_MR[1]:.2f} | {HF_MR[2]} |\n"
           + (f"\nOurs minus HF: {mean - HF_MR[0]:+.2f} points; our 95% t-interval "
-             f"[{mean - half:.2f}, {mean + half:.2f}].\n" if len(v) > 1 else ""))
+             f"[{mean - half:.2f}, {mean + half:.2f}]; {hf_verdict(v)}.\n" if len(v) > 1
+             else ""))
 
 
 # ---- the claims table ---------------------------------------------------------------------
@@ -438,7 +449,7 @@ def claim_rows(rs: dict[str, list[dict]]) -> list[tuple]:
   if hf:
     v = list(by_seed(hf, lambda r: score(r, "accuracy", "latest")).values())
     out.append(("Baseline check: our CE on MR matches HF PyTorch's", "82.2 ± 0.3 (3 seeds)",
-                fmt_mean(v), "see its section", budget_text(hf)))
+                fmt_mean(v), hf_verdict(v), budget_text(hf)))
   else:
     out.append(("Baseline check: our CE on MR matches HF PyTorch's", "82.2 ± 0.3 (3 seeds)",
                 "pending", "pending", "2 epochs, B32, L64, lr 5e-5"))

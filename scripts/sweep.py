@@ -354,8 +354,10 @@ def run_jobs(jobs: list[Job], args, record: str | None = None,
     if same is not None:
       print(f"{tag} done (the same run is in {same['sweep']}'s record): {job.name}", flush=True)
       if not args.dry_run:
-        records.append(record, {**same, "sweep": job.sweep, "run": job.name,
-                                "reused_from": same["sweep"]})
+        records.append(record, {
+            **same, "sweep": job.sweep, "run": job.name, "set": sorted(job.set),
+            "overrides": {k: v for k, v in job.record_settings.items() if k not in records.OWN},
+            "reused_from": same["sweep"]})
       continue
     cmd = _command(job, args.extra)
     print(f"{tag} run: {' '.join(cmd)}", flush=True)

@@ -169,3 +169,15 @@ def test_row_from_a_run_folder(tmp_path):
   bad.write_text('{"run": "a"}\n{oops\n')
   with pytest.raises(ValueError, match=r"bad.jsonl:2 is not a JSON row"):
     records.read(str(bad))
+
+
+def test_hf_baseline_check():
+  """Our CE on MR against HF PyTorch's 82.2 ± 0.3 (3 seeds): Welch's test of the means."""
+  def rows(values):
+    return [dict(r, latest=r["final"]) for r in _rows("hf_baseline_mr", "mr", "ce", values)]
+  table = report.hf_table(rows([82.0, 82.3, 82.5]))
+  assert "| ours (CE) | 82.27 ± 0.25 (n=3) | 3 |" in table
+  assert "matches within seed noise" in table
+  assert "differs" in report.hf_verdict([80.0, 80.2, 80.1])
+  claims = report.claim_rows({"hf_baseline_mr": rows([80.0, 80.2, 80.1])})
+  assert claims[0][2] == "80.10 ± 0.10 (n=3)" and claims[0][3].startswith("differs")

@@ -276,6 +276,7 @@ def test_named_sweeps_resolve_the_lr_pick_and_take_runs_other_sweeps_recorded(
   rows = records.read(records.path_of("main"))
   assert [(r["run"], r.get("reused_from")) for r in rows] == [
       ("task=rte,method=ce,seed=0", "lr_pick"), ("task=rte,method=acl,seed=0", None)]
+  assert rows[0]["overrides"] == {} and "optim.lr=5e-5" in rows[0]["set"]  # as main runs it
   assert not os.path.exists(tmp_path / "m" / "task=rte,method=acl,seed=0" / "ckpt")
   status = sweep.status(["lr_pick", "main"], lambda n: str(tmp_path / n), show_runs=True)
   assert "| lr_pick | 4 | 4 | 0 | 0 | 0 | 0.0 |" in status
