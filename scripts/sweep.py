@@ -255,9 +255,12 @@ def child_env(args) -> dict:
 
 
 def identity(config: str, sets, settings: dict) -> tuple:
-  """What a run trains, whatever sweep it is in: its config, every override and its seed."""
+  """What a run trains, whatever sweep it is in: its config, every override and its seed. A
+  grid value that is the method's preset (sweeps.PRESETS) is no override."""
+  method = config.rpartition(",")[2]
   over = set(sets) | {f"{k}={v}" for k, v in settings.items()
-                      if k not in ("task", "method", "seed")}
+                      if k not in ("task", "method", "seed")
+                      and sweep_specs.PRESETS.get((method, k)) != v}
   return config, tuple(sorted(over)), str(settings["seed"])
 
 
@@ -394,9 +397,10 @@ def _read(root: str, results: str = "results.json") -> list[tuple[dict, dict]]:
 
 
 def status(names: list[str], root_of, show_runs: bool) -> str:
-  """Markdown: per named sweep, runs recorded / finished but unrecorded / part-trained /
-  not started, and the estimated CPU time of what is left (scripts/sweeps.py's cost model);
-  with show_runs, the runs still to train."""
+  """Markdown: per named sweep, runs recorded (here, or the same run in another sweep's
+  record) / finished but unrecorded / part-trained / not started, and the estimated CPU time
+  of what is left (scripts/sweeps.py's cost model); with show_runs, the runs still to
+  train."""
   picks = lr_picks(records.read(records.path_of("lr_pick")))
   lines = ["| sweep | runs | recorded | finished, not recorded | part-trained | not started "
            "| left (CPU h, upper bound) |", "|---|---|---|---|---|---|---|"]
@@ -404,9 +408,10 @@ def status(names: list[str], root_of, show_runs: bool) -> str:
   for name in names:
     jobs = jobs_of_sweep(name, root_of(name), picks)
     done = {r["run"] for r in records.read(records.path_of(name))}
+    elsewhere = recorded_elsewhere(name)
     counts, left = [0, 0, 0, 0], 0.0
     for job in jobs:
-      if job.name in done:
+      if job.name in done or identity(job.config, job.set, job.settings) in elsewhere:
         counts[0] += 1
         continue
       if provenance.run_finished(job.workdir):

@@ -133,6 +133,13 @@ SWEEPS = {
         latest="test"),
 }
 
+# Grid values that are a method's preset (configs/common.py METHODS; gamma_keep's SPEC default
+# 0.7): a grid point at one trains the same run as the preset, so scripts/sweep.py takes it
+# from another sweep's record (e.g. lambda_mr's CE+SCL at 0.9 is textgcn's CE+SCL) instead of
+# training it twice. tests/test_sweep.py checks these against the presets.
+PRESETS = {("scl", "loss.lam"): "0.9", ("acl", "loss.lam"): "0.5",
+           ("gloss", "loss.gamma_keep"): "0.7", ("gloss", "loss.sigma"): "0.667"}
+
 # Earlier runs at 200-300 steps, kept as records (RESULTS.md labels them short-budget pilots).
 PILOTS = ("pilot_glue", "pilot_single_mr", "pilot_lambda_mr", "pilot_gloss_ablation_mr",
           "pilot_multi_exit", "pilot_grad_conflict")

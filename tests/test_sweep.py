@@ -297,3 +297,19 @@ def test_status_lists_what_is_left_with_its_compute(tmp_path, monkeypatch):
   assert "- s: task=mrpc,method=acl,seed=1" in out
   with pytest.raises(SystemExit, match="records of earlier runs, not trained here"):
     sweep.main(["--sweep", "pilot_glue"])
+
+
+def test_preset_grid_points_are_the_presets():
+  """sweeps.PRESETS (grid points that train the preset run) agree with configs/common.py."""
+  from configs import common
+  for (method, field), value in sweep.sweep_specs.PRESETS.items():
+    c = common.apply_args(common.base_config(), method)
+    have = c.loss[field.split(".")[1]]
+    if field == "loss.gamma_keep":
+      assert have < 0 and c.loss.gamma_hide < 0  # neither set: SPEC's 0.7
+    else:
+      assert have == pytest.approx(float(value)), (method, field)
+  a = sweep.identity("configs/textgcn.py:mr,scl", ["x=1"], {"loss.lam": "0.9", "seed": "0"})
+  assert a == sweep.identity("configs/textgcn.py:mr,scl", ["x=1"], {"seed": "0"})
+  assert a != sweep.identity("configs/textgcn.py:mr,scl", ["x=1"], {"loss.lam": "0.5",
+                                                                    "seed": "0"})
