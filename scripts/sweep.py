@@ -37,8 +37,9 @@ go after `--`; `--config...` and `--workdir` may not, as the sweep sets them.
 On a multi-host job (TPU pod, GPU cluster) every host runs the same sweep command with
 `-- --distributed` and a root that all hosts share (as Orbax's multi-host checkpoints need
 anyway). Process 0 writes results.json; every host reads the same files, so all hosts skip and
-resume the same runs and enter each train.py together; the record takes each run once (its
-appends are locked and a run already there is not written again). Each host logs to its own
+resume the same runs and enter each train.py together. Give each host `--process_id=I`: then
+process 0 alone runs a finished run's evaluations, writes its row and deletes its checkpoints
+(the record's appends are locked, and a run already there is not written again). Each host logs to its own
 file in the workdir (`train.p<I>.log` with `--process_id=I`, else `train.<hostname>.log`).
 
 The runs share JAX's persistent compilation cache (`--compile_cache`, default
@@ -305,9 +306,32 @@ def post_steps(job: Job, env: dict) -> int:
   return 0
 
 
-def finish(job: Job, env: dict, record: str | None, keep_checkpoints: bool) -> int:
+def primary(extra: list[str]) -> bool | None:
+  """Whether this sweep process is the one that evaluates, records and prunes finished runs:
+  True on one host or for `--process_id=0`, False for other process ids, None on a
+  `--distributed` job that names no process id (every host then records, none prunes)."""
+  pid = [x.split("=", 1)[1] for x in extra if x.startswith("--process_id=")]
+  if pid:
+    return pid[-1] == "0"
+  if any(x.split("=", 1)[0] in ("--distributed", "--coordinator") for x in extra):
+    return None
+  return True
+
+
+def finish(job: Job, env: dict, record: str | None, keep_checkpoints: bool,
+           extra: list[str] = ()) -> int:
   """A finished run's post steps, its row in the record, then (named sweeps) its checkpoints
-  removed. Returns non-zero when a post step failed (the row is then not written)."""
+  removed. Returns non-zero when a post step failed (the row is then not written). On a
+  multi-host job only process 0 does this (`primary`)."""
+  first = primary(list(extra))
+  if first is False:
+    return 0
+  if first is None:  # no process id: post steps and pruning on every host would collide
+    keep_checkpoints = True
+    if job.early_exit or job.latest:
+      print(f"  {job.name}: give each host --process_id so that process 0 runs the "
+            "evaluations this sweep asks for; recorded without them.", flush=True)
+      job = dataclasses.replace(job, early_exit="", latest="")
   rc = post_steps(job, env)
   if rc or not record:
     return rc
@@ -350,7 +374,8 @@ def run_jobs(jobs: list[Job], args, record: str | None = None,
       continue
     if provenance.run_finished(wd):
       print(f"{tag} done: {wd}", flush=True)
-      if not args.dry_run and finish(job, env, record, keep_checkpoints) and not args.keep_going:
+      failed = not args.dry_run and finish(job, env, record, keep_checkpoints, args.extra)
+      if failed and not args.keep_going:
         raise SystemExit(1)
       continue
     same = elsewhere.get(identity(job.config, job.set, job.settings))
@@ -372,7 +397,7 @@ def run_jobs(jobs: list[Job], args, record: str | None = None,
     with open(log_path, "a") as log:
       rc = subprocess.call(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
     if rc == 0 and provenance.run_finished(wd):
-      rc = finish(job, env, record, keep_checkpoints)
+      rc = finish(job, env, record, keep_checkpoints, args.extra)
     if rc != 0:
       print(f"  FAILED (exit {rc}); see {log_path}", flush=True)
       if not args.keep_going:

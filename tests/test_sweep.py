@@ -313,3 +313,19 @@ def test_preset_grid_points_are_the_presets():
   assert a == sweep.identity("configs/textgcn.py:mr,scl", ["x=1"], {"seed": "0"})
   assert a != sweep.identity("configs/textgcn.py:mr,scl", ["x=1"], {"loss.lam": "0.5",
                                                                     "seed": "0"})
+
+
+def test_only_process_0_of_a_multi_host_job_records_and_prunes(tmp_path, monkeypatch):
+  records = sweep.records
+  calls = []
+  monkeypatch.setattr(sweep.subprocess, "call", _fake_train(calls))
+  assert sweep.primary([]) is True and sweep.primary(["--process_id=0"]) is True
+  assert sweep.primary(["--process_id=1"]) is False and sweep.primary(["--distributed"]) is None
+  job = sweep.Job({"task": "rte", "method": "ce", "seed": "0"}, "configs/glue.py:rte,ce", [],
+                  str(tmp_path / "run"), "s", latest="test")
+  rec = str(tmp_path / "s.jsonl")
+  _fake_train([])(sweep._command(job, []))  # pylint: disable=protected-access
+  assert sweep.finish(job, {}, rec, False, ["--process_id=1"]) == 0
+  assert records.read(rec) == [] and os.path.isdir(tmp_path / "run" / "ckpt")
+  assert sweep.finish(job, {}, rec, False, ["--distributed"]) == 0  # no evaluations, no prune
+  assert len(records.read(rec)) == 1 and os.path.isdir(tmp_path / "run" / "ckpt")
