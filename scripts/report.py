@@ -471,7 +471,8 @@ def claim_rows(rs: dict[str, list[dict]]) -> list[tuple]:
       d = paired_diffs(select(g, t, "acl"), select(g, t, base))
       pairs.append((f"{TASK_NAMES[t]} vs {LABELS[base]}", d))
   out.append(("ACL matches or beats CE and CE+SCL on GLUE (5 of 7 tasks, BERT)",
-              "matches or beats them on 5 of 7 tasks (no tables)", _cells(pairs), _verdicts(pairs, 1, conv),
+              "matches or beats them on 5 of 7 tasks (no tables)", _cells(pairs),
+              _verdicts(pairs, 1, conv),
               budget_text(g) + ("" if conv else " — pilot") if g else "—"))
   # ACL-CL lifts shallow exits the most.
   conv = bool(rs.get("multi_exit"))

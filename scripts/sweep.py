@@ -37,9 +37,10 @@ go after `--`; `--config...` and `--workdir` may not, as the sweep sets them.
 On a multi-host job (TPU pod, GPU cluster) every host runs the same sweep command with
 `-- --distributed` and a root that all hosts share (as Orbax's multi-host checkpoints need
 anyway). Process 0 writes results.json; every host reads the same files, so all hosts skip and
-resume the same runs and enter each train.py together. Give each host `--process_id=I`: then
-process 0 alone runs a finished run's evaluations, writes its row and deletes its checkpoints
-(the record's appends are locked, and a run already there is not written again). Each host logs to its own
+resume the same runs and enter each train.py together. With each host's process id on its
+command line (`-- --coordinator=HOST:PORT --num_processes=N --process_id=I`), process 0 alone
+runs a finished run's evaluations, writes its row and deletes its checkpoints (the record's
+appends are locked, and a run already there is not written again). Each host logs to its own
 file in the workdir (`train.p<I>.log` with `--process_id=I`, else `train.<hostname>.log`).
 
 The runs share JAX's persistent compilation cache (`--compile_cache`, default

@@ -1,7 +1,6 @@
 """Sweep runner: planning, naming, skipping finished runs, aggregation over seeds."""
 import json
 import os
-import re
 import socket
 
 import numpy as np
