@@ -17,6 +17,7 @@ can rebuild every table (scripts/report.py) and a sweep can tell which runs are 
    "final": {"checkpoint_step": 234, "dev": {...}, "test": {...}},  # train.py's results.json
    "latest": {...},                       # the final weights' scores, where evaluated
    "early_exit": {"entropy": [...]},      # eval.py's early-exit rows, where run
+   "timed_on": "<CPU model>, 2 cores",    # where those rows' wall-clock times were taken
    "train": {"best_step": 234, "final_step": 234, "gate_on_fraction": 1.0, ...},
    "code": ["<git revision>", ...]}       # the revisions that trained it ("+dirty": edited)
 
@@ -109,6 +110,18 @@ def budget_of(config: dict | None, results: dict) -> dict:
   return out
 
 
+def machine() -> str:
+  """The CPU model and core count of this machine (timings in a row were taken on it)."""
+  model = ""
+  try:
+    with open("/proc/cpuinfo") as f:
+      model = next((line.split(":", 1)[1].strip() for line in f
+                    if line.startswith("model name")), "")
+  except OSError:
+    pass
+  return f"{model or 'unknown CPU'}, {os.cpu_count()} cores"
+
+
 def row_from_run(workdir: str, sweep: str, settings: dict, config: str = "",
                  set_args: list[str] | None = None, config_json: dict | None = None) -> dict:
   """The record row of a finished run folder written by train.py (and eval.py).
@@ -143,6 +156,7 @@ def row_from_run(workdir: str, sweep: str, settings: dict, config: str = "",
       early[name[len("early_exit_"):-len("_dev.json")]] = sweep_rows
   if early:
     row["early_exit"] = early
+    row["timed_on"] = machine()  # the sweep runs eval.py's timed passes here
   row["train"] = train
   row["code"] = code
   return row

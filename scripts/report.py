@@ -248,7 +248,7 @@ def axis_table(rows: list[dict], axis: str, curves: dict, which=None) -> str:
   values = sorted({float(r["overrides"][axis]) for rs in curves.values() for r in rs})
   sym = "λ" if axis == "loss.lam" else axis.split(".")[-1]
   lines = ["| curve | " + " | ".join(f"{sym}={v:g}" for v in values)
-           + " | spread of the means | spread per seed | seeds |",
+           + " | spread of the means | spread per seed, mean [95% interval] | seeds |",
            "|---|" + "---|" * (len(values) + 3)]
   per_seed = {}
   for name, rs in curves.items():
@@ -370,7 +370,8 @@ def early_exit_table(rows: list[dict], max_drop: float = 1.0) -> str:
                    f"{fmt_mean([p[1] for p in pts])} | "
                    f"{np.mean([p[2] for p in pts]):.2f}x | "
                    + (f"{timed[0]:.2f}x" if timed else "—") + f" | {len(pts)} |")
-  return "\n".join(lines) + "\n"
+  timed = sorted({r.get("timed_on", "not recorded") for r in rows if r.get("early_exit")})
+  return "\n".join(lines) + f"\n\nMeasured speed-ups timed on: {'; '.join(timed)}.\n"
 
 
 def grad_conflict_table(rows: list[dict]) -> str:

@@ -290,8 +290,8 @@ def test_status_lists_what_is_left_with_its_compute(tmp_path, monkeypatch):
   part = tmp_path / "s" / "task=mrpc,method=ce,seed=1" / "ckpt" / "40"
   part.mkdir(parents=True)
   out = sweep.status(["s"], lambda n: str(tmp_path / n), show_runs=True)
-  # MRPC: 3 epochs of ceil(3668 / 32) = 115 steps at L128 (2.7 s); ACL-Grad 1.52x
-  hours = 2 * 345 * 2.7 * (1 + 1.52) / 3600
+  # MRPC: 3 epochs of ceil(3668 / 32) = 115 steps at L128; ACL-Grad 1.52x CE's step
+  hours = 2 * 345 * sweeps.STEP_S[128] * (1 + 1.52) / 3600
   assert f"| s | 4 | 0 | 0 | 1 | 3 | {hours:.1f} |" in out
   assert "- s: task=mrpc,method=acl,seed=1" in out
   with pytest.raises(SystemExit, match="records of earlier runs, not trained here"):
