@@ -6,7 +6,7 @@ r"""The sweeps behind RESULTS.md: what each trains, at which budget and on how m
 
 Each sweep is a list of arms (one task, some methods, an optional grid, seeds). A run's
 record row goes to results/records/<sweep>.jsonl when it finishes; scripts/report.py builds
-RESULTS.md's tables from those files. Sweeps named `pilot_*` are records of earlier
+RESULTS.md's tables from those files. Records named `pilot_*` (PILOTS) hold
 short-budget runs: their rows keep their own budgets, and sweep.py does not train them.
 
 The protocol, stated once here and in RESULTS.md:
@@ -84,7 +84,6 @@ class Sweep:
   arms: tuple[Arm, ...]
   early_exit: str = ""  # entropy thresholds of eval.py's early-exit sweep on dev, run after
   latest: str = ""  # splits scored with the final weights (eval.py --checkpoint latest)
-  pilot: bool = False  # earlier short-budget runs: records only, not trained by sweep.py
 
 
 def _arms(tasks, methods, seeds, **kw):
