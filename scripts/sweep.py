@@ -358,7 +358,7 @@ def run_jobs(jobs: list[Job], args, record: str | None = None,
       print(f"{tag} done (recorded): {job.name}", flush=True)
       continue
     problem = None
-    if any(sweep_specs.LR_PICK in kv for kv in job.set):
+    if any(sweep_specs.LR_PICK in kv for kv in job.set) and not args.dry_run:
       problem = (f"{job.name} trains at the lr that the lr_pick sweep picks for "
                  f"{job.settings.get('task')}, which lr_pick has not finished: run "
                  "`scripts/sweep.py --sweep lr_pick` first.")
