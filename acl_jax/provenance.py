@@ -1,10 +1,8 @@
 """What produced a result: the git revision of the checkout acl_jax runs from, and the run's
 config as flat dotted fields; and the atomic write that puts run records on disk. Imports
 nothing heavy (the sweep runner uses it)."""
-import filecmp
 import json
 import os
-import shutil
 import socket
 import subprocess
 
@@ -168,102 +166,3 @@ def write_atomic(path: str, text: str) -> None:
     os.fsync(fd)  # and the rename itself survives a power loss
   finally:
     os.close(fd)
-
-
-# A run's records: the small files that say what it was and what it measured (config.json,
-# sweep_args.json, results.json, results_latest.json, metrics.jsonl, early-exit sweeps), as
-# opposed to its checkpoints, features, TensorBoard events and logs.
-RECORD_SUFFIXES = (".json", ".jsonl", ".md")
-
-
-def record_files(workdir: str) -> list[str]:
-  """Names of the run's record files (top level only; no temp files of `write_atomic`)."""
-  return sorted(n for n in os.listdir(workdir)
-                if n.endswith(RECORD_SUFFIXES) and ".tmp." not in n
-                and os.path.isfile(os.path.join(workdir, n)))
-
-
-def _copy_atomic(src: str, dst: str) -> None:
-  """`src` to `dst` with its modification time (scripts compare record ages) via a rename."""
-  tmp = _tmp_name(dst)
-  shutil.copy2(src, tmp)
-  os.replace(tmp, dst)
-
-
-def _same(a: str, b: str) -> bool:
-  return os.path.isfile(b) and filecmp.cmp(a, b, shallow=False)
-
-
-def _link(target: str, path: str) -> bool:
-  """Makes `path` a link to `target`; False if it already is one (another host of a shared-
-  disk job may have made it first). Anything else already at `path` is an error."""
-  if not (os.path.islink(path) and os.readlink(path) == target):
-    if os.path.lexists(path):
-      raise ValueError(f"{path} exists and is not a link to {target}: move it away first.")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    try:
-      os.symlink(target, path)
-      return True
-    except FileExistsError:
-      if not (os.path.islink(path) and os.readlink(path) == target):
-        raise
-  return False
-
-
-def archive_run(workdir: str, dest: str) -> list[str]:
-  """Makes `dest` hold exactly the finished run's records, in a folder that can live in git
-  where run folders (gigabytes of checkpoints) cannot; returns the names it wrote (unchanged
-  files are left alone, records the run no longer has are removed). A run that is a relative
-  link to another run (a reused grid point) is archived as the same link, so it points at the
-  other run's archive."""
-  if os.path.islink(workdir):
-    target = os.readlink(workdir)
-    if os.path.isabs(target):
-      raise ValueError(f"{workdir} links to the absolute path {target}: an archive cannot "
-                       "carry it; make the link relative (scripts/run_results.sh reuse does).")
-    return [os.path.basename(dest)] if _link(target, dest) else []
-  if not run_finished(workdir):
-    raise ValueError(f"{workdir} is not a finished run (no results.json with its train "
-                     "record): only finished runs are archived.")
-  if os.path.islink(dest):
-    raise ValueError(f"{dest} is a link (a reused run) but {workdir} is a run of its own: "
-                     "remove the link from the archive first.")
-  os.makedirs(dest, exist_ok=True)
-  keep = record_files(workdir)
-  wrote = []
-  for name in keep:
-    src, dst = os.path.join(workdir, name), os.path.join(dest, name)
-    if not _same(src, dst):
-      _copy_atomic(src, dst)
-      wrote.append(name)
-  for name in set(record_files(dest)) - set(keep):  # e.g. a retrained run's stale sweeps
-    os.remove(os.path.join(dest, name))
-    wrote.append(f"-{name}")
-  return wrote
-
-
-def restore_run(archived: str, workdir: str) -> bool:
-  """Puts an archived finished run's records in `workdir` when no such folder exists (a fresh
-  machine), so sweeps count the run as done and tables read it; its checkpoints are gone, which
-  train.py and eval.py report instead of retraining. Returns whether it restored anything. A
-  folder or link already at `workdir` is never touched: to retrain an archived run, remove it
-  from the archive as well as from the runs."""
-  if os.path.lexists(workdir):
-    return False
-  if os.path.islink(archived):
-    return _link(os.readlink(archived), workdir)
-  if not run_finished(archived):
-    return False
-  os.makedirs(os.path.dirname(workdir), exist_ok=True)
-  # Copied into a temp folder renamed into place: the run appears whole or not at all, and of
-  # several hosts restoring the same shared tree one wins and the rest find it there.
-  tmp = _tmp_name(workdir)
-  os.makedirs(tmp)
-  for name in record_files(archived):
-    shutil.copy2(os.path.join(archived, name), os.path.join(tmp, name))
-  try:
-    os.rename(tmp, workdir)
-  except OSError:
-    shutil.rmtree(tmp)
-    return False
-  return True

@@ -6,12 +6,18 @@ angles CE/SCL and CE/ACL over all parameters, plus over the top layer and heads 
 ACL-Grad's fast `angle_params="top"` mode sees), so the two gates' agreement can be counted.
 
   python scripts/grad_conflict.py --task rte --data_dir ../shared/data/glue --steps 100 \
-      --out results/grad_conflict/rte
+      --out runs/grad_conflict/rte
   python scripts/grad_conflict.py --task mr --data_dir ../shared/data --steps 100 \
-      --max_length 64 --out results/grad_conflict/mr
+      --max_length 64 --out runs/grad_conflict/mr
 
 Writes per-step JSONL, `summary.json` (fraction of steps above 90 degrees, quantiles) and
-`angles.png` (histograms). Resumes: finished runs are skipped.
+`angles.png` (histograms) to --out. Resumes: finished runs are skipped. With --record, each
+run's per-step angles also become a row of that record (scripts/records.py), which
+scripts/report.py tabulates:
+
+  python scripts/grad_conflict.py --task rte --data_dir ../shared/data/glue --steps 100 \
+      --batch_size 16 --out runs/grad_conflict/rte \
+      --record results/records/pilot_grad_conflict.jsonl
 """
 import argparse
 import json
@@ -156,6 +162,8 @@ def main():
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--methods", default="scl,acl_embed")
   p.add_argument("--out", required=True)
+  p.add_argument("--record", default="", help="a record file (results/records/NAME.jsonl) that "
+                 "gets one row per run with its per-step angles")
   args = p.parse_args()
   os.makedirs(args.out, exist_ok=True)
   ran_before = all(os.path.exists(os.path.join(args.out, f"{m}.jsonl"))
@@ -170,6 +178,18 @@ def main():
   with open(os.path.join(args.out, "summary.json"), "w") as f:
     json.dump(summary, f, indent=2)
   plot(results, os.path.join(args.out, "angles.png"), args.task)
+  if args.record:
+    import records  # pylint: disable=import-outside-toplevel
+    from acl_jax import provenance  # pylint: disable=import-outside-toplevel
+    sweep = os.path.splitext(os.path.basename(args.record))[0]
+    for method, recs in results.items():
+      settings = {"task": args.task, "method": method, "seed": args.seed}
+      records.append(args.record, {
+          "sweep": sweep, "run": records.run_name(settings), **settings, "overrides": {},
+          "config": "scripts/grad_conflict.py", "set": [], "command": summary["command"],
+          "budget": {"num_steps": args.steps, "batch_size": args.batch_size,
+                     "max_length": args.max_length, "lr": args.lr},
+          "steps": recs, "code": [provenance.git_revision()]})
   print(json.dumps(summary, indent=2))
 
 

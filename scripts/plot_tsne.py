@@ -2,7 +2,7 @@ r"""t-SNE of dev features for several runs side by side, coloured by class.
 
   python eval.py --workdir runs/sst2_ce --split dev --dump_features     # once per run
   python scripts/plot_tsne.py runs/sst2_ce runs/sst2_scl runs/sst2_acl \
-      --labels CE CE+SCL ACL --out results/tsne_sst2.png
+      --labels CE CE+SCL ACL --out runs/tsne_sst2.png
 
 Features are L2-normalised and embedded with t-SNE (one per run, seed 0, at most --max_points
 examples). Runs whose loss trains label embeddings as contrastive anchors (ACL-Embed, ACL,

@@ -1,42 +1,60 @@
-r"""Resumable grid sweeps over config fields, methods and seeds, with a mean +- std table.
+r"""Resumable sweeps over methods, config fields and seeds; each finished run becomes a row of
+the sweep's record (results/records/<sweep>.jsonl, scripts/records.py).
+
+The sweeps behind RESULTS.md are named in scripts/sweeps.py:
+
+  python scripts/sweep.py --status                 # every sweep: done, remaining, compute
+  python scripts/sweep.py --status glue            # and the runs glue still has to train
+  nohup python scripts/sweep.py --sweep glue > runs/glue.log 2>&1 &
+
+Ad hoc, a grid on the command line (the record is optional):
 
   python scripts/sweep.py --root runs/sweeps/sst2 --config configs/glue.py:sst2 \
       --methods ce,scl,acl_embed,acl --seeds 0,1,2 \
       --set task.data_dir=../shared/data/glue --set task.max_train_examples=2000 \
-      --grid loss.lam=0.1,0.5,0.9
+      --grid loss.lam=0.1,0.5,0.9 --record results/records/sst2_lam.jsonl
 
-Every run gets its own workdir under --root, named from its settings
-(`method=acl,loss.lam=0.5,seed=1`), and is one `train.py` process, so re-running the same
-command skips finished runs (train.py's results.json present) and resumes half-finished ones
-from their checkpoints. Each run records the --config and --set it was started with
-(`sweep_args.json`): a rerun that asks for others fails on that run instead of mixing them.
-The summary (`summary.md`, `summary.json`) gives mean +- std over seeds and the seed count for
-every metric of every evaluated split. Extra train.py flags (e.g. `--distributed` on a
-multi-host job) go after `--`; `--config...` and `--workdir` may not, as the sweep sets them.
+Every run gets its own workdir under the root (`runs/sweeps/<sweep>` for a named sweep),
+named from its settings (`task=mr,method=acl,loss.lam=0.5,seed=1`), and is one `train.py`
+process, so re-running the same command skips finished runs and resumes half-finished ones
+from their checkpoints. A run is done once its row is in the record, or once train.py has
+written its results.json (the row is then written from the folder). So a fresh machine with
+no run folders trains only what the records lack, and a sweep stopped at any point (a kill,
+a reboot) goes on where it stopped when started again. Each run records the --config and
+--set it was started with (`sweep_args.json`): a rerun that asks for others fails on that run
+instead of mixing them. A run whose settings are those of a run already recorded by another
+sweep (the same config, overrides and seed) takes that row instead of training again.
+
+After a run finishes, a named sweep also runs what its spec asks for (eval.py's early-exit
+sweep on dev, timed on seed 0; the final weights' scores), writes the row, and then deletes
+the run's checkpoints (`--keep_checkpoints` keeps them): the row holds what the tables need.
+
+The summary of a root (`summary.md`, `summary.json`: mean +- std over seeds and the seed
+count for every metric of every evaluated split) is rewritten after an ad-hoc sweep, or with
+`--root R --aggregate_only`. Extra train.py flags (e.g. `--distributed` on a multi-host job)
+go after `--`; `--config...` and `--workdir` may not, as the sweep sets them.
 
 On a multi-host job (TPU pod, GPU cluster) every host runs the same sweep command with
-`-- --distributed` and a --root that all hosts share (as Orbax's multi-host checkpoints need
+`-- --distributed` and a root that all hosts share (as Orbax's multi-host checkpoints need
 anyway). Process 0 writes results.json; every host reads the same files, so all hosts skip and
-resume the same runs and enter each train.py together. Each host logs to its own file in the
-workdir (`train.p<I>.log` with `--process_id=I`, else `train.<hostname>.log`).
+resume the same runs and enter each train.py together. With each host's process id on its
+command line (`-- --coordinator=HOST:PORT --num_processes=N --process_id=I`), process 0 alone
+runs a finished run's evaluations, writes its row and deletes its checkpoints (the record's
+appends are locked, and a run already there is not written again). Each host logs to its own
+file in the workdir (`train.p<I>.log` with `--process_id=I`, else `train.<hostname>.log`).
 
 The runs share JAX's persistent compilation cache (`--compile_cache`, default
 `<root>/.jax_cache`; an already set `JAX_COMPILATION_CACHE_DIR` wins): runs that differ only
 in seed or loss weights compile the same step, so every run after the first loads it from disk
 instead of compiling it again (about 8 s per batch shape for MiniLM on 2 CPU cores). Cached
 executables are the same programs, so results do not change.
-
-With `--archive DIR` every finished run's records (config, results, metrics: no checkpoints)
-are also copied to DIR/<run name>, a folder that can be committed. On a fresh machine
-`scripts/archive_runs.py --restore` puts them back, and the sweep then counts those runs as
-done instead of training them again.
-
-  python scripts/sweep.py --root runs/sweeps/sst2 --aggregate_only
 """
 import argparse
+import dataclasses
 import itertools
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -45,16 +63,13 @@ import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from acl_jax import provenance  # noqa: E402  (light: no jax)  pylint: disable=wrong-import-position
+import records  # noqa: E402  pylint: disable=wrong-import-position
+import sweeps as sweep_specs  # noqa: E402  pylint: disable=wrong-import-position
 
-
-def run_name(settings: dict) -> str:
-  return ",".join(f"{k}={v}" for k, v in settings.items())
-
-
-def parse_name(name: str) -> dict:
-  """The settings a run or group name spells (`method=acl,loss.lam=0.5,seed=1`), in order."""
-  return dict(kv.split("=", 1) for kv in name.split(",") if kv)
+run_name = records.run_name
+parse_name = records.parse_name
 
 
 def mean_std(values, signed: bool = False) -> str:
@@ -63,12 +78,27 @@ def mean_std(values, signed: bool = False) -> str:
   return mean + (f" ± {np.std(values, ddof=1):.2f}" if len(values) > 1 else "")
 
 
-def plan(args) -> list[dict]:
-  """Every run of the sweep as an ordered dict of settings (method, grid fields, seed)."""
-  for kv in args.set or []:
+def check_grid(key: str, values: list[str]) -> None:
+  if key in ("seed", "method", "workdir", "task"):
+    raise SystemExit(f"--grid {key}=...: use --seeds / --methods (and one sweep per task), "
+                     f"not a grid over {key}.")
+  bad = [v for v in values if "/" in v or "=" in v or "," in v or not v]
+  if bad:
+    raise SystemExit(f"--grid {key}={','.join(values)}: value {bad[0]!r} cannot be part of a "
+                     "workdir name (no '/', '=', ',' or empty values); pass it with --set in "
+                     "a sweep of its own root instead.")
+
+
+def check_set(set_args) -> None:
+  for kv in set_args or []:
     if kv.partition("=")[0] in ("seed", "workdir"):
       raise SystemExit(f"--set {kv!r}: the sweep sets the seed (--seeds) and the workdir "
-                       "(from --root and the run's settings) itself.")
+                       "(from its root and the run's settings) itself.")
+
+
+def plan(args) -> list[dict]:
+  """Every run of an ad-hoc sweep as an ordered dict of settings (method, grid fields, seed)."""
+  check_set(args.set)
   axes = []
   if args.methods:
     axes.append([("method", m) for m in args.methods.split(",")])
@@ -76,13 +106,7 @@ def plan(args) -> list[dict]:
     key, _, values = g.partition("=")
     if not values:
       raise SystemExit(f"--grid {g!r}: expected key=v1,v2,...")
-    if key in ("seed", "method", "workdir"):
-      raise SystemExit(f"--grid {g!r}: use --seeds / --methods, not a grid over {key}.")
-    bad = [v for v in values.split(",") if "/" in v or "=" in v or not v]
-    if bad:
-      raise SystemExit(f"--grid {g!r}: value {bad[0]!r} cannot be part of a workdir name "
-                       "(no '/', '=' or empty values); pass it with --set in a sweep of its "
-                       "own --root instead.")
+    check_grid(key, values.split(","))
     axes.append([(key, v) for v in values.split(",")])
   axes.append([("seed", s) for s in args.seeds.split(",")])
   return [dict(combo) for combo in itertools.product(*axes)]
@@ -93,6 +117,83 @@ def config_arg(args, settings: dict) -> str:
   if "method" in settings:
     config += ("," if ":" in config else ":") + settings["method"]
   return config
+
+
+def task_of(config: str) -> str:
+  """The task word of a config argument (`configs/glue.py:rte,acl` -> rte), or ""."""
+  arg = config.partition(":")[2]
+  return arg.split(",")[0] if arg else ""
+
+
+@dataclasses.dataclass
+class Job:
+  """One run: its settings (in name order), the --config and --set it trains with, its
+  workdir, and the sweep (record) it belongs to."""
+  settings: dict
+  config: str
+  set: list
+  workdir: str
+  sweep: str = ""
+  early_exit: str = ""
+  latest: str = ""
+
+  @property
+  def name(self) -> str:
+    """The run's name in its record: its settings, the task first."""
+    s = self.settings
+    if "task" not in s and task_of(self.config):
+      s = {"task": task_of(self.config), **s}
+    return run_name(s)
+
+  @property
+  def record_settings(self) -> dict:
+    return parse_name(self.name)
+
+
+def jobs_of_args(args) -> list[Job]:
+  sweep = os.path.splitext(os.path.basename(args.record))[0] if args.record else ""
+  return [Job(s, config_arg(args, s), sorted(args.set or []),
+              os.path.join(args.root, run_name(s)), sweep) for s in plan(args)]
+
+
+def lr_picks(rows: list[dict]) -> dict[str, str]:
+  """{task: the lr of LR_GRID with CE's best mean dev score} from the lr_pick record, for the
+  tasks whose grid is complete (every lr on every seed of the sweep)."""
+  spec = sweep_specs.SWEEPS.get("lr_pick")
+  out = {}
+  for arm in spec.arms if spec else ():
+    scores = {}
+    for lr in sweep_specs.LR_GRID:
+      vals = [sweep_specs.select_score(r) for r in rows
+              if r["task"] == arm.task and r["overrides"].get("optim.lr") == lr]
+      if len(vals) < len(arm.seeds):
+        break
+      scores[lr] = float(np.mean(vals))
+    else:
+      out[arm.task] = max(sweep_specs.LR_GRID, key=lambda lr, s=scores: s[lr])
+  return out
+
+
+def jobs_of_sweep(name: str, root: str, picks: dict | None = None) -> list[Job]:
+  """The runs of a named sweep (scripts/sweeps.py). `optim.lr=@lr_pick` becomes the task's
+  pick (picks), or stays a placeholder where lr_pick is not complete."""
+  spec = sweep_specs.SWEEPS[name]
+  jobs = []
+  for arm in spec.arms:
+    sets = list(arm.set)
+    if picks is not None and arm.task in picks:
+      sets = [f"optim.lr={picks[arm.task]}" if kv == f"optim.lr={sweep_specs.LR_PICK}" else kv
+              for kv in sets]
+    for key, values in arm.grid:
+      check_grid(key, list(values))
+    axes = [[("method", m) for m in arm.methods]]
+    axes += [[(k, v) for v in values] for k, values in arm.grid]
+    axes.append([("seed", str(s)) for s in arm.seeds])
+    for combo in itertools.product(*axes):
+      s = {"task": arm.task, **dict(combo)}
+      jobs.append(Job(s, f"{arm.config}:{arm.task},{s['method']}", sorted(sets),
+                      os.path.join(root, run_name(s)), name, spec.early_exit, spec.latest))
+  return jobs
 
 
 # Each run's record of what the sweep asked of it beyond its name (config and --set flags),
@@ -131,13 +232,17 @@ def _load(path: str) -> dict | None:
     return None
 
 
+def _command(job: Job, extra: list[str]) -> list[str]:
+  cmd = [sys.executable, os.path.join(REPO, "train.py"), "--config", job.config, "--workdir",
+         job.workdir, f"--config.seed={job.settings['seed']}", "--config.progress=False"]
+  cmd += [f"--config.{kv}" for kv in job.set]
+  cmd += [f"--config.{k}={v}" for k, v in job.settings.items()
+          if k not in ("method", "seed", "task")]
+  return cmd + extra
+
+
 def train_command(args, settings: dict, workdir: str) -> list[str]:
-  config = config_arg(args, settings)
-  cmd = [sys.executable, os.path.join(REPO, "train.py"), "--config", config, "--workdir",
-         workdir, f"--config.seed={settings['seed']}", "--config.progress=False"]
-  cmd += [f"--config.{kv}" for kv in args.set or []]
-  cmd += [f"--config.{k}={v}" for k, v in settings.items() if k not in ("method", "seed")]
-  return cmd + args.extra
+  return _command(Job(settings, config_arg(args, settings), args.set or [], workdir), args.extra)
 
 
 def child_env(args) -> dict:
@@ -151,37 +256,140 @@ def child_env(args) -> dict:
   return env
 
 
-def run_all(args) -> None:
-  runs = plan(args)
+def identity(config: str, sets, settings: dict) -> tuple:
+  """What a run trains, whatever sweep it is in: its config, every override and its seed. A
+  grid value that is the method's preset (sweeps.PRESETS) is no override."""
+  method = config.rpartition(",")[2]
+  over = set(sets) | {f"{k}={v}" for k, v in settings.items()
+                      if k not in ("task", "method", "seed")
+                      and sweep_specs.PRESETS.get((method, k)) != v}
+  return config, tuple(sorted(over)), str(settings["seed"])
+
+
+def recorded_elsewhere(sweep: str) -> dict[tuple, dict]:
+  """{identity: row} of every row of the other records (for runs two sweeps share)."""
+  out = {}
+  for name, rows in records.read_all().items():
+    if name == sweep:
+      continue
+    for r in rows:
+      if "config" in r and "seed" in r:
+        out.setdefault(identity(r["config"], r.get("set", []),
+                                {**r.get("overrides", {}), "seed": r["seed"]}), r)
+  return out
+
+
+def has_weights(workdir: str) -> bool:
+  return bool(provenance.checkpoint_steps(workdir, "best")
+              or provenance.checkpoint_steps(workdir, "ckpt"))
+
+
+def post_steps(job: Job, env: dict) -> int:
+  """eval.py after training, as the sweep asks: the early-exit sweep on dev (timed on seed 0,
+  untimed on the others) and the final weights' scores. Returns the first failing exit code."""
+  wd, ev = job.workdir, [sys.executable, os.path.join(REPO, "eval.py"), "--workdir", job.workdir]
+  steps = []
+  if job.early_exit and not os.path.isfile(os.path.join(wd, "early_exit_entropy_dev.json")):
+    steps.append(ev + ["--exit_policy", "entropy", "--thresholds", job.early_exit, "--split",
+                       "dev"] + ([] if str(job.settings["seed"]) == "0" else
+                                 ["--exit_repeats", "0"]))
+  if job.latest and not os.path.isfile(os.path.join(wd, "results_latest.json")):
+    steps.append(ev + ["--checkpoint", "latest", "--split", job.latest])
+  for cmd in steps:
+    if not has_weights(wd):
+      print(f"  {wd} has no checkpoints left for: {' '.join(cmd[2:])}", flush=True)
+      return 1
+    with open(os.path.join(wd, "eval.log"), "a") as log:
+      rc = subprocess.call(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
+    if rc:
+      print(f"  eval FAILED (exit {rc}); see {os.path.join(wd, 'eval.log')}", flush=True)
+      return rc
+  return 0
+
+
+def primary(extra: list[str]) -> bool | None:
+  """Whether this sweep process is the one that evaluates, records and prunes finished runs:
+  True on one host or for `--process_id=0`, False for other process ids, None on a
+  `--distributed` job that names no process id (every host then records, none prunes)."""
+  pid = [x.split("=", 1)[1] for x in extra if x.startswith("--process_id=")]
+  if pid:
+    return pid[-1] == "0"
+  if any(x.split("=", 1)[0] in ("--distributed", "--coordinator") for x in extra):
+    return None
+  return True
+
+
+def finish(job: Job, env: dict, record: str | None, keep_checkpoints: bool,
+           extra: list[str] = ()) -> int:
+  """A finished run's post steps, its row in the record, then (named sweeps) its checkpoints
+  removed. Returns non-zero when a post step failed (the row is then not written). On a
+  multi-host job only process 0 does this (`primary`)."""
+  first = primary(list(extra))
+  if first is False:
+    return 0
+  if first is None:  # no process id: post steps and pruning on every host would collide
+    keep_checkpoints = True
+    if job.early_exit or job.latest:
+      print(f"  {job.name}: give each host --process_id so that process 0 runs the "
+            "evaluations this sweep asks for; recorded without them.", flush=True)
+      job = dataclasses.replace(job, early_exit="", latest="")
+  rc = post_steps(job, env)
+  if rc or not record:
+    return rc
+  row = records.row_from_run(job.workdir, job.sweep, job.record_settings, job.config, job.set)
+  if records.append(record, row):
+    print(f"  recorded in {os.path.relpath(record, REPO)}", flush=True)
+  if not keep_checkpoints:
+    for part in ("ckpt", "best"):
+      shutil.rmtree(os.path.join(job.workdir, part), ignore_errors=True)
+  return 0
+
+
+def run_jobs(jobs: list[Job], args, record: str | None = None,
+             keep_checkpoints: bool = True) -> None:
   env = child_env(args)
   os.makedirs(args.root, exist_ok=True)
-  for i, settings in enumerate(runs):
-    wd = os.path.join(args.root, run_name(settings))
-    arch = os.path.join(args.archive, run_name(settings)) if args.archive else None
-    want = run_args(args, settings)
+  done = {r["run"] for r in records.read(record)} if record else set()
+  elsewhere = recorded_elsewhere(jobs[0].sweep) if record and jobs and jobs[0].sweep else {}
+  for i, job in enumerate(jobs):
+    tag, wd = f"[{i + 1}/{len(jobs)}]", job.workdir
+    want = {"config": job.config, "set": sorted(job.set)}
+    if job.name in done:
+      print(f"{tag} done (recorded): {job.name}", flush=True)
+      continue
     problem = None
-    if os.path.islink(wd) and not os.path.exists(wd):
+    if any(sweep_specs.LR_PICK in kv for kv in job.set) and not args.dry_run:
+      problem = (f"{job.name} trains at the lr that the lr_pick sweep picks for "
+                 f"{job.settings.get('task')}, which lr_pick has not finished: run "
+                 "`scripts/sweep.py --sweep lr_pick` first.")
+    elif os.path.islink(wd) and not os.path.exists(wd):
       problem = (f"{wd} is a link to a missing run ({os.readlink(wd)}); remove the link to "
                  "train this run here.")
-    elif arch and not os.path.lexists(wd) and (os.path.islink(arch)
-                                               or provenance.run_finished(arch)):
-      problem = (f"{wd} is missing but finished in the archive ({arch}): restore it with "
-                 f"scripts/archive_runs.py --restore, or remove it from the archive to train "
-                 "it again.")
     elif changed := changed_args(wd, want):
       problem = (f"{wd} was started with {changed}: its results would not be this sweep's. "
                  "Use another --root, or move the run away to train it again.")
     if problem:
-      print(f"[{i + 1}/{len(runs)}] FAILED: {problem}", flush=True)
+      print(f"{tag} FAILED: {problem}", flush=True)
       if not args.keep_going:
         raise SystemExit(1)
       continue
     if provenance.run_finished(wd):
-      print(f"[{i + 1}/{len(runs)}] done: {wd}", flush=True)
-      archive(args, wd, arch)
+      print(f"{tag} done: {wd}", flush=True)
+      failed = not args.dry_run and finish(job, env, record, keep_checkpoints, args.extra)
+      if failed and not args.keep_going:
+        raise SystemExit(1)
       continue
-    cmd = train_command(args, settings, wd)
-    print(f"[{i + 1}/{len(runs)}] run: {' '.join(cmd)}", flush=True)
+    same = elsewhere.get(identity(job.config, job.set, job.settings))
+    if same is not None:
+      print(f"{tag} done (the same run is in {same['sweep']}'s record): {job.name}", flush=True)
+      if not args.dry_run:
+        records.append(record, {
+            **same, "sweep": job.sweep, "run": job.name, "set": sorted(job.set),
+            "overrides": {k: v for k, v in job.record_settings.items() if k not in records.OWN},
+            "reused_from": same["sweep"]})
+      continue
+    cmd = _command(job, args.extra)
+    print(f"{tag} run: {' '.join(cmd)}", flush=True)
     if args.dry_run:
       continue
     os.makedirs(wd, exist_ok=True)
@@ -189,27 +397,17 @@ def run_all(args) -> None:
     log_path = os.path.join(wd, log_name(args.extra))
     with open(log_path, "a") as log:
       rc = subprocess.call(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
+    if rc == 0 and provenance.run_finished(wd):
+      rc = finish(job, env, record, keep_checkpoints, args.extra)
     if rc != 0:
       print(f"  FAILED (exit {rc}); see {log_path}", flush=True)
       if not args.keep_going:
         raise SystemExit(rc)
-    elif provenance.run_finished(wd):
-      archive(args, wd, arch)
 
 
-def archive(args, wd: str, arch: str | None) -> None:
-  """Copies a finished run's records to its --archive folder (nothing without --archive)."""
-  if not arch:
-    return
-  try:
-    wrote = provenance.archive_run(wd, arch)
-  except (OSError, ValueError) as e:
-    print(f"  archive FAILED: {e}", flush=True)
-    if not args.keep_going:
-      raise SystemExit(1) from e
-    return
-  if wrote:
-    print(f"  archived {', '.join(wrote)} to {arch}", flush=True)
+def run_all(args) -> None:
+  """An ad-hoc sweep (--root, --config, --methods, --grid, --seeds)."""
+  run_jobs(jobs_of_args(args), args, getattr(args, "record", None))
 
 
 def _read(root: str, results: str = "results.json") -> list[tuple[dict, dict]]:
@@ -224,27 +422,39 @@ def _read(root: str, results: str = "results.json") -> list[tuple[dict, dict]]:
   return out
 
 
-def paired(root: str, baseline: str, values, results: str = "results.json"
-           ) -> dict[str, dict[str, list[float]]]:
-  """Per-seed differences to a baseline method: {settings without seed: {name: [diff]}}.
-
-  `values(results_dict)` gives a run's numbers by name. A run is paired with the run of the
-  same settings but `method=<baseline>` (same seed: the same data order and initial heads), so
-  every other grid field must match too; runs without one, and the baseline's own runs, are
-  left out. Lists are in workdir-name order.
-  """
-  runs = {run_name(s): (s, values(res)) for s, res in _read(root, results) if "method" in s}
-  out: dict[str, dict[str, list[float]]] = {}
-  for settings, vals in runs.values():
-    if settings["method"] == baseline:
-      continue
-    base = runs.get(run_name({**settings, "method": baseline}))
-    if base is None:
-      continue
-    key = run_name({k: v for k, v in settings.items() if k != "seed"})
-    for name, v in vals.items():
-      if name in base[1]:
-        out.setdefault(key, {}).setdefault(name, []).append(v - base[1][name])
+def status(names: list[str], root_of, show_runs: bool) -> str:
+  """Markdown: per named sweep, runs recorded (here, or the same run in another sweep's
+  record) / finished but unrecorded / part-trained / not started, and the estimated CPU time
+  of what is left (scripts/sweeps.py's cost model); with show_runs, the runs still to
+  train."""
+  picks = lr_picks(records.read(records.path_of("lr_pick")))
+  lines = ["| sweep | runs | recorded | finished, not recorded | part-trained | not started "
+           "| left (CPU h, upper bound) |", "|---|---|---|---|---|---|---|"]
+  todo = []
+  for name in names:
+    jobs = jobs_of_sweep(name, root_of(name), picks)
+    done = {r["run"] for r in records.read(records.path_of(name))}
+    elsewhere = recorded_elsewhere(name)
+    counts, left = [0, 0, 0, 0], 0.0
+    for job in jobs:
+      if job.name in done or identity(job.config, job.set, job.settings) in elsewhere:
+        counts[0] += 1
+        continue
+      if provenance.run_finished(job.workdir):
+        counts[1] += 1
+        continue
+      counts[2 if provenance.checkpoint_steps(job.workdir) else 3] += 1
+      left += sweep_specs.run_seconds(job.settings["task"], job.settings["method"], job.set)
+      todo.append(job)
+    lines.append(f"| {name} | {len(jobs)} | " + " | ".join(map(str, counts))
+                 + f" | {left / 3600:.1f} |")
+  out = "\n".join(lines) + "\n"
+  if show_runs and todo:
+    out += "\nStill to train:\n" + "\n".join(f"- {j.sweep}: {j.name}" for j in todo) + "\n"
+  waiting = sorted({t for name in names for a in sweep_specs.SWEEPS[name].arms
+                    if sweep_specs.LR_PICK in " ".join(a.set) for t in [a.task]} - set(picks))
+  if waiting:
+    out += ("\nWaiting for lr_pick (no lr picked yet): " + ", ".join(waiting) + "\n")
   return out
 
 
@@ -360,6 +570,8 @@ def check_splits(root: str, runs: list[tuple[dict, dict]], splits: list[str]) ->
     raise SystemExit(f"--splits: no run under {root} has {unknown}; the runs have {have}.")
 
 
+
+#CHECKS
 # train.py flags after `--` that would override what the sweep sets per run (and names the
 # run's workdir after) or records in sweep_args.json.
 _SWEEP_OWNED = ("--config", "--workdir")
@@ -383,12 +595,23 @@ def log_name(extra: list[str]) -> str:
   return "train.log"
 
 
+
+
 def main(argv=None):
   argv = sys.argv[1:] if argv is None else argv
   extra = argv[argv.index("--") + 1:] if "--" in argv else []
   argv = argv[:argv.index("--")] if "--" in argv else argv
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--root", required=True, help="folder holding one workdir per run")
+  p.add_argument("--sweep", default="", help="comma list of sweeps named in scripts/sweeps.py")
+  p.add_argument("--status", nargs="*", default=None, metavar="SWEEP",
+                 help="what is done and left of the named sweeps (default: all) and the CPU "
+                 "time left; naming sweeps also lists their runs still to train")
+  p.add_argument("--root", default="", help="folder holding one workdir per run (default for "
+                 "a named sweep: runs/sweeps/<sweep>)")
+  p.add_argument("--record", default="", help="ad hoc: the record file finished runs are "
+                 "appended to (a named sweep's is results/records/<sweep>.jsonl)")
+  p.add_argument("--keep_checkpoints", action="store_true",
+                 help="a named sweep keeps each run's checkpoints after writing its row")
   p.add_argument("--config", help="config file with its task argument, e.g. configs/glue.py:rte")
   p.add_argument("--methods", default="", help="comma list of method presets")
   p.add_argument("--grid", action="append", help="key=v1,v2 (repeatable): a grid axis")
@@ -398,20 +621,41 @@ def main(argv=None):
   p.add_argument("--dry_run", action="store_true")
   p.add_argument("--keep_going", action="store_true", help="continue after a failed run")
   p.add_argument("--aggregate_only", action="store_true")
-  p.add_argument("--archive", default=None,
-                 help="folder that keeps a copy of each finished run's records (config, "
-                 "results, metrics; no checkpoints) under the run's name, e.g. inside the git "
-                 "checkout (scripts/archive_runs.py --restore puts them back)")
   p.add_argument("--compile_cache", default=None,
                  help="JAX compilation cache folder shared by the runs (default "
                  "<root>/.jax_cache; 'none' turns it off)")
   args = p.parse_args(argv)
+  check_extra(extra)
+  args.extra = extra
+  root_of = lambda name: os.path.abspath(args.root or os.path.join(REPO, "runs", "sweeps", name))
+  if args.status is not None or args.sweep:
+    names = (args.status or list(sweep_specs.SWEEPS)) if args.status is not None else (
+        args.sweep.split(","))
+    unknown = [n for n in names if n not in sweep_specs.SWEEPS]
+    if unknown:
+      pilots = [n for n in unknown if n in sweep_specs.PILOTS]
+      raise SystemExit(f"Unknown sweep(s) {unknown}"
+                       + (f" ({pilots}: records of earlier runs, not trained here)"
+                          if pilots else "")
+                       + f"; scripts/sweeps.py names {sorted(sweep_specs.SWEEPS)}.")
+    if args.status is not None:
+      print(status(names, root_of, show_runs=bool(args.status)))
+      return
+    if args.root and len(names) > 1:
+      raise SystemExit("--root with several sweeps would mix their runs; give one sweep.")
+    picks = lr_picks(records.read(records.path_of("lr_pick")))
+    for name in names:
+      args.root = root_of(name)
+      run_jobs(jobs_of_sweep(name, args.root, picks), args, records.path_of(name),
+               keep_checkpoints=args.keep_checkpoints)
+    return
+  if not args.root:
+    raise SystemExit("Give --sweep NAME (scripts/sweeps.py), or --root and --config for an "
+                     "ad-hoc sweep.")
   # train.py runs with cwd=REPO: an absolute root keeps its workdirs where this process
   # looks for finished runs, whatever the caller's working directory.
   args.root = os.path.abspath(args.root)
-  args.archive = args.archive and os.path.abspath(args.archive)
-  check_extra(extra)
-  args.extra = extra
+  args.record = args.record and os.path.abspath(args.record)
   if not args.aggregate_only:
     if not args.config:
       raise SystemExit("--config is required unless --aggregate_only.")

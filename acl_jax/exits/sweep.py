@@ -213,7 +213,7 @@ def write_table(rows: Sequence[Mapping[str, Any]], path_md: str,
     cells = ["—" if r[k] is None else fmt.format(r[k] * 1e3 if k in ms else r[k])
              for _, k, fmt in _COLUMNS]
     lines.append("| " + " | ".join(cells) + " |")
-  # Atomic: run_results.sh takes a JSON newer than results.json as "this run is swept".
+  # Atomic: scripts/sweep.py takes an existing JSON as "this run is swept".
   write_atomic(path_md, "\n".join(lines) + "\n")
   write_atomic(path_json, json.dumps({"label": label, "policy": policy, **about,
                                       "rows": list(rows)}, indent=1))
