@@ -100,16 +100,19 @@ def test_bf16_model_keeps_softmax_layernorm_and_params_float32():
   mask = jnp.ones_like(ids).at[1, 9:].set(0)
   fwd = lambda p: Classifier(cfg).apply({"params": p}, ids, mask)
   jaxpr = jax.make_jaxpr(fwd)(params)
-  dots, stats = [], []
+  dots, stats, wide_out = [], [], 0
   for eqn in _walk(jaxpr.jaxpr):
     prim = eqn.primitive.name
     if prim == "dot_general":
       dots.append(eqn.invars[0].aval.dtype)
+      wide_out += eqn.outvars[0].aval.dtype == jnp.float32
     # The softmax (max, exp, sum) and LayerNorm statistics (sums, rsqrt) are the only
     # reductions and transcendental ops of the forward.
     if prim in ("reduce_max", "reduce_sum", "exp", "rsqrt", "log"):
       stats.append((prim, eqn.invars[0].aval.dtype))
   assert dots and all(d == BF16 for d in dots), f"matmuls not all in bfloat16: {set(dots)}"
+  # Each layer's attention scores leave their bf16 dot in float32, unrounded.
+  assert wide_out == cfg.num_layers, wide_out
   assert {p for p, _ in stats} >= {"reduce_max", "reduce_sum", "exp", "rsqrt"}
   bad = [(p, d) for p, d in stats if d != jnp.float32]
   assert not bad, f"softmax / LayerNorm ops in a narrow dtype: {bad}"
