@@ -128,11 +128,12 @@ OBJECTIVES = {
 def build_step(shape: Shape, objective: str, dtype: str, seed: int = 0):
   """Random-init model, objective, AdamW and the jitted train step, as the trainer builds
   them. Returns (train_step, state, batch, n_params). Every acl-jax call is here."""
-  import jax  # pylint: disable=import-outside-toplevel
-  from acl_jax.models import Classifier, init_params  # pylint: disable=import-outside-toplevel
-  from acl_jax.models.config import EncoderConfig  # pylint: disable=import-outside-toplevel
-  from acl_jax.train import objectives, optim, step as step_lib  # pylint: disable=import-outside-toplevel
-  from acl_jax.train.state import TrainState  # pylint: disable=import-outside-toplevel
+  # pylint: disable=import-outside-toplevel
+  import jax
+  from acl_jax.models import Classifier, init_params
+  from acl_jax.models.config import EncoderConfig
+  from acl_jax.train import objectives, optim, step as step_lib
+  from acl_jax.train.state import TrainState
 
   cfg = EncoderConfig(vocab_size=shape.vocab, hidden_size=shape.hidden, num_layers=shape.layers,
                       num_heads=shape.heads, intermediate_size=shape.ffn,

