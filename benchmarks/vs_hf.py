@@ -460,6 +460,14 @@ def main():
   print(f"\n{'QUICK MODE (subsampled, not the real job): ' if args.quick else ''}"
         f"{common.cpu_model()}, {time.perf_counter() - start:.0f} s this invocation\n")
   print(table(data))
+  loads = [r["load_average_start"] for r in data["runs"] if "load_average_start" in r]
+  cores = len(args.cpu_set or usable)
+  if loads and max(loads) > cores - 0.5:
+    # Torch's OpenMP threads wait at every op for a thread the scheduler has parked, so a
+    # shared CPU slows torch far more than XLA: such a table says nothing about the ratio.
+    print(f"\nWARNING: the 1-minute load average reached {max(loads):.1f} at the start of a "
+          f"run on {cores} cores: other jobs shared the CPU, so these timings (torch's most) "
+          "are not a comparison. Rerun on a quiet machine.")
   return None
 
 
