@@ -11,6 +11,8 @@ cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
+# A second run on the same machine loads its compiled steps instead of compiling them again.
+export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-/tmp/acl_jax_gpu_cache}"
 GPU_SMOKE="${GPU_SMOKE:-0}" "$PY" - <<'PYEOF'
 import os, sys
 import jax, flax, optax
