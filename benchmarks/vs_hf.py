@@ -170,6 +170,11 @@ def jax_child(args) -> None:
       raise
   with open(os.path.join(args.workdir, "results.json")) as f:
     results = json.load(f)
+  if len(log["steps"]) < 2:
+    raise RuntimeError(
+        f"The train-step timer saw {len(log['steps'])} steps: train.py no longer builds its "
+        "step through acl_jax.train.step.make_train_step. Point install_timers in "
+        "benchmarks/vs_hf.py at the builder it uses now.")
   seconds, examples, compiled = train_time(log)
   out = {"train_s": seconds, "train_examples": examples, "compiled_steps": compiled,
          "steps": len(log["steps"]), "not_excluded": log["missing"], "results": results}
