@@ -34,6 +34,16 @@ def check_anchors(anchors: str) -> None:
     raise ValueError(f"anchors must be one of {ANCHOR_MODES}, got {anchors!r}.")
 
 
+def at_least_f32(x: jax.Array) -> jax.Array:
+  """x in float32, or in its own dtype where that is wider (float64 stays float64).
+
+  Every loss upcasts its features with this before normalising them or forming logits: a
+  bfloat16 norm keeps 8 significant bits, so a unit vector normalised in bfloat16 is off by up
+  to 2**-8 and the logits z_i.z_j / tau by about that over tau.
+  """
+  return x.astype(jnp.promote_types(x.dtype, jnp.float32))
+
+
 def safe_normalize(x: jax.Array, eps: float = 1e-12) -> jax.Array:
   """Rows scaled to unit length; a zero row stays zero with a finite gradient.
 
@@ -85,7 +95,7 @@ def masked_supcon(
   """
   n = z.shape[0]
   # Logits are at most 1/tau apart, but their log-sum-exp still wants float32 or better.
-  z = z.astype(jnp.promote_types(z.dtype, jnp.float32))
+  z = at_least_f32(z)
   if stop_grad_mask is not None:
     z = jnp.where(stop_grad_mask[:, None], jax.lax.stop_gradient(z), z)
   if item_mask is None:
@@ -128,7 +138,7 @@ def scl_loss(
     Scalar loss; 0 with zero gradient when no example has a same-class partner.
   """
   check_tau(tau)
-  z = safe_normalize(feats)
+  z = safe_normalize(at_least_f32(feats))
   anchors = jnp.ones(labels.shape, bool)
   return masked_supcon(z, labels, anchors, tau, item_mask=example_mask)
 
@@ -162,7 +172,8 @@ def acl_embed_loss(
   check_tau(tau)
   check_anchors(anchors)
   batch, num_classes = feats.shape[0], label_emb.shape[0]
-  z = jnp.concatenate([safe_normalize(feats), safe_normalize(label_emb).astype(feats.dtype)])
+  z = jnp.concatenate([safe_normalize(at_least_f32(feats)),
+                       safe_normalize(at_least_f32(label_emb))])
   classes = jnp.arange(num_classes, dtype=jnp.int32)
   item_labels = jnp.concatenate([labels.astype(jnp.int32), classes])
   anchor_mask = jnp.concatenate([
@@ -206,9 +217,8 @@ def acl_cl_loss(
   """
   check_tau(tau)
   batch, num_classes = student_feats.shape[0], student_label_emb.shape[0]
-  dtype = student_feats.dtype
   parts = [student_feats, student_label_emb, teacher_feats, teacher_label_emb]
-  z = jnp.concatenate([safe_normalize(p).astype(dtype) for p in parts])
+  z = jnp.concatenate([safe_normalize(at_least_f32(p)) for p in parts])
   classes = jnp.arange(num_classes, dtype=jnp.int32)
   labels = labels.astype(jnp.int32)
   item_labels = jnp.concatenate([labels, classes, labels, classes])

@@ -199,7 +199,8 @@ class SelfAttention(nn.Module):
     heads, head_dim = cfg.num_heads, h // cfg.num_heads
     qkv = _dense(cfg, 3 * h, "qkv")(x).reshape(b, s, 3, heads, head_dim)
     q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k).astype(jnp.float32)
+    # float32 scores straight from the dot (no bf16 rounding of the logits), as softmax wants.
+    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
     probs = jax.nn.softmax(scores * (head_dim ** -0.5) + bias, axis=-1)
     probs = Dropout(cfg.attention_dropout)(
         probs, _counters(drop, attention_counters, heads, cfg.max_position_embeddings),

@@ -1,0 +1,305 @@
+r"""Train-step throughput and model FLOP utilisation on an accelerator (GPU or TPU).
+
+  bash benchmarks/gpu.sh                      # the prepared run: under 8 minutes
+  python benchmarks/gpu_step.py --smoke       # tiny shapes on any backend, CPU included
+
+Times the jitted data-parallel train step of acl-jax (forward, backward, global-norm clip,
+AdamW, dropout on) for two objectives, CE and ACL-Grad (CE + ACL-Embed, gated, the angle over
+all parameters), at two encoder shapes with random-init weights (no checkpoint is read):
+
+  bert_base: 12 layers, hidden 768, 12 heads, FFN 3072, vocab 30522
+  minilm_l6: 6 layers, hidden 384, 12 heads, FFN 1536, vocab 30522 (MiniLM-L6's shape)
+
+each at B32 L128 (every row full length), in float32 and in bfloat16 compute
+(`model.dtype=bfloat16`: params, optimizer state, softmax, LayerNorm statistics and losses
+stay float32).
+
+Model FLOPs of one training example (L tokens), forward pass:
+  2 * N * L + 4 * layers * L^2 * hidden
+where N = 4 hidden^2 + 2 hidden * ffn per layer counts the parameters of the encoder's
+matmuls (QKV, attention output, FFN). Embedding lookups do no matmul and the exit head runs on
+one token, so both are left out. The second term is attention's QK^T and PV. Training counts
+3 forward passes: one forward plus a backward of twice its cost. That is the usual
+6 * N * tokens plus attention. MFU = model FLOPs per second / the chip's peak. ACL-Grad does the
+same useful work but takes a second backward pass, for the ACL gradient the gate compares with
+CE's. So its step costs 5 forward passes, and "hw util" counts all 5.
+
+The peak is the dense tensor-core rate of the compute dtype (table PEAKS, by
+`jax.devices()[0].device_kind`). For float32 this is the TF32 rate: XLA's default matmul
+precision runs float32 dots on TF32 tensor cores on Ampere and later GPUs, and on bf16 passes on
+TPUs. The non-tensor float32 rate (H100/H200: 67 TFLOP/s) is printed beside it, for reference.
+
+Only stable JAX APIs are used (jax.devices, jax.block_until_ready, jax.tree), and every
+acl-jax call sits in `build_step`, so this runs on the JAX of a preinstalled accelerator image
+(0.10 or 0.11) with flax and optax. It needs no ml_collections, data, tokenizer or weights.
+"""
+import argparse
+import dataclasses
+import gc
+import json
+import os
+import platform
+import sys
+import time
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+  sys.path.insert(0, REPO)
+
+NUM_LABELS = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+  name: str
+  layers: int
+  hidden: int
+  heads: int
+  ffn: int
+  batch: int
+  seq: int
+  vocab: int = 30522
+
+  def matmul_params(self) -> int:
+    return self.layers * (4 * self.hidden ** 2 + 2 * self.hidden * self.ffn)
+
+  def forward_flops_per_example(self) -> float:
+    return (2.0 * self.matmul_params() * self.seq
+            + 4.0 * self.layers * self.seq ** 2 * self.hidden)
+
+
+SHAPES = {
+    "bert_base": Shape("bert_base", 12, 768, 12, 3072, 32, 128),
+    "minilm_l6": Shape("minilm_l6", 6, 384, 12, 1536, 32, 128),
+}
+SMOKE_SHAPES = {"tiny": Shape("tiny", 1, 64, 4, 128, 8, 32, vocab=1000)}
+# Forward-pass equivalents of one step: CE = forward + backward (2x); ACL-Grad over all params
+# = forward + two backward passes (CE's and the ACL loss's gradient, for the gate's angle).
+PASSES = {"ce": 3, "acl_grad": 5}
+
+# Dense peak TFLOP/s per chip: (bf16 tensor, float32 as XLA runs it by default (TF32 tensor on
+# NVIDIA Ampere+), float32 non-tensor), from the vendors' data sheets (SXM parts for NVIDIA).
+# Matched as substrings of device_kind, first match wins.
+PEAKS = (
+    ("H200", (989.4, 494.7, 66.9)),
+    ("H100 PCIe", (756.0, 378.0, 51.2)),
+    ("H100", (989.4, 494.7, 66.9)),
+    ("A100", (312.0, 156.0, 19.5)),
+    ("L4", (121.0, 60.0, 30.3)),
+    ("TPU v6", (918.0, 918.0, None)),
+    ("TPU v5p", (459.0, 459.0, None)),
+    ("TPU v5 lite", (197.0, 197.0, None)),
+    ("TPU v5e", (197.0, 197.0, None)),
+    ("TPU v4", (275.0, 275.0, None)),
+)
+
+
+def peak_for(device_kind: str, dtype: str):
+  """(peak TFLOP/s, what it is, float32 non-tensor TFLOP/s) for the chip, or Nones."""
+  for key, (bf16, f32_default, f32_plain) in PEAKS:
+    if key.lower() in device_kind.lower():
+      if dtype == "bfloat16":
+        return bf16, f"{key} bf16 dense", f32_plain
+      return f32_default, f"{key} fp32 (TF32/default precision) dense", f32_plain
+  return None, "unknown chip: no peak", None
+
+
+class _Fields(dict):
+  """A dict read by attribute, standing in for the config's `loss` block (the trainer's
+  objective builder reads fields by attribute and `.get`)."""
+  __getattr__ = dict.__getitem__
+
+
+# The `loss` block of configs/common.py's base config (SPEC defaults), without ml_collections.
+LOSS_DEFAULTS = dict(name="ce", class_weights="", lam=-1.0, combine="", tau=0.3, anchors="all",
+                     gate=False, gate_threshold=90.0, gate_mode="drop", angle_params="all",
+                     gamma_keep=-1.0, gamma_hide=-1.0, sigma=0.667, sigma_mode="fixed",
+                     gloss_form="clean", gloss_global=False, contrastive_global=False,
+                     margin=5.0)
+OBJECTIVES = {
+    "ce": {},
+    # The "acl" preset: CE + 0.5 ACL-Embed (tau 0.3), gated by ACL-Grad's angle.
+    "acl_grad": dict(name="acl_embed", lam=0.5, tau=0.3, gate=True, angle_params="all"),
+}
+
+
+def build_step(shape: Shape, objective: str, dtype: str, seed: int = 0):
+  """Random-init model, objective, AdamW and the jitted train step, as the trainer builds
+  them. Returns (train_step, state, batch, n_params). Every acl-jax call is here."""
+  # pylint: disable=import-outside-toplevel
+  import jax
+  from acl_jax.models import Classifier, init_params
+  from acl_jax.models.config import EncoderConfig
+  from acl_jax.train import objectives, optim, step as step_lib
+  from acl_jax.train.state import TrainState
+
+  cfg = EncoderConfig(vocab_size=shape.vocab, hidden_size=shape.hidden, num_layers=shape.layers,
+                      num_heads=shape.heads, intermediate_size=shape.ffn,
+                      max_position_embeddings=max(512, shape.seq), num_labels=NUM_LABELS,
+                      dtype=dtype)
+  model = Classifier(cfg)
+  params = init_params(cfg, jax.random.PRNGKey(seed))
+  loss_cfg = _Fields({**LOSS_DEFAULTS, **OBJECTIVES[objective]})
+  obj = objectives.build_objective(loss_cfg, num_labels=NUM_LABELS, last_exit=cfg.num_layers)
+  tx = optim.make_optimizer(lr=2e-5, total_steps=100_000)
+  mesh = step_lib.make_mesh()
+  state = step_lib.replicate(TrainState.create(params, tx, seed), mesh)
+  batch = step_lib.shard_batch(synthetic_batch(shape, seed), mesh)
+  n_params = int(sum(x.size for x in jax.tree.leaves(params)))
+  return step_lib.make_train_step(model, obj, tx, mesh), state, batch, n_params
+
+
+def synthetic_batch(shape: Shape, seed: int):
+  """B full-length rows of random token ids (no padding: every token is model work)."""
+  rng = np.random.default_rng(seed)
+  ids = rng.integers(1000 % shape.vocab, shape.vocab, (shape.batch, shape.seq)).astype(np.int32)
+  ids[:, 0] = 101 % shape.vocab  # [CLS]
+  return {"input_ids": ids, "attention_mask": np.ones_like(ids),
+          "token_type_ids": np.zeros_like(ids),
+          "labels": rng.integers(0, NUM_LABELS, shape.batch).astype(np.int32)}
+
+
+def time_one(shape: Shape, objective: str, dtype: str, min_time: float, max_steps: int):
+  """Compiles, warms up, then times steps until `min_time` seconds (at least 5 steps)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  t0 = time.perf_counter()
+  train_step, state, batch, n_params = build_step(shape, objective, dtype)
+  setup_s = time.perf_counter() - t0
+  t0 = time.perf_counter()
+  state, metrics = train_step(state, batch)
+  jax.block_until_ready((state, metrics))
+  first_s = time.perf_counter() - t0
+  for _ in range(2):
+    state, metrics = train_step(state, batch)
+  jax.block_until_ready((state, metrics))
+  n, t0 = 0, time.perf_counter()
+  while n < max_steps and (n < 5 or time.perf_counter() - t0 < min_time):
+    state, metrics = train_step(state, batch)
+    n += 1
+    if n % 5 == 0:
+      jax.block_until_ready(metrics)  # keeps the host from queueing far ahead of the device
+  jax.block_until_ready((state, metrics))
+  elapsed = time.perf_counter() - t0
+  loss = float(metrics["loss"])
+  del state, batch, train_step
+  gc.collect()
+  return {"setup_s": setup_s, "first_step_s": first_s, "steps": n, "step_s": elapsed / n,
+          "loss": loss, "n_params": n_params}
+
+
+def main(argv=None):
+  ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                               formatter_class=argparse.RawDescriptionHelpFormatter)
+  ap.add_argument("--smoke", action="store_true",
+                  help="tiny shape, few steps: checks the script on any backend in seconds")
+  ap.add_argument("--shapes", default="", help=f"comma list of {sorted(SHAPES)}")
+  ap.add_argument("--objectives", default="", help=f"comma list of {sorted(PASSES)} (default: "
+                  "all)")
+  ap.add_argument("--dtypes", default="", help="comma list of bfloat16, float32 (default: both)")
+  ap.add_argument("--min_time", type=float, default=3.0, help="seconds timed per case")
+  ap.add_argument("--max_steps", type=int, default=200)
+  ap.add_argument("--budget", type=float, default=420.0,
+                  help="seconds; cases not started by then are skipped (and listed)")
+  ap.add_argument("--out", default="", help="JSON results path (default benchmarks/results/"
+                  "gpu_<device kind>.json, or $OUT/ when OUT is set)")
+  args = ap.parse_args(argv)
+  start = time.perf_counter()
+
+  import jax  # pylint: disable=import-outside-toplevel
+  shapes = SMOKE_SHAPES if args.smoke else SHAPES
+  names = [s for s in args.shapes.split(",") if s] or list(shapes)
+  unknown = [s for s in names if s not in shapes]
+  if unknown:
+    ap.error(f"unknown shapes {unknown}; known: {sorted(shapes)}")
+  args.explicit = bool(args.objectives or args.dtypes)
+  objs = [o for o in args.objectives.split(",") if o] or list(PASSES)
+  dtypes = [d for d in args.dtypes.split(",") if d] or ["bfloat16", "float32"]
+  bad = [o for o in objs if o not in PASSES] + [d for d in dtypes
+                                                 if d not in ("float32", "bfloat16")]
+  if bad:
+    ap.error(f"unknown objectives/dtypes {bad}; objectives {sorted(PASSES)}, dtypes "
+             "float32, bfloat16")
+  min_time, max_steps = (0.5, 6) if args.smoke else (args.min_time, args.max_steps)
+
+  dev = jax.devices()[0]
+  kind = dev.device_kind
+  info = {"device_kind": kind, "platform": dev.platform, "device_count": jax.device_count(),
+          "jax": jax.__version__, "python": platform.python_version(),
+          "matmul_precision": str(getattr(jax.config, "jax_default_matmul_precision", "?")),
+          "time": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+  for mod in ("jaxlib", "flax", "optax"):
+    try:
+      info[mod] = __import__(mod).__version__
+    except (ImportError, AttributeError):
+      info[mod] = "?"
+  print(f"# {kind} x{jax.device_count()} ({dev.platform}), jax {info['jax']}, "
+        f"flax {info['flax']}, optax {info['optax']}", flush=True)
+
+  # CE before ACL-Grad and bf16 before fp32, both shapes each time: if compiles run long and
+  # the budget skips the last cases, what is lost is the least asked-for.
+  cases = [(s, o, d) for o in objs for d in dtypes for s in names]
+  if args.smoke and not args.explicit:
+    # Each objective and each dtype once: two compiles keep the check under a minute.
+    cases = [(names[0], "ce", "bfloat16"), (names[0], "acl_grad", "float32")]
+  rows, results, skipped = [], [], []
+  for shape_name, obj, dtype in cases:
+    shape = shapes[shape_name]
+    case = f"{shape_name}/{obj}/{dtype}"
+    if time.perf_counter() - start > args.budget:
+      skipped.append(case)
+      continue
+    try:
+      r = time_one(shape, obj, dtype, min_time, max_steps)
+    except Exception as e:  # pylint: disable=broad-except
+      # One case failing (say, out of memory) must not lose the others' numbers.
+      print(f"{case}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
+      results.append({"case": case, "error": f"{type(e).__name__}: {e}"[:2000]})
+      continue
+    ex_s = shape.batch / r["step_s"]
+    fwd = shape.forward_flops_per_example()
+    model_tflops = 3 * fwd * ex_s / 1e12
+    hw_tflops = PASSES[obj] * fwd * ex_s / 1e12
+    peak, peak_name, f32_plain = peak_for(kind, dtype)
+    mfu = model_tflops / peak if peak else None
+    hfu = hw_tflops / peak if peak else None
+    r.update(case=case, shape=dataclasses.asdict(shape), objective=obj, dtype=dtype,
+             examples_per_s=ex_s, model_tflops_per_s=model_tflops,
+             step_tflops_per_s=hw_tflops, peak_tflops=peak, peak=peak_name, mfu=mfu,
+             hw_util=hfu, fp32_non_tensor_peak_tflops=f32_plain)
+    results.append(r)
+    pct = lambda x: "n/a" if x is None else f"{100 * x:.1f}%"
+    rows.append([shape_name, obj, dtype, f"{1000 * r['step_s']:.1f}", f"{ex_s:.0f}",
+                 f"{model_tflops:.3g}", pct(mfu), pct(hfu), f"{r['first_step_s']:.0f}",
+                 r["steps"]])
+    print(f"{case}: {1000 * r['step_s']:.1f} ms/step, {ex_s:.0f} ex/s, "
+          f"{model_tflops:.3g} model TFLOP/s, MFU {pct(mfu)} of {peak_name}, "
+          f"compile+first step {r['first_step_s']:.1f} s, loss {r['loss']:.4f}",
+          flush=True)
+
+  from benchmarks import common  # pylint: disable=import-outside-toplevel
+  print()
+  print(common.markdown_table(
+      ["shape", "objective", "dtype", "ms/step", "examples/s", "model TFLOP/s", "MFU",
+       "hw util", "first step s", "steps"], rows))
+  peaks = {d: peak_for(kind, d)[1] for d in dtypes}
+  sizes = sorted({f"B{shapes[n].batch} L{shapes[n].seq}" for n in names})
+  print(f"\n{', '.join(sizes)}. MFU: 6*N*tokens + attention FLOPs per second over the peak "
+        f"({'; '.join(f'{d}: {p}' for d, p in peaks.items())}). hw util also counts "
+        "ACL-Grad's second backward pass.")
+  if skipped:
+    print(f"Skipped, over the {args.budget:.0f} s budget: {', '.join(skipped)}")
+  out = args.out
+  if not out:
+    folder = os.environ.get("OUT") or os.path.join(REPO, "benchmarks", "results")
+    safe = "".join(c if c.isalnum() else "_" for c in kind).strip("_").lower()
+    out = os.path.join(folder, f"gpu_{safe}{'_smoke' if args.smoke else ''}.json")
+  common.write_json(out, {"command": common.command_line(), "info": info, "results": results,
+                          "skipped": skipped,
+                          "wall_s": time.perf_counter() - start})
+  print(f"Wrote {out} ({time.perf_counter() - start:.0f} s in all)")
+
+
+if __name__ == "__main__":
+  main()

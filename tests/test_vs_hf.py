@@ -1,0 +1,23 @@
+"""The train-time accounting of benchmarks/vs_hf.py (pure Python, no training)."""
+import pytest
+
+from benchmarks import vs_hf
+
+
+def test_train_time_drops_compiles_evals_and_saves():
+  # [end time, examples, compiled]: step 0 compiles, step 2 compiles a new shape.
+  log = {"steps": [[10.0, 32, True], [11.0, 32, False], [20.0, 32, True], [21.5, 32, False],
+                   [30.0, 16, False]],
+         # An evaluation and a save inside the last step's span (21.5 -> 30).
+         "excluded": [["evaluate", 22.0, 26.0], ["checkpoint", 26.0, 28.0],
+                      # before the first step: outside every span
+                      ["checkpoint", 1.0, 2.0]]}
+  seconds, examples, compiled = vs_hf.train_time(log)
+  assert compiled == 2
+  assert examples == 32 + 32 + 16
+  assert seconds == pytest.approx(1.0 + 1.5 + (8.5 - 6.0))
+
+
+def test_cpu_slug_is_a_file_name():
+  slug = vs_hf.cpu_slug()
+  assert slug and all(c.isalnum() or c in "._" for c in slug)
