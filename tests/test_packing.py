@@ -387,3 +387,44 @@ def test_packed_train_and_eval_streams():
   index = np.concatenate([b["index"] for b in batching.packed_eval_batches(cols, 24, packing)])
   assert len(index) == 5 * 24 and (index[103:] == -1).all()
   np.testing.assert_array_equal(index[:103], np.arange(103))
+
+
+TWO_DEVICES = r"""
+import chex
+chex.set_n_cpu_devices(2)
+import jax
+import numpy as np
+from acl_jax import predict
+from acl_jax.data import batching
+from acl_jax.models.bert import PACKED_KEYS, Classifier, apply_batch, init_params
+from acl_jax.train import step as step_lib
+from tests import numerics, test_packing as T
+
+cfg = T._cfg(exit_pooling="mean")
+model, params = Classifier(cfg), init_params(cfg, jax.random.key(0))
+cols = T._cols(16, pair=True, seed=3)
+idx = np.concatenate([np.arange(14), [-1, -1]])  # device 1 holds the two padding slots
+mesh = step_lib.make_mesh()
+assert mesh.size == 2, mesh
+packed = batching.Packing(T.SEQ, 2).batch(cols, idx)
+inputs = {k: packed[k] for k in ("input_ids", "token_type_ids") + PACKED_KEYS}
+step = predict.make_packed_eval_step(model, mesh)
+logits, feats = step(step_lib.replicate(params, mesh), step_lib.shard_batch(inputs, mesh))
+want_logits, aux = apply_batch(model, params, batching.make_batch(cols, idx, T.SEQ))
+real = idx >= 0
+numerics.assert_trees_close_f32(
+    {"logits": np.asarray(logits)[:, real], "feats": np.asarray(feats)[:, real]},
+    {"logits": np.asarray(want_logits)[:, real], "feats": np.asarray(aux["feats"])[:, real]},
+    n=T.SEQ)
+print("OK", packed["input_ids"].shape)
+"""
+
+
+@pytest.mark.slow
+def test_packed_eval_step_on_two_devices():
+  """`shard_map` with P("data") on every array of a packed batch: each of two devices runs its
+  own rows and returns its own examples, in the order of the unpacked batch. (A process of
+  its own, so slow; the default tests emulate the device split with a named vmap.)"""
+  from tests import helpers  # pylint: disable=import-outside-toplevel
+  p = helpers.run_py(["-c", TWO_DEVICES], timeout=300)
+  assert p.returncode == 0 and "OK" in p.stdout, p.stderr[-3000:]
