@@ -2,12 +2,15 @@
 
 `load_run(workdir)` reads a train.py workdir back for inference: its config, its label names
 (labels.json), the model and its best or latest params; `export.export_workdir` builds on it.
-A `Predictor` classifies texts with the run's jitted eval step (`train.step.make_eval_step`)
-and the evaluation's batching: predict batches by length, as `data.eval_batches` does, sorting
-a chunk of inputs by token count into batches padded to the run's bucket lengths, then puts the
-results back in input order. Texts are not packed several to a row (sequence packing does not
-exist yet). With an exit policy, a multi-exit run stops each example at its own layer on the
-layer-skipping fast path (`exits.early_exit_predict`).
+A `Predictor` classifies texts with a jitted, data-parallel forward of every exit. By default it
+packs: each batch's texts, in input order, sit several to a row of the run's max_length
+(`data.packed_eval_batches`), which gives the logits of the unpacked forward up to float
+round-off on far fewer tokens. With `packed=False` it batches by length as `data.eval_batches`
+does, sorting a chunk of inputs by token count into batches padded to the run's bucket lengths,
+with the run's eval step (`train.step.make_eval_step`). Either way the results come back in
+input order. With an exit policy, a multi-exit run stops each example at its own layer on the
+layer-skipping fast path (`exits.early_exit_predict`); that path stays unpacked, one text a row
+in length-sorted batches, since its rows leave the batch one by one.
 
 `predict_file` reads CSV, TSV or JSONL (a file or stdin) with the run's text column(s) and
 writes one JSON line per input row, in input order:
@@ -135,14 +138,41 @@ def softmax(logits: np.ndarray) -> np.ndarray:
   return e / e.sum(-1, keepdims=True)
 
 
+def make_packed_eval_step(model, mesh):
+  """`eval_step(params, packed batch) -> (logits [exits, N, K], feats [exits, N, d])`.
+
+  Every array of the batch (`data.make_packed_batch`: per-token [rows, seq], per-example [N])
+  is split over the data axis; each device runs its own rows and returns its own examples.
+  """
+  import jax  # pylint: disable=import-outside-toplevel
+  from jax.sharding import PartitionSpec as P  # pylint: disable=import-outside-toplevel
+  from acl_jax.models import bert  # pylint: disable=import-outside-toplevel
+  from acl_jax.train.step import AXIS  # pylint: disable=import-outside-toplevel
+
+  def per_device(params, batch):
+    logits, aux = bert.apply_batch(model, params, batch)
+    return logits, aux["feats"]
+
+  return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(AXIS)),
+                               out_specs=(P(None, AXIS), P(None, AXIS))))
+
+
+# The batch arrays an unpacked forward reads (a packed one adds `models.bert.PACKED_KEYS`).
+_INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
 class Predictor:
   """Batched, jitted predictions of a run's exits on new texts."""
 
-  def __init__(self, run: Run, batch_size: int = 0):
+  def __init__(self, run: Run, batch_size: int = 0, packed: bool = True):
     """Args: run: from `load_run`; batch_size: texts per batch (0: the run's
-    eval_batch_size), a multiple of the device count."""
+    eval_batch_size), a multiple of the device count; packed: several texts to a row
+    (the early-exit fast path stays unpacked)."""
+    from acl_jax.models import bert  # pylint: disable=import-outside-toplevel
     from acl_jax.train import step as step_lib  # pylint: disable=import-outside-toplevel
     self.run = run
+    self.packed = packed
+    self._inputs = ("input_ids", "token_type_ids") + bert.PACKED_KEYS if packed else _INPUTS
     self.batch_size = batch_size or int(run.config.eval_batch_size)
     devices = run.mesh.size
     if self.batch_size < 1 or self.batch_size % devices:
@@ -152,7 +182,9 @@ class Predictor:
     self.max_length = int(t.max_length)
     self.boundaries = batching.bucket_boundaries(self.max_length, int(t.num_buckets))
     self.pad_id = run.tokenizer.pad_token_id or 0
-    self._eval_step = step_lib.make_eval_step(run.model, run.mesh)
+    self.packing = batching.Packing(self.max_length, devices)
+    self._eval_step = (make_packed_eval_step(run.model, run.mesh) if packed
+                       else step_lib.make_eval_step(run.model, run.mesh))
     self._shard = lambda b: step_lib.shard_batch(b, run.mesh)
     self._to_host = step_lib.to_host
     self._fast_params = None
@@ -181,8 +213,13 @@ class Predictor:
     cols = self.columns(texts, pairs)
     n = len(cols["length"])
     out = None
-    for batch in self._batches(cols):
-      inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "token_type_ids")}
+    if self.packed:
+      batches = batching.packed_eval_batches(cols, self.batch_size, self.packing,
+                                             pad_id=self.pad_id)
+    else:
+      batches = self._batches(cols)
+    for batch in batches:
+      inputs = {k: batch[k] for k in self._inputs}
       logits, _ = self._eval_step(self.run.params, self._shard(inputs))
       logits = self._to_host(logits)
       if out is None:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from acl_jax import predict, provenance
-from tests import helpers
+from tests import helpers, numerics
 
 WORDS = ["red", "blue", "green", "dark", "light", "small", "large", "old", "new", "round"]
 
@@ -131,6 +131,20 @@ def test_early_exit_matches_the_full_forward_reference(run):
   # Out of order batching: one text alone gets the logits it gets among others.
   np.testing.assert_allclose(pred.logits(texts[3:4], pairs[3:4])[:, 0], full[:, 3], rtol=1e-4,
                              atol=1e-5)
+
+
+def test_packed_prediction_equals_unpacked(run):
+  rows = _rows(13, 60)
+  texts, pairs = [r["premise"] for r in rows], [r["hypothesis"] for r in rows]
+  packed = predict.Predictor(run, batch_size=8)
+  assert packed.packed
+  unpacked = predict.Predictor(run, batch_size=8, packed=False)
+  got, want = packed.logits(texts, pairs), unpacked.logits(texts, pairs)
+  assert got.shape == want.shape == (2, 13, 2)
+  # Input order both ways; float32 round-off of reductions over a row (max_length tokens).
+  numerics.assert_trees_close_f32(got, want, n=int(run.config.task.max_length))
+  one = packed.logits(texts[5:6], pairs[5:6])
+  numerics.assert_trees_close_f32(one[:, 0], want[:, 5], n=int(run.config.task.max_length))
 
 
 def test_single_exit_runs_refuse_early_exit(run):

@@ -67,6 +67,55 @@ class DropoutIndex(NamedTuple):
     return cls(example, jnp.broadcast_to(jnp.arange(seq, dtype=jnp.uint32), (batch, seq)))
 
 
+class Packed(NamedTuple):
+  """How the examples of a packed batch sit in its rows (several examples per row).
+
+  A packed batch holds N examples in R rows of `seq` tokens; each example is a contiguous run
+  of its tokens inside one row, starting with its [CLS] token. The model then attends only
+  within an example (block-diagonal attention), numbers positions from 0 in every example, and
+  reads every exit's input per example, so its outputs are those of the unpacked batch.
+
+  segment_ids: [R, seq] int32: 0 for padding, j >= 1 for the row's j-th example.
+  position_ids: [R, seq] int32 position of each token inside its example (0 at its [CLS]).
+  token_example: [R, seq] int32 which of the N examples each token belongs to, N for padding.
+  cls_index: [N] int32 flat index (row * seq + position in the row) of each example's first
+    token; an example slot without an example (example_mask 0) may point anywhere.
+  """
+  segment_ids: jax.Array
+  position_ids: jax.Array
+  token_example: jax.Array
+  cls_index: jax.Array
+
+  @property
+  def num_examples(self) -> int:
+    return self.cls_index.shape[0]
+
+  @classmethod
+  def from_batch(cls, batch) -> "Packed":
+    """The packing arrays of a batch dict from `data.batching.make_packed_batch`."""
+    return cls(*(batch[k] for k in PACKED_KEYS))
+
+
+# The batch keys that make a batch packed (`Packed`'s fields, in order).
+PACKED_KEYS = Packed._fields
+
+
+def is_packed(batch) -> bool:
+  """Whether a batch dict is packed (`data.batching.make_packed_batch`) or one example a row."""
+  return "cls_index" in batch
+
+
+def packed_dropout_index(packed: Packed, example_ids: jax.Array | None) -> DropoutIndex:
+  """Each token's global example id and its position inside the example.
+
+  example_ids: [N] the examples' global ids (default 0..N-1, as `DropoutIndex.rows`'s rows).
+  """
+  n = packed.num_examples
+  ids = jnp.arange(n) if example_ids is None else example_ids
+  example = jnp.take(ids.astype(jnp.uint32), packed.token_example, mode="clip")
+  return DropoutIndex(example, packed.position_ids.astype(jnp.uint32))
+
+
 def token_counters(index: DropoutIndex, width: int) -> tuple[jax.Array, jax.Array]:
   """Threefry counter words of a [batch, seq, width] activation: (example, pos * width + j)."""
   col = jnp.arange(width, dtype=jnp.uint32)
@@ -157,17 +206,35 @@ def attention_bias(attention_mask: jax.Array) -> jax.Array:
   return jnp.where(attention_mask[:, None, None, :] > 0, 0.0, _NEG_INF).astype(jnp.float32)
 
 
+def segment_bias(segment_ids: jax.Array) -> jax.Array:
+  """[rows, seq] segment ids -> [rows, 1, seq, seq] additive float32 bias, block-diagonal.
+
+  A token attends to the tokens of its own segment only: an example to itself, padding (0)
+  to padding, so no attention row is fully masked.
+  """
+  same = segment_ids[:, None, :, None] == segment_ids[:, None, None, :]
+  return jnp.where(same, 0.0, _NEG_INF).astype(jnp.float32)
+
+
 class Embeddings(nn.Module):
   """Word + position (+ token-type) embeddings, LayerNorm, dropout."""
   cfg: EncoderConfig
 
   @nn.compact
-  def __call__(self, input_ids, token_type_ids, train: bool, drop: DropoutIndex | None = None):
+  def __call__(self, input_ids, token_type_ids, train: bool, drop: DropoutIndex | None = None,
+               position_ids: jax.Array | None = None):
+    """position_ids: [batch, seq] positions inside each example (packed rows); by default
+    each row is one example starting at 0."""
     cfg = self.cfg
     embed = functools.partial(nn.Embed, features=cfg.hidden_size, embedding_init=_INIT,
                               param_dtype=jnp.float32, dtype=cfg.compute_dtype)
     x = embed(cfg.vocab_size, name="word_embeddings")(input_ids)
-    if cfg.family == "roberta":
+    if position_ids is not None:
+      positions = position_ids
+      if cfg.family == "roberta":  # as below: non-pad tokens count from pad_token_id + 1
+        positions = jnp.where(input_ids != cfg.pad_token_id, position_ids + cfg.pad_token_id + 1,
+                              cfg.pad_token_id)
+    elif cfg.family == "roberta":
       # RoBERTa counts positions from pad_token_id + 1 over non-pad tokens only.
       not_pad = (input_ids != cfg.pad_token_id).astype(jnp.int32)
       positions = jnp.cumsum(not_pad, axis=1) * not_pad + cfg.pad_token_id
@@ -284,28 +351,42 @@ class Encoder(nn.Module):
       setattr(self, f"layer_{i}", TransformerLayer(self.cfg))
 
   def __call__(self, input_ids, attention_mask, token_type_ids=None, train: bool = False,
-               stop: int | None = None, drop: DropoutIndex | None = None):
+               stop: int | None = None, drop: DropoutIndex | None = None,
+               packed: Packed | None = None):
     """Runs embeddings and layers 0..stop-1 (all by default); `drop` keys dropout.
 
+    With `packed` (several examples per row, see `Packed`) `attention_mask` is unused: the
+    attention is block-diagonal by segment, positions restart in every example, and the
+    states are per example.
+
     Returns:
-      x: [batch, seq, hidden] hidden states after layer `stop`.
+      x: [batch, seq, hidden] hidden states after layer `stop` (packed: [rows, seq, hidden]).
       states: {"cls": [stop, batch, hidden]} the [CLS] state after each layer run, plus
-        "mean" (the masked token mean after each layer) when `cfg.exit_pooling == "mean"`.
+        "mean" (the masked token mean after each layer) when `cfg.exit_pooling == "mean"`
+        (packed: [stop, N, hidden], one per example).
     """
-    x = self.embeddings(input_ids, token_type_ids, train, drop)
+    x = self.embeddings(input_ids, token_type_ids, train, drop,
+                        None if packed is None else packed.position_ids)
     return self.run_layers(x, attention_mask, 0, self.cfg.num_layers if stop is None else stop,
-                           train, drop)
+                           train, drop, packed)
 
   def run_layers(self, x, attention_mask, start: int, stop: int, train: bool = False,
-                 drop: DropoutIndex | None = None):
-    bias = attention_bias(attention_mask)
+                 drop: DropoutIndex | None = None, packed: Packed | None = None):
+    if packed is None:
+      bias = attention_bias(attention_mask)
+      pool_fn = lambda x, k: pool(x, attention_mask, k)
+      rows = x.shape[0]
+    else:
+      bias = segment_bias(packed.segment_ids)
+      pool_fn = lambda x, k: pool_packed(x, packed, k)
+      rows = packed.num_examples
     keys = ("cls",) if self.cfg.exit_pooling == "cls" else ("cls", self.cfg.exit_pooling)
     states = {k: [] for k in keys}
     for i in range(start, stop):
       x = getattr(self, f"layer_{i}")(x, bias, train, drop)
       for k in keys:
-        states[k].append(pool(x, attention_mask, k))
-    return x, {k: jnp.stack(v) if v else jnp.zeros((0,) + x[:, 0].shape, x.dtype)
+        states[k].append(pool_fn(x, k))
+    return x, {k: jnp.stack(v) if v else jnp.zeros((0, rows, x.shape[-1]), x.dtype)
                for k, v in states.items()}
 
 
@@ -316,6 +397,19 @@ def pool(x: jax.Array, attention_mask: jax.Array, how: str) -> jax.Array:
   m = (attention_mask > 0).astype(jnp.float32)[..., None]  # same test as attention_bias
   mean = (x.astype(jnp.float32) * m).sum(1) / jnp.maximum(m.sum(1), 1.0)  # float32 even in bf16
   return mean.astype(x.dtype)
+
+
+def pool_packed(x: jax.Array, packed: Packed, how: str) -> jax.Array:
+  """[rows, seq, hidden] packed states -> [N, hidden], one per example, as `pool` unpacked:
+  each example's [CLS] state ("cls") or the mean over its tokens ("mean")."""
+  flat = x.reshape(-1, x.shape[-1])
+  if how == "cls":
+    return jnp.take(flat, packed.cls_index, axis=0, mode="clip")
+  n = packed.num_examples
+  seg = packed.token_example.reshape(-1)  # padding is N: segment_sum drops it
+  total = jax.ops.segment_sum(flat.astype(jnp.float32), seg, num_segments=n)
+  count = jax.ops.segment_sum(jnp.ones(seg.shape, jnp.float32), seg, num_segments=n)
+  return (total / jnp.maximum(count, 1.0)[:, None]).astype(x.dtype)
 
 
 class Classifier(nn.Module):
@@ -332,6 +426,14 @@ class Classifier(nn.Module):
   mask depends on (key, example, token position, layer, site) and not on where the example
   sits (see `Dropout`).
 
+  Packed batches (several examples per row): `apply({"params": p}, input_ids, None,
+  token_type_ids, train=..., example_ids=ids, packed=Packed(...))` with input_ids and
+  token_type_ids [rows, seq] and example_ids [N]. The outputs are laid out by example as
+  above (batch = N), equal to the unpacked call's on the same N examples up to float
+  round-off, dropout masks included: every layer's [CLS] state (or token mean) is read per
+  example, so every exit, loss and multi-exit strategy sees the same N examples.
+  `apply_batch` calls either form from a batch dict.
+
   The forward also splits in two, `lower` then `upper` (with `method=`), so a step can stop
   gradients below the top layers (ACL-Grad's `angle_params="top"`); their composition is
   exactly `__call__`.
@@ -343,11 +445,31 @@ class Classifier(nn.Module):
     for m in self.cfg.exit_layers:
       setattr(self, f"exit_{m}", ExitHead(self.cfg))
 
-  def __call__(self, input_ids, attention_mask, token_type_ids=None, train: bool = False,
-               example_ids=None):
+  def __call__(self, input_ids, attention_mask=None, token_type_ids=None, train: bool = False,
+               example_ids=None, packed: Packed | None = None):
+    if packed is not None:
+      return self._packed(input_ids, token_type_ids, train, example_ids, packed)
+    if attention_mask is None:
+      raise ValueError("Classifier needs an attention_mask ([batch, seq], 1 for real tokens), "
+                       "or `packed` for a packed batch.")
     x, states = self.lower(input_ids, attention_mask, token_type_ids, train,
                            example_ids=example_ids)
     return self.upper(x, attention_mask, states, train, example_ids)
+
+  def _packed(self, input_ids, token_type_ids, train: bool, example_ids, packed: Packed):
+    """The forward of a packed batch: (logits, aux) laid out as for its N examples unpacked
+    (aux["last_hidden"] stays in the packed [rows, seq, hidden] layout)."""
+    drop = packed_dropout_index(packed, example_ids)
+    x, states = self.encoder(input_ids, None, token_type_ids, train, drop=drop, packed=packed)
+    eids = jnp.arange(packed.num_examples) if example_ids is None else example_ids
+    exit_in = states[self.cfg.exit_pooling]
+    logits, feats = [], []
+    for m in self.cfg.exit_layers:
+      lg, f = getattr(self, f"exit_{m}")(exit_in[m - 1], train, eids)
+      logits.append(lg)
+      feats.append(f)
+    aux = {"cls": states["cls"], "feats": jnp.stack(feats), "last_hidden": x}
+    return jnp.stack(logits), aux
 
   def lower(self, input_ids, attention_mask, token_type_ids=None, train: bool = False,
             top_layers: int = 1, example_ids=None):
@@ -375,6 +497,30 @@ class Classifier(nn.Module):
       feats.append(f)
     aux = {"cls": states["cls"], "feats": jnp.stack(feats), "last_hidden": x}
     return jnp.stack(logits), aux
+
+
+def apply_batch(model: Classifier, params: Any, batch, *, train: bool = False, rngs=None,
+                example_ids: jax.Array | None = None):
+  """`model.apply` on a batch dict, packed (`is_packed`) or one example a row.
+
+  Args:
+    model: the Classifier.
+    params: its params.
+    batch: input_ids, token_type_ids (optional) and attention_mask [batch, seq], or for a
+      packed batch input_ids, token_type_ids and the `PACKED_KEYS` arrays.
+    train: dropout on.
+    rngs: {"dropout": key} when training.
+    example_ids: [N] global example ids keying dropout (None: 0..N-1).
+
+  Returns:
+    (logits [exits, N, K], aux), as `Classifier`.
+  """
+  if is_packed(batch):
+    return model.apply({"params": params}, batch["input_ids"], None, batch.get("token_type_ids"),
+                       train=train, rngs=rngs, example_ids=example_ids,
+                       packed=Packed.from_batch(batch))
+  return model.apply({"params": params}, batch["input_ids"], batch["attention_mask"],
+                     batch.get("token_type_ids"), train=train, rngs=rngs, example_ids=example_ids)
 
 
 def label_embeddings(params: Any, exit_layer: int) -> jax.Array:
