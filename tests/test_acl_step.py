@@ -82,20 +82,10 @@ def test_gate_is_global_on_two_devices(tmp_path):
 @pytest.mark.parametrize("bad,match", [
     (dict(tau=0.0), "tau"), (dict(lam=-0.1), "lam"), (dict(gate_threshold=0.0), "threshold"),
     (dict(gate_threshold=181.0), "threshold"), (dict(anchors="labels"), "anchors"),
-    (dict(gate_mode="mix"), "mode"), (dict(angle_params="top", gate_mode="project"), "top"),
-    (dict(angle_params="heads"), "angle_params")])
+    (dict(gate_mode="mix"), "mode"), (dict(angle_params="heads"), "angle_params")])
 def test_bad_acl_config(bad, match):
   with pytest.raises(ValueError, match=match):
     objectives.build_objective(loss_cfg("acl", gate=True, **bad), num_labels=3, last_exit=3)
-
-
-def test_hand_built_top_gate_refuses_project():
-  """The top mode has no projection branch: a hand-built GateSpec asking for one fails at
-  construction instead of silently dropping."""
-  from acl_jax.train.step import GateSpec
-  with pytest.raises(ValueError, match="'top' supports gate_mode='drop' only"):
-    GateSpec(90.0, "project", "top")
-  assert GateSpec(90.0, "project", "all").mode == "project"
 
 
 def test_acl_needs_a_linear_head():
@@ -110,7 +100,7 @@ def test_unset_lambda_takes_the_spec_default():
     c = common.base_config().loss
     c.name = name  # no preset: --config.loss.name=... alone
     obj = objectives.build_objective(c, num_labels=3, last_exit=3)
-    assert obj.weights["aux"] == pytest.approx(lam), name
+    assert obj.aux_weight == pytest.approx(lam), name
   c = common.base_config().loss
   c.name = "triplet"
   with pytest.raises(ValueError, match="no default lambda"):
@@ -121,13 +111,14 @@ def test_combine_override_switches_the_lambda_form():
   from configs import common
   c = common.base_config().loss
   c.update(common.METHODS["scl"])
-  assert objectives.build_objective(c, num_labels=3, last_exit=3).weights == pytest.approx(
-      {"ce": 0.1, "aux": 0.9})  # SPEC: (1-lam) CE + lam SCL
+  weights = lambda o: (o.main_weight, o.aux_weight)
+  assert weights(objectives.build_objective(c, num_labels=3, last_exit=3)) == pytest.approx(
+      (0.1, 0.9))  # SPEC: (1-lam) CE + lam SCL
   c.combine, c.lam = "additive", 0.5  # ACL's form: CE + lam SCL
-  assert objectives.build_objective(c, num_labels=3, last_exit=3).weights == pytest.approx(
-      {"ce": 1.0, "aux": 0.5})
+  assert weights(objectives.build_objective(c, num_labels=3, last_exit=3)) == pytest.approx(
+      (1.0, 0.5))
   c.lam = 2.0  # no [0, 1] bound in the additive form
-  assert objectives.build_objective(c, num_labels=3, last_exit=3).weights["aux"] == 2.0
+  assert objectives.build_objective(c, num_labels=3, last_exit=3).aux_weight == 2.0
   c.combine = "sum"
   with pytest.raises(ValueError, match="'convex' or 'additive'"):
     objectives.build_objective(c, num_labels=3, last_exit=3)

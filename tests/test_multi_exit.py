@@ -85,7 +85,7 @@ def test_2st_stage2_clips_on_the_lower_heads_alone(setup):
     def one(b):
       logits, aux = model.apply({"params": p}, b["input_ids"], b["attention_mask"],
                                 b.get("token_type_ids"), train=False)
-      return obj.terms(p, logits, aux, b, jax.random.PRNGKey(0), s)[0]["ce"]
+      return obj.terms(p, logits, aux, b, jax.random.PRNGKey(0), s)[0].main
     return jax.vmap(one, axis_name=step_lib.AXIS)(jax.tree.map(lambda x: x[None], batch))[0]
 
   g = jax.grad(stage2_loss)(h[s])
@@ -117,14 +117,14 @@ def test_kd_and_acl_cl_losses_match_their_formulas(setup):
   for form, ce_share in (("add", 1.0), ("convex", 0.7)):
     _, ms, _ = _run(setup, "kd", 1, kd_temperature=2.0, kd_alpha=0.3, kd_form=form)
     want = sum(w[i] * (ce_share * ce[i] + 0.3 * kl[i]) for i in range(2)) + w[2] * ce[2]
-    np.testing.assert_allclose(ms[0]["loss/ce"], want, rtol=1e-4, err_msg=form)
+    np.testing.assert_allclose(ms[0]["loss/main"], want, rtol=1e-4, err_msg=form)
   # ACL-CL: lower exits CE + lambda_cl * L_CL against the top exit; last exit CE + lam ACL.
   _, ms, _ = _run(setup, "acl_cl", 1, lambda_cl=0.5)
   f = aux["feats"]
   cl = [float(losses.acl_cl_loss(f[i], label_embeddings(params, i + 1), f[2],
                                  label_embeddings(params, 3), y, 0.3)) for i in range(2)]
   want = sum(w[i] * (ce[i] + 0.5 * cl[i]) for i in range(2)) + w[2] * ce[2]
-  np.testing.assert_allclose(ms[0]["loss/ce"], want, rtol=1e-4)
+  np.testing.assert_allclose(ms[0]["loss/main"], want, rtol=1e-4)
   acl = float(losses.acl_embed_loss(f[2], y, label_embeddings(params, 3), 0.3))
   np.testing.assert_allclose(ms[0]["loss/aux"], w[2] * acl, rtol=1e-4)
   np.testing.assert_allclose(ms[0]["loss"], want + 0.5 * w[2] * acl, rtol=1e-4)
@@ -156,7 +156,7 @@ def test_kd_and_train_acc_skip_padding_examples(setup):
   for k in ("kd/exit_1", "kd/exit_2"):
     np.testing.assert_allclose(m_pad[k], m_half[k], rtol=tol, atol=tol * kd_scale, err_msg=k)
   np.testing.assert_array_equal(m_pad["train_acc"], m_half["train_acc"])
-  np.testing.assert_allclose(t_pad["ce"], t_half["ce"], rtol=tol)
+  np.testing.assert_allclose(t_pad.main, t_half.main, rtol=tol)
 
 
 def test_gloss_objective_ignores_padding_rows(setup):
@@ -174,7 +174,7 @@ def test_gloss_objective_ignores_padding_rows(setup):
       def loss(p):
         logits, aux = model.apply({"params": p}, b["input_ids"], b["attention_mask"],
                                   b["token_type_ids"])
-        return obj.terms(p, logits, aux, b, jax.random.PRNGKey(0), 1)[0]["aux"]
+        return obj.terms(p, logits, aux, b, jax.random.PRNGKey(0), 1)[0].aux
       return jax.value_and_grad(loss)(params)
     return jax.vmap(one, axis_name=step_lib.AXIS)(jax.tree.map(lambda x: x[None], b))
 

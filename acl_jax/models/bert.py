@@ -274,7 +274,7 @@ class ExitHead(nn.Module):
 
 
 class Encoder(nn.Module):
-  """Embeddings plus M transformer layers, callable in two parts (see `Classifier.lower`)."""
+  """Embeddings plus M transformer layers."""
   cfg: EncoderConfig
 
   def setup(self):
@@ -283,17 +283,16 @@ class Encoder(nn.Module):
       setattr(self, f"layer_{i}", TransformerLayer(self.cfg))
 
   def __call__(self, input_ids, attention_mask, token_type_ids=None, train: bool = False,
-               stop: int | None = None, drop: DropoutIndex | None = None):
-    """Runs embeddings and layers 0..stop-1 (all by default); `drop` keys dropout.
+               drop: DropoutIndex | None = None):
+    """Runs embeddings and every layer; `drop` keys dropout.
 
     Returns:
-      x: [batch, seq, hidden] hidden states after layer `stop`.
-      states: {"cls": [stop, batch, hidden]} the [CLS] state after each layer run, plus
+      x: [batch, seq, hidden] hidden states after the last layer.
+      states: {"cls": [num_layers, batch, hidden]} the [CLS] state after each layer, plus
         "mean" (the masked token mean after each layer) when `cfg.exit_pooling == "mean"`.
     """
     x = self.embeddings(input_ids, token_type_ids, train, drop)
-    return self.run_layers(x, attention_mask, 0, self.cfg.num_layers if stop is None else stop,
-                           train, drop)
+    return self.run_layers(x, attention_mask, 0, self.cfg.num_layers, train, drop)
 
   def run_layers(self, x, attention_mask, start: int, stop: int, train: bool = False,
                  drop: DropoutIndex | None = None):
@@ -330,10 +329,6 @@ class Classifier(nn.Module):
   examples' global ids, by default the row numbers) key each example's dropout masks, so a
   mask depends on (key, example, token position, layer, site) and not on where the example
   sits (see `Dropout`).
-
-  The forward also splits in two, `lower` then `upper` (with `method=`), so a step can stop
-  gradients below the top layers (ACL-Grad's `angle_params="top"`); their composition is
-  exactly `__call__`.
   """
   cfg: EncoderConfig
 
@@ -344,28 +339,8 @@ class Classifier(nn.Module):
 
   def __call__(self, input_ids, attention_mask, token_type_ids=None, train: bool = False,
                example_ids=None):
-    x, states = self.lower(input_ids, attention_mask, token_type_ids, train,
-                           example_ids=example_ids)
-    return self.upper(x, attention_mask, states, train, example_ids)
-
-  def lower(self, input_ids, attention_mask, token_type_ids=None, train: bool = False,
-            top_layers: int = 1, example_ids=None):
-    """Embeddings and all but the top `top_layers` layers -> (x, per-layer states).
-
-    The states are a dict of [M - top_layers, batch, hidden] arrays (see `Encoder`).
-    """
     drop = DropoutIndex.rows(example_ids, *input_ids.shape)
-    return self.encoder(input_ids, attention_mask, token_type_ids, train,
-                        stop=self.cfg.num_layers - top_layers, drop=drop)
-
-  def upper(self, x, attention_mask, states_lower, train: bool = False, example_ids=None):
-    """The remaining top layers and every exit head -> (logits, aux) as `__call__`."""
-    start = states_lower["cls"].shape[0]
-    drop = DropoutIndex.rows(example_ids, *x.shape[:2])
-    x, states_top = self.encoder.run_layers(x, attention_mask, start, self.cfg.num_layers, train,
-                                            drop)
-    states = (jax.tree.map(lambda a, b: jnp.concatenate([a, b]), states_lower, states_top)
-              if start else states_top)
+    x, states = self.encoder(input_ids, attention_mask, token_type_ids, train, drop=drop)
     exit_in = states[self.cfg.exit_pooling]
     logits, feats = [], []
     for m in self.cfg.exit_layers:

@@ -290,15 +290,7 @@ def _flat_config(cfg) -> dict:
 
 
 def config_changes(old: dict, new: dict) -> dict[str, tuple[Any, Any]]:
-  """{field: (old value, new value)} between two flattened configs, over the fields both have.
-
-  A field added to the config after `old` was written counts as the value runs made before it
-  used (objectives.LEGACY_DEFAULTS), if the new config's method reads it; any other field one
-  side lacks is no change.
-  """
-  old = dict(old)
-  for k in objectives.legacy_fields_in_use(new):
-    old.setdefault(k, objectives.LEGACY_DEFAULTS[k])
+  """{field: (old value, new value)} between two flattened configs, over the fields both have."""
   return {k: (old[k], new[k]) for k in sorted(old.keys() & new.keys()) if old[k] != new[k]}
 
 
@@ -380,10 +372,6 @@ def _check_before_loading(cfg) -> None:
     if cfg[key] % jax.device_count():
       raise ValueError(f"{key} {cfg[key]} must be divisible by the device count "
                        f"{jax.device_count()}: set --config.{key} to a multiple of it.")
-  if cfg.loss.class_weights not in ("", "balanced"):
-    raise ValueError(f"loss.class_weights must be '' or 'balanced', got {cfg.loss.class_weights!r}.")
-  if cfg.loss.sigma_mode not in ("fixed", "sqrt"):
-    raise ValueError(f"loss.sigma_mode must be 'fixed' or 'sqrt', got {cfg.loss.sigma_mode!r}.")
   # The loss name and its hyperparameters (tau, gamma, gate, ...), on stand-in sizes; the
   # real objective is built once the task's label count is known.
   objectives.build_objective(cfg.loss, num_labels=2, last_exit=1,
