@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from tests import helpers, numerics
+from tests import acl_utils
 from tests.acl_utils import loss_cfg, step_grads, step_lib, tiny_setup
-from acl_jax.train import objectives, optim
-from acl_jax.train.state import TrainState
+from acl_jax.train import objectives, setup as setup_lib
 
 
 @pytest.fixture(scope="module")
@@ -14,17 +14,20 @@ def setup():
   return tiny_setup(num_batches=2, dropout=0.1)
 
 
-@pytest.mark.parametrize("angle_params", ["all", "encoder", "top"])
-def test_gate_branches_match_ungated_gradients(setup, angle_params):
-  """Threshold 180: always on == CE + lam*ACL; threshold ~0: always off == CE alone.
+@pytest.mark.parametrize("name,angle_params", [
+    ("acl", "all"), ("acl", "encoder"), ("acl", "top"), ("scl", "all"), ("scl", "top")])
+def test_gate_branches_match_ungated_gradients(setup, name, angle_params):
+  """Threshold 180: always on == the ungated objective (ACL: CE + lam*ACL; SCL: (1-lam) CE +
+  lam*SCL); threshold ~0: always off == CE alone, g = g_CE (SPEC §2.4), also for SCL's convex
+  form, whose dropped step is not (1-lam) g_CE.
 
   Compared: the gradient each step hands to its optimizer (after the gate), not the params
   after AdamW, whose first step lr * g / (|g| + eps) turns the round-off of an element with
-  |g| near eps into a change of order lr. The gated step sums per-term gradients, or (top)
-  splits the backward at the top layer, where the ungated one differentiates the sum: the two
-  differ by summation-order round-off, bounded by `numerics.assert_trees_close_f32` over the
-  batch's tokens (8 eps sqrt(96) ~ 9e-6 of each leaf's largest element). Seen at most
-  4.6 eps of it; dropping lam * ACL changes the gradient by order one. Passes with XLA_FLAGS unset,
+  |g| near eps into a change of order lr. The gated step sums per-term gradients where the
+  ungated one differentiates the sum: the two differ by summation-order round-off, bounded by
+  `numerics.assert_trees_close_f32` over the batch's tokens (8 eps sqrt(96) ~ 9e-6 of each
+  leaf's largest element). Seen at most 4.6 eps of it; dropping lam * ACL changes the
+  gradient by order one. Passes with XLA_FLAGS unset,
   --xla_cpu_experimental_ynn_fusion_type= (YNN off: XLA's own dots and reductions) and
   --xla_cpu_experimental_ynn_fusion_type=+eltwise,+reduce (YNN for those too).
   """
@@ -32,14 +35,15 @@ def test_gate_branches_match_ungated_gradients(setup, angle_params):
   mesh = step_lib.make_mesh(jax.devices()[:1])
   b = batches[0]
   n = b["input_ids"].size
-  summed, _ = step_grads(model, params, b, mesh, name="acl")
-  ce_only, _ = step_grads(model, params, b, mesh, name="acl", lam=0.0)
+  summed, _ = step_grads(model, params, b, mesh, name=name)
+  ce_only, _ = step_grads(model, params, b, mesh, name=name, lam=0.0)  # 1 * CE in both forms
   assert numerics.trees_differ_f32(summed, ce_only, n)  # the two branches are told apart
-  on, m_on = step_grads(model, params, b, mesh, gate=True, name="acl", gate_threshold=180.0,
+  on, m_on = step_grads(model, params, b, mesh, gate=True, name=name, gate_threshold=180.0,
                         angle_params=angle_params)
-  off, m_off = step_grads(model, params, b, mesh, gate=True, name="acl", gate_threshold=1e-4,
+  off, m_off = step_grads(model, params, b, mesh, gate=True, name=name, gate_threshold=1e-4,
                           angle_params=angle_params)
   assert m_on["gate/gate"] == 1.0 and m_off["gate/gate"] == 0.0
+  assert m_on["gate/zero_grad"] == 0.0 == m_off["gate/zero_grad"]
   numerics.assert_trees_close_f32(on, summed, n)
   numerics.assert_trees_close_f32(off, ce_only, n)
   assert 0.0 <= m_on["gate/angle"] <= 180.0 and m_on["gate/norm_acl"] > 0
@@ -59,10 +63,11 @@ def test_gate_logs_the_unweighted_ce_gradient_norm(setup):
 def test_gated_step_traces_once(setup):
   model, params, batches = setup
   mesh = step_lib.make_mesh(jax.devices()[:1])
-  obj = objectives.build_objective(loss_cfg("acl", gate=True), num_labels=3, last_exit=3)
-  tx = optim.make_optimizer(lr=1e-3, total_steps=10)
-  state = step_lib.replicate(TrainState.create(params, tx, 0), mesh)
-  fn = step_lib.make_train_step(model, obj, tx, mesh, max_traces=1)
+  c = acl_utils.config("acl", gate=True)
+  c.optim.lr = 1e-3
+  tr = setup_lib.make_trainer(c, model, params, mesh, num_labels=3, total_steps=10,
+                              max_traces=1)
+  state, fn = tr.state, tr.train_step
   for b in batches * 2:
     state, m = fn(state, step_lib.shard_batch(b, mesh))
   assert int(state.step) == 4 and np.isfinite(float(m["loss"]))

@@ -200,5 +200,5 @@ def test_registry():
   assert set(LOSSES) >= {"ce", "scl", "acl_embed", "gloss", "triplet", "cosine"}
   assert (get_loss("scl").lam, get_loss("scl").combine) == (0.9, "convex")  # SPEC §2.2
   assert (get_loss("acl_embed").lam, get_loss("acl_embed").combine) == (0.5, "additive")
-  with pytest.raises(ValueError, match="known: .*acl_embed"):
+  with pytest.raises(ValueError, match="known losses: .*acl_embed"):
     get_loss("supcon")

@@ -183,7 +183,7 @@ def test_export_cli_from_a_trained_workdir(tiny_model_dir, tmp_path, caplog):
   p = helpers.run_py(["export.py", "--workdir", wd, "--out", out])
   assert p.returncode == 0, p.stderr[-3000:]
   config = ml_collections.ConfigDict(provenance.run_config(wd))
-  model, target, tok = loop.load_model(config, 2)
+  model, target, tok = setup_lib.load_model(config, 2)
   ckpts = ckpt_lib.Checkpoints(wd)
   best, meta = ckpts.restore_selected(target, "best")
   latest, _ = ckpts.restore_selected(target, "latest")

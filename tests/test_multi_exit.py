@@ -7,8 +7,7 @@ import pytest
 
 from acl_jax import losses
 from acl_jax.models import label_embeddings
-from acl_jax.train import objectives, optim, step as step_lib
-from acl_jax.train.state import TrainState
+from acl_jax.train import objectives, optim, setup as setup_lib, step as step_lib
 from configs import common
 from tests import numerics
 from tests.acl_utils import capture_grads, tiny_setup
@@ -34,13 +33,11 @@ def _run(setup, strategy, steps, **me):
   """Runs `steps` steps of a strategy; returns the params before each step and metrics."""
   model, params, (batch,) = setup
   c = _cfg(strategy, **me)
-  multi = objectives.multi_exit_from_config(c.multi_exit, 3, TOTAL)
-  obj = objectives.build_objective(c.loss, num_labels=3, last_exit=3, multi_exit=multi)
-  tx = optim.make_optimizer(lr=1e-2, total_steps=TOTAL, warmup_ratio=0.0,
-                            strategy=multi.strategy, stage1_steps=multi.stage1_steps)
+  c.optim.update(lr=1e-2, warmup_ratio=0.0)
   mesh = step_lib.make_mesh(jax.devices()[:1])
-  state = step_lib.replicate(TrainState.create(params, tx, 0), mesh)
-  fn = step_lib.make_train_step(model, obj, tx, mesh, donate=False)
+  tr = setup_lib.make_trainer(c, model, params, mesh, num_labels=3, total_steps=TOTAL,
+                              donate=False)
+  state, fn, multi = tr.state, tr.train_step, tr.multi_exit
   history, ms = [jax.device_get(state.params)], []
   for _ in range(steps):
     state, m = fn(state, step_lib.shard_batch(batch, mesh))
@@ -299,12 +296,9 @@ def _acl_cl_step_uncached(setup, gate_ce, **loss):
   mesh = step_lib.make_mesh(jax.devices()[:1])
   c = _cfg("acl_cl", gate_ce=gate_ce)
   c.loss.update(loss)
-  multi = objectives.multi_exit_from_config(c.multi_exit, 3, TOTAL)
-  obj = objectives.build_objective(c.loss, num_labels=3, last_exit=3, multi_exit=multi)
-  tx = capture_grads()
-  state = step_lib.replicate(TrainState.create(params, tx, 0), mesh)
-  fn = step_lib.make_train_step(model, obj, tx, mesh, donate=False)
-  state, m = fn(state, step_lib.shard_batch(batch, mesh))
+  tr = setup_lib.make_trainer(c, model, params, mesh, num_labels=3, total_steps=TOTAL,
+                              tx=capture_grads(), donate=False)
+  state, m = tr.train_step(tr.state, step_lib.shard_batch(batch, mesh))
   return jax.device_get(state.opt_state), jax.device_get(m)
 
 

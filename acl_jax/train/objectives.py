@@ -232,7 +232,7 @@ LOSSES: dict[str, LossFamily] = {
 def get_loss(name: str) -> LossFamily:
   """The loss family `name`; an unknown name raises ValueError listing the known ones."""
   if name not in LOSSES:
-    raise ValueError(f"Unknown loss.name {name!r}; known: {sorted(LOSSES)}.")
+    raise ValueError(f"Unknown loss.name {name!r}; known losses: {sorted(LOSSES)}.")
   return LOSSES[name]
 
 
