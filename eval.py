@@ -20,7 +20,7 @@ _WORKDIR = flags.DEFINE_multi_string("workdir", None, "A workdir written by trai
                                      "(repeat the flag for several, with --exit_policy).")
 _SPLIT = flags.DEFINE_string("split", "dev", "Comma list of splits to evaluate (dev, test, ...).")
 _POLICY = flags.DEFINE_string("exit_policy", None,
-                              "Early-exit sweep: entropy, confidence or patience.")
+                              "Early-exit sweep: entropy, confidence, patience or margin.")
 _THRESHOLDS = flags.DEFINE_list("thresholds", None, "Early-exit thresholds to sweep.")
 _EXIT_BATCH = flags.DEFINE_integer("exit_batch_size", 32, "Batch size of the early-exit sweep.")
 _EXIT_REPEATS = flags.DEFINE_integer("exit_repeats", 3, "Timed passes per threshold (full model "

@@ -105,8 +105,8 @@ def base_config() -> ml_collections.ConfigDict:
   f("model.ignore_head", False, "start a fresh head on a checkpoint fine-tuned for other labels")
 
   section(c, "loss", "the training objective (method presets set these)")
-  f("loss.name", "ce", "a key of acl_jax.losses.LOSSES: ce, scl, acl_embed, gloss, triplet, "
-    "cosine")
+  f("loss.name", "ce", "a key of acl_jax.train.objectives.LOSSES: ce, scl, acl_embed, gloss, "
+    "triplet, cosine, proto")
   f("loss.class_weights", "", "\"\" or \"balanced\" (sklearn's class-balanced CE)")
   f("loss.lam", -1.0, "weight of the auxiliary loss; -1 = the loss's SPEC default (SCL 0.9, "
     "ACL-Embed 0.5, G-Loss 0.8; triplet and cosine have none, their presets set 0.5)")

@@ -21,6 +21,11 @@ INVARIANT_OBJECTIVES = {
     # Gated ACL-CL: three grads, the lower exits' cross-layer terms over the gathered batch.
     "acl_cl": ("runlocal,acl_cl", {"loss.contrastive_global": True}, True),
     "gloss": ("runlocal,gloss", {"loss.gloss_global": True}, False),
+    # The README's "Adding a loss" example, gated, alone and as ACL-CL's final-exit term.
+    "proto": ("runlocal", {"loss.name": "proto", "loss.lam": 0.5, "loss.gate": True,
+                           "loss.contrastive_global": True}, False),
+    "proto_cl": ("runlocal,acl_cl", {"loss.name": "proto", "loss.lam": 0.5,
+                                     "loss.contrastive_global": True}, True),
 }
 DROPOUT = 0.1  # the packaged MiniLM checkpoint's rate (hidden and attention)
 

@@ -24,6 +24,7 @@ import numpy as np
 from acl_jax import losses
 from acl_jax.losses.gate import ANGLE_PARAMS
 from acl_jax.losses.graph import DEFAULT_W_FLOOR
+from acl_jax.losses.prototype import prototype_loss
 from acl_jax.models import label_embeddings
 from acl_jax.train.step import AXIS, example_ids
 
@@ -213,6 +214,11 @@ def _cosine(cfg, ctx):
   return lambda x: losses.cosine_loss(x.feats, x.labels, example_mask=x.mask)
 
 
+def _proto(cfg, ctx):
+  losses.check_tau(cfg.tau)
+  return lambda x: prototype_loss(x.feats, x.labels, ctx.num_labels, cfg.tau, x.mask)
+
+
 LOSSES: dict[str, LossFamily] = {
     "ce": LossFamily("cross-entropy only", "none"),
     "scl": LossFamily("(1-lambda) CE + lambda SCL (Gunel et al. 2021), SPEC §2.2", "convex",
@@ -226,6 +232,9 @@ LOSSES: dict[str, LossFamily] = {
                           "SPEC §2.7", "convex", None, _triplet, pairwise=True),
     "cosine": LossFamily("(1-lambda) CE + lambda MSE(cos(x_i, x_j), 1[y_i = y_j]), SPEC §2.7",
                          "convex", None, _cosine, pairwise=True),
+    # Not in the papers: the README's "Adding a loss" example. No SPEC lambda: set loss.lam.
+    "proto": LossFamily("CE + lambda prototype-contrastive (batch class prototypes)",
+                        "additive", None, _proto, pairwise=True),
 }
 
 
