@@ -102,13 +102,13 @@ def test_resume_with_another_method_is_refused_before_loading(tiny_model_dir, ce
   """A CE workdir re-run with ACL must not train ACL on top of CE weights: one error names
   every field that says what is trained (old -> new) and the fix; config.json is kept."""
   import os
-  from acl_jax.train import loop
+  from acl_jax.train import loop, setup as setup_lib
   wd = _copy_run(ce_run, tmp_path)
   before = open(os.path.join(wd, "config.json")).read()
 
   def no_build(*a, **k):
     raise AssertionError("the model and data loaded before the config check")
-  monkeypatch.setattr(loop, "build", no_build)
+  monkeypatch.setattr(setup_lib, "build", no_build)
   acl = helpers.tiny_config(tiny_model_dir, "runlocal,acl", **{"num_steps": 9})
   with pytest.raises(ValueError) as e:
     loop.train_and_evaluate(acl, wd)

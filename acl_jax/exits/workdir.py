@@ -7,7 +7,7 @@ import jax
 from acl_jax import data as data_lib
 from acl_jax import evaluate
 from acl_jax import metrics as metrics_lib
-from acl_jax.exits import sweep
+from acl_jax.exits.sweep import sweep, write_table
 from acl_jax.exits.policies import check_threshold
 
 
@@ -37,10 +37,10 @@ def early_exit_workdir(config, workdir: str, split: str, policy: str, thresholds
   def metric_fn(preds, labels):
     return metrics_lib.compute(preds, labels, k, names)
 
-  rows = sweep.sweep(setup.model.cfg, params, batches, None, policy, thresholds,
+  rows = sweep(setup.model.cfg, params, batches, None, policy, thresholds,
                      metric_fn=metric_fn, repeats=repeats)
   label = f"{os.path.basename(os.path.normpath(workdir))}"
   about = {"task": setup.task.name, "model": os.path.basename(os.path.normpath(
       config.model.name)), "split": split}
-  return sweep.write_table(rows, os.path.join(workdir, f"early_exit_{policy}_{split}.md"),
+  return write_table(rows, os.path.join(workdir, f"early_exit_{policy}_{split}.md"),
                            label=label, about=about)
