@@ -36,7 +36,10 @@ LR_STEPS = 6 * 5e-5
 # - acl_top: the record split the backward below the top layer (a vjp of the lower layers,
 #   fed the gated cotangent); the step now takes two full backwards and gates them with the
 #   top-layer-and-heads mask, the same gradient summed in another order.
-FLOAT_TOLERANCE_ONLY = ("acl_top",)
+# - gloss: the record's graph took an unguarded form without padding rows; one form with the
+#   zero-degree guards now serves both, whose forward is bit-identical but whose backward (the
+#   guards' selects) rounds the gradient differently (seen: 7e-9 on a 16-node graph).
+FLOAT_TOLERANCE_ONLY = ("acl_top", "gloss")
 
 
 @pytest.fixture(scope="module")
