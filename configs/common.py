@@ -122,7 +122,7 @@ def base_config() -> ml_collections.ConfigDict:
   f("loss.gate_threshold", 90.0, "ACL-Grad: the angle (degrees) above which the term is gated")
   f("loss.gate_mode", "drop", "ACL-Grad: \"drop\" the conflicting term or \"project\" it")
   f("loss.angle_params", "all", "ACL-Grad angle over \"all\" params, the \"encoder\" (no "
-    "heads/LayerNorm/biases) or the \"top\" layer and heads (fast)")
+    "heads/LayerNorm/biases) or the \"top\" layer and heads")
   f("loss.gamma_keep", -1.0, "G-Loss: fraction of the batch that KEEPS its labels (the code's "
     "gamma); set at most one of gamma_keep/gamma_hide, neither = SPEC's 0.7")
   f("loss.gamma_hide", -1.0, "G-Loss: fraction hidden = 1 - gamma_keep (the paper's wording)")

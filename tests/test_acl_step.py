@@ -1,4 +1,4 @@
-"""ACL-Grad inside the data-parallel step: branches, fast 'top' mode, traces, 2 devices."""
+"""ACL-Grad inside the data-parallel step: branches, angle partitions, traces, 2 devices."""
 import jax
 import numpy as np
 import pytest

@@ -279,7 +279,7 @@ def _acl_cl_step(setup, gate_ce="last", **loss):
   Gradients, not the params after AdamW: Adam's first step lr * g / (|g| + eps) turns the
   round-off of a gradient element near eps into a change of order lr, and the equalities
   below hold only up to round-off (per-term gradients against the gradient of the sum, a
-  backward split at the top layer, a gather on one device). They are checked with
+  gather on one device). They are checked with
   `numerics.assert_trees_close_f32` over the batch's tokens: 8 eps sqrt(96) ~ 9e-6 of each
   leaf's largest element, where at most 6.5 eps was seen. The tests using it pass with
   XLA_FLAGS unset, --xla_cpu_experimental_ynn_fusion_type= (YNN off: XLA's own dots and
@@ -389,9 +389,9 @@ def test_acl_cl_gate_angle_is_against_the_final_exit_ce(setup):
 
 
 def test_top_gate_always_on_equals_ungated_multi_exit_update(setup):
-  """angle_params='top' with every exit trained and gate_ce='all': the lower exits' losses
-  must still reach the lower layers through their per-layer states (gate always on == the
-  ungated sum).
+  """angle_params='top' with every exit trained and gate_ce='all': the top partition only
+  narrows the angle, the lower exits' losses still reach the lower layers (gate always on ==
+  the ungated sum).
 
   Gradients against a float32 bound, passing under three XLA:CPU kernel sets: see
   `_acl_cl_step`.
