@@ -68,7 +68,7 @@ def test_train_eval_end_to_end(tiny_model_dir, tmp_path):
 
 
 def test_merge_results_keeps_other_splits_and_drops_stale_ones():
-  from acl_jax.train.loop import merge_results
+  from acl_jax.evaluate import merge_results
   old = {"checkpoint_step": 6, "dev": {"a": 1}, "test": {"a": 2}, "train": {"final_step": 6}}
   same = merge_results(old, {"checkpoint_step": 6, "dev": {"a": 3}})
   assert same == {"checkpoint_step": 6, "dev": {"a": 3}, "test": {"a": 2},
