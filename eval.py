@@ -20,7 +20,7 @@ _WORKDIR = flags.DEFINE_multi_string("workdir", None, "A workdir written by trai
                                      "(repeat the flag for several, with --exit_policy).")
 _SPLIT = flags.DEFINE_string("split", "dev", "Comma list of splits to evaluate (dev, test, ...).")
 _POLICY = flags.DEFINE_string("exit_policy", None,
-                              "Early-exit sweep: entropy, confidence or patience.")
+                              "Early-exit sweep: entropy, confidence, patience or margin.")
 _THRESHOLDS = flags.DEFINE_list("thresholds", None, "Early-exit thresholds to sweep.")
 _EXIT_BATCH = flags.DEFINE_integer("exit_batch_size", 32, "Batch size of the early-exit sweep.")
 _EXIT_REPEATS = flags.DEFINE_integer("exit_repeats", 3, "Timed passes per threshold (full model "
@@ -50,7 +50,7 @@ def _config(workdir):
 def early_exit(workdirs):
   """Sweeps the early-exit policy on each workdir; one curve per workdir in one plot."""
   from acl_jax import exits  # pylint: disable=import-outside-toplevel
-  from acl_jax.train import loop  # pylint: disable=import-outside-toplevel
+  from acl_jax.exits.workdir import early_exit_workdir  # pylint: disable=import-outside-toplevel
   if _POLICY.value not in exits.POLICIES:
     raise app.UsageError(f"Unknown --exit_policy {_POLICY.value!r}; known: {sorted(exits.POLICIES)}.")
   if not _THRESHOLDS.value:
@@ -69,9 +69,8 @@ def early_exit(workdirs):
   split = splits[0]
   jsons = []
   for wd in workdirs:
-    md, js = loop.early_exit_workdir(_config(wd), wd, split, _POLICY.value, thresholds,
-                                     batch_size=_EXIT_BATCH.value,
-                                     repeats=_EXIT_REPEATS.value)
+    md, js = early_exit_workdir(_config(wd), wd, split, _POLICY.value, thresholds,
+                                batch_size=_EXIT_BATCH.value, repeats=_EXIT_REPEATS.value)
     print(open(md).read())
     print(f"wrote {md}")
     jsons.append(js)
@@ -96,7 +95,7 @@ def main(argv):
   del argv
   from acl_jax import logs  # pylint: disable=import-outside-toplevel
   logs.setup()
-  from acl_jax.train import loop  # pylint: disable=import-outside-toplevel
+  from acl_jax import evaluate, provenance  # pylint: disable=import-outside-toplevel
   workdirs = _WORKDIR.value
   if _POLICY.value:
     return early_exit(workdirs)
@@ -108,9 +107,9 @@ def main(argv):
     raise app.UsageError("--dump_features writes the best checkpoint's features; drop it or "
                          "use --checkpoint best.")
   try:
-    results = loop.evaluate_workdir(config, workdir, _SPLIT.value.split(","),
-                                    dump_features=_DUMP.value, checkpoint=_CHECKPOINT.value,
-                                    per_class=True)
+    results = evaluate.evaluate_workdir(config, workdir, _SPLIT.value.split(","),
+                                        dump_features=_DUMP.value, checkpoint=_CHECKPOINT.value,
+                                        per_class=True)
   except FileNotFoundError as e:  # no checkpoint of the kind asked for: say which to use
     raise app.UsageError(str(e)) from e
   name = "results.json" if _CHECKPOINT.value == "best" else "results_latest.json"
@@ -121,7 +120,7 @@ def main(argv):
   if os.path.isfile(out):
     with open(out) as f:
       old = json.load(f)
-  loop.write_atomic(out, json.dumps(loop.merge_results(old, results), indent=2))
+  provenance.write_atomic(out, json.dumps(evaluate.merge_results(old, results), indent=2))
   print(json.dumps({k: ({m: v for m, v in r.items() if m != "per_class"}
                         if isinstance(r, dict) else r) for k, r in results.items()}, indent=2))
   for split, res in results.items():

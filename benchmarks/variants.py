@@ -34,8 +34,7 @@ def time_variants(model_name: str, batch_size: int, seq_len: int, variants: dict
   """
   import jax
   from acl_jax.models import Classifier, config_from_hf, init_params, load_pretrained
-  from acl_jax.train import objectives, optim, step as step_lib
-  from acl_jax.train.state import TrainState
+  from acl_jax.train import setup as setup_lib, step as step_lib
   from benchmarks.throughput import Shape, model_spec, synthetic_batch
   from configs.common import base_config
 
@@ -56,15 +55,10 @@ def time_variants(model_name: str, batch_size: int, seq_len: int, variants: dict
     over = dict(over)
     c.multi_exit.update(over.pop("multi_exit", {}))
     c.loss.update(over)
-    multi = objectives.multi_exit_from_config(c.multi_exit, len(model.cfg.exit_layers), total)
-    obj = objectives.build_objective(c.loss, num_labels=num_labels,
-                                     last_exit=model.cfg.num_layers, multi_exit=multi)
-    tx = optim.make_optimizer(lr=2e-5, total_steps=total,
-                              strategy=multi.strategy if multi else "",
-                              stage1_steps=multi.stage1_steps if multi else 0)
-    fn = step_lib.make_train_step(model, obj, tx, mesh)
-    state = step_lib.replicate(TrainState.create(params, tx, seed), mesh)
-    runs[name] = {"fn": fn, "state": state, "times": []}
+    c.optim.lr, c.seed = 2e-5, seed
+    tr = setup_lib.make_trainer(c, model, params, mesh, num_labels=num_labels,
+                                total_steps=total)
+    runs[name] = {"fn": tr.train_step, "state": tr.state, "times": []}
 
   def go(name, n):
     r = runs[name]

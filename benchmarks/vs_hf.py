@@ -129,10 +129,10 @@ def install_timers(log: dict) -> None:
   step_lib.make_train_step = make_timed
 
   try:
-    from acl_jax.train import loop as loop_lib
-    loop_lib.evaluate = excluded(loop_lib.evaluate, "evaluate")
+    from acl_jax import evaluate as eval_lib
+    eval_lib.evaluate = excluded(eval_lib.evaluate, "evaluate")
   except (ImportError, AttributeError):
-    log["missing"].append("acl_jax.train.loop.evaluate")
+    log["missing"].append("acl_jax.evaluate.evaluate")
   try:
     from acl_jax.train import checkpoint as ckpt_lib
     cls = ckpt_lib.Checkpoints

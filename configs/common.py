@@ -105,8 +105,8 @@ def base_config() -> ml_collections.ConfigDict:
   f("model.ignore_head", False, "start a fresh head on a checkpoint fine-tuned for other labels")
 
   section(c, "loss", "the training objective (method presets set these)")
-  f("loss.name", "ce", "a key of acl_jax.losses.LOSSES: ce, scl, acl_embed, gloss, triplet, "
-    "cosine")
+  f("loss.name", "ce", "a key of acl_jax.train.objectives.LOSSES: ce, scl, acl_embed, gloss, "
+    "triplet, cosine, proto")
   f("loss.class_weights", "", "\"\" or \"balanced\" (sklearn's class-balanced CE)")
   f("loss.lam", -1.0, "weight of the auxiliary loss; -1 = the loss's SPEC default (SCL 0.9, "
     "ACL-Embed 0.5, G-Loss 0.8; triplet and cosine have none, their presets set 0.5)")
@@ -122,7 +122,7 @@ def base_config() -> ml_collections.ConfigDict:
   f("loss.gate_threshold", 90.0, "ACL-Grad: the angle (degrees) above which the term is gated")
   f("loss.gate_mode", "drop", "ACL-Grad: \"drop\" the conflicting term or \"project\" it")
   f("loss.angle_params", "all", "ACL-Grad angle over \"all\" params, the \"encoder\" (no "
-    "heads/LayerNorm/biases) or the \"top\" layer and heads (fast)")
+    "heads/LayerNorm/biases) or the \"top\" layer and heads")
   f("loss.gamma_keep", -1.0, "G-Loss: fraction of the batch that KEEPS its labels (the code's "
     "gamma); set at most one of gamma_keep/gamma_hide, neither = SPEC's 0.7")
   f("loss.gamma_hide", -1.0, "G-Loss: fraction hidden = 1 - gamma_keep (the paper's wording)")

@@ -33,8 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from acl_jax import data as data_lib  # noqa: E402
 from acl_jax import losses  # noqa: E402
 from acl_jax.models import label_embeddings  # noqa: E402
-from acl_jax.train import loop, objectives, optim, step as step_lib  # noqa: E402
-from acl_jax.train.state import TrainState  # noqa: E402
+from acl_jax.train import setup as setup_lib, step as step_lib  # noqa: E402
 from configs import common  # noqa: E402
 
 
@@ -43,15 +42,6 @@ def _angle(a, b, mask=None):
   na = jnp.sqrt(losses.gate._tree_dot(a, a, mask))  # pylint: disable=protected-access
   nb = jnp.sqrt(losses.gate._tree_dot(b, b, mask))  # pylint: disable=protected-access
   return jnp.degrees(jnp.arccos(jnp.clip(dot / (na * nb + 1e-12), -1.0, 1.0)))
-
-
-def top_mask(params, num_layers):
-  """True on the top encoder layer and every exit head: the 'top' gate's parameters."""
-  top = f"layer_{num_layers - 1}"
-  def keep(path, _):
-    names = [getattr(k, "key", str(k)) for k in path]
-    return names[0].startswith("exit_") or (len(names) > 1 and names[1] == top)
-  return jax.tree_util.tree_map_with_path(keep, params)
 
 
 def make_probe(model, mesh, tau):
@@ -76,7 +66,7 @@ def make_probe(model, mesh, tau):
       return jax.grad(f)(jax.lax.pcast(params, step_lib.AXIS, to="varying"))
 
     g = jax.lax.pmean({n: term(n) for n in ("ce", "scl", "acl")}, step_lib.AXIS)
-    mask = top_mask(params, last)
+    mask = losses.top_angle_mask(params)  # the 'top' gate's partition
     return {"scl": _angle(g["ce"], g["scl"]), "acl": _angle(g["ce"], g["acl"]),
             "scl_top": _angle(g["ce"], g["scl"], mask), "acl_top": _angle(g["ce"], g["acl"], mask)}
 
@@ -94,12 +84,10 @@ def run(args, method, out_dir):
   c.task.max_train_examples = args.max_train_examples
   c.loss.update(common.METHODS[method])
   c.batch_size, c.seed, c.optim.lr = args.batch_size, args.seed, args.lr
-  setup = loop.build(c)
-  obj = objectives.build_objective(c.loss, num_labels=setup.task.num_labels,
-                                   last_exit=setup.model.cfg.num_layers)
-  tx = optim.make_optimizer(lr=c.optim.lr, total_steps=args.steps)
-  state = step_lib.replicate(TrainState.create(setup.params, tx, c.seed), setup.mesh)
-  train_step = step_lib.make_train_step(setup.model, obj, tx, setup.mesh)
+  setup = setup_lib.build(c)
+  tr = setup_lib.make_trainer(c, setup.model, setup.params, setup.mesh,
+                              num_labels=setup.task.num_labels, total_steps=args.steps)
+  state, train_step = tr.state, tr.train_step
   probe = make_probe(setup.model, setup.mesh, c.loss.tau)
   recs = []
   for step, batch in data_lib.train_batches(setup.tok["train"], c.batch_size, c.seed, 0,

@@ -5,8 +5,7 @@ import numpy as np
 import optax
 
 from acl_jax.models import Classifier, EncoderConfig, init_params
-from acl_jax.train import objectives, optim, step as step_lib
-from acl_jax.train.state import TrainState
+from acl_jax.train import setup as setup_lib, step as step_lib
 from configs import common
 
 __all__ = ["step_lib", "tiny_setup", "one_step", "step_grads", "capture_grads", "loss_cfg"]
@@ -29,11 +28,16 @@ def tiny_setup(num_batches=4, batch=8, seq=12, dropout=0.0, seed=0, exits="last"
   return Classifier(cfg), params, batches
 
 
-def loss_cfg(name="scl", **kw):
+def config(name="scl", **loss):
+  """The base config with method preset `name` and `loss` fields overriding it."""
   c = common.base_config()
   c.loss.update(common.METHODS[name])
-  c.loss.update(kw)
-  return c.loss
+  c.loss.update(loss)
+  return c
+
+
+def loss_cfg(name="scl", **kw):
+  return config(name, **kw).loss
 
 
 _STEPS = {}
@@ -44,13 +48,13 @@ def one_step(model, params, batch, mesh, gate=False, name="scl", lr=1e-2, **kw):
   key = (id(model), tuple(d.id for d in mesh.devices.flat), gate, name, lr,
          tuple(sorted(kw.items())))
   if key not in _STEPS:
-    lc = loss_cfg(name, gate=gate, **kw)
-    obj = objectives.build_objective(lc, num_labels=3, last_exit=model.cfg.num_layers)
-    tx = optim.make_optimizer(lr=lr, total_steps=10, warmup_ratio=0.0, clip_norm=0.0)
-    _STEPS[key] = (tx, step_lib.make_train_step(model, obj, tx, mesh, donate=False))
-  tx, fn = _STEPS[key]
-  state = step_lib.replicate(TrainState.create(params, tx, 0), mesh)
-  state, m = fn(state, step_lib.shard_batch(batch, mesh))
+    c = config(name, gate=gate, **kw)
+    c.optim.update(lr=lr, warmup_ratio=0.0, clip_norm=0.0)
+    _STEPS[key] = setup_lib.make_trainer(c, model, params, mesh, num_labels=3, total_steps=10,
+                                         donate=False)
+  tr = _STEPS[key]
+  state = step_lib.replicate(tr.state.replace(params=params), mesh)
+  state, m = tr.train_step(state, step_lib.shard_batch(batch, mesh))
   return state, {k: float(v) for k, v in jax.device_get(m).items()}
 
 
@@ -77,9 +81,10 @@ def step_grads(model, params, batch, mesh, gate=False, name="scl", **kw):
   """
   key = (id(model), tuple(d.id for d in mesh.devices.flat), gate, name, tuple(sorted(kw.items())))
   if key not in _GRAD_STEPS:
-    obj = objectives.build_objective(loss_cfg(name, gate=gate, **kw), num_labels=3,
-                                     last_exit=model.cfg.num_layers)
-    _GRAD_STEPS[key] = step_lib.make_train_step(model, obj, capture_grads(), mesh, donate=False)
-  state = step_lib.replicate(TrainState.create(params, capture_grads(), 0), mesh)
-  state, m = _GRAD_STEPS[key](state, step_lib.shard_batch(batch, mesh))
+    _GRAD_STEPS[key] = setup_lib.make_trainer(config(name, gate=gate, **kw), model, params,
+                                              mesh, num_labels=3, total_steps=10,
+                                              tx=capture_grads(), donate=False)
+  tr = _GRAD_STEPS[key]
+  state = step_lib.replicate(tr.state.replace(params=params), mesh)
+  state, m = tr.train_step(state, step_lib.shard_batch(batch, mesh))
   return jax.device_get(state.opt_state), {k: float(v) for k, v in jax.device_get(m).items()}

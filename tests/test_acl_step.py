@@ -1,12 +1,12 @@
-"""ACL-Grad inside the data-parallel step: branches, fast 'top' mode, traces, 2 devices."""
+"""ACL-Grad inside the data-parallel step: branches, angle partitions, traces, 2 devices."""
 import jax
 import numpy as np
 import pytest
 
 from tests import helpers, numerics
+from tests import acl_utils
 from tests.acl_utils import loss_cfg, step_grads, step_lib, tiny_setup
-from acl_jax.train import objectives, optim
-from acl_jax.train.state import TrainState
+from acl_jax.train import objectives, setup as setup_lib
 
 
 @pytest.fixture(scope="module")
@@ -14,17 +14,20 @@ def setup():
   return tiny_setup(num_batches=2, dropout=0.1)
 
 
-@pytest.mark.parametrize("angle_params", ["all", "encoder", "top"])
-def test_gate_branches_match_ungated_gradients(setup, angle_params):
-  """Threshold 180: always on == CE + lam*ACL; threshold ~0: always off == CE alone.
+@pytest.mark.parametrize("name,angle_params", [
+    ("acl", "all"), ("acl", "encoder"), ("acl", "top"), ("scl", "all"), ("scl", "top")])
+def test_gate_branches_match_ungated_gradients(setup, name, angle_params):
+  """Threshold 180: always on == the ungated objective (ACL: CE + lam*ACL; SCL: (1-lam) CE +
+  lam*SCL); threshold ~0: always off == CE alone, g = g_CE (SPEC §2.4), also for SCL's convex
+  form, whose dropped step is not (1-lam) g_CE.
 
   Compared: the gradient each step hands to its optimizer (after the gate), not the params
   after AdamW, whose first step lr * g / (|g| + eps) turns the round-off of an element with
-  |g| near eps into a change of order lr. The gated step sums per-term gradients, or (top)
-  splits the backward at the top layer, where the ungated one differentiates the sum: the two
-  differ by summation-order round-off, bounded by `numerics.assert_trees_close_f32` over the
-  batch's tokens (8 eps sqrt(96) ~ 9e-6 of each leaf's largest element). Seen at most
-  4.6 eps of it; dropping lam * ACL changes the gradient by order one. Passes with XLA_FLAGS unset,
+  |g| near eps into a change of order lr. The gated step sums per-term gradients where the
+  ungated one differentiates the sum: the two differ by summation-order round-off, bounded by
+  `numerics.assert_trees_close_f32` over the batch's tokens (8 eps sqrt(96) ~ 9e-6 of each
+  leaf's largest element). Seen at most 4.6 eps of it; dropping lam * ACL changes the
+  gradient by order one. Passes with XLA_FLAGS unset,
   --xla_cpu_experimental_ynn_fusion_type= (YNN off: XLA's own dots and reductions) and
   --xla_cpu_experimental_ynn_fusion_type=+eltwise,+reduce (YNN for those too).
   """
@@ -32,14 +35,15 @@ def test_gate_branches_match_ungated_gradients(setup, angle_params):
   mesh = step_lib.make_mesh(jax.devices()[:1])
   b = batches[0]
   n = b["input_ids"].size
-  summed, _ = step_grads(model, params, b, mesh, name="acl")
-  ce_only, _ = step_grads(model, params, b, mesh, name="acl", lam=0.0)
+  summed, _ = step_grads(model, params, b, mesh, name=name)
+  ce_only, _ = step_grads(model, params, b, mesh, name=name, lam=0.0)  # 1 * CE in both forms
   assert numerics.trees_differ_f32(summed, ce_only, n)  # the two branches are told apart
-  on, m_on = step_grads(model, params, b, mesh, gate=True, name="acl", gate_threshold=180.0,
+  on, m_on = step_grads(model, params, b, mesh, gate=True, name=name, gate_threshold=180.0,
                         angle_params=angle_params)
-  off, m_off = step_grads(model, params, b, mesh, gate=True, name="acl", gate_threshold=1e-4,
+  off, m_off = step_grads(model, params, b, mesh, gate=True, name=name, gate_threshold=1e-4,
                           angle_params=angle_params)
   assert m_on["gate/gate"] == 1.0 and m_off["gate/gate"] == 0.0
+  assert m_on["gate/zero_grad"] == 0.0 == m_off["gate/zero_grad"]
   numerics.assert_trees_close_f32(on, summed, n)
   numerics.assert_trees_close_f32(off, ce_only, n)
   assert 0.0 <= m_on["gate/angle"] <= 180.0 and m_on["gate/norm_acl"] > 0
@@ -59,10 +63,11 @@ def test_gate_logs_the_unweighted_ce_gradient_norm(setup):
 def test_gated_step_traces_once(setup):
   model, params, batches = setup
   mesh = step_lib.make_mesh(jax.devices()[:1])
-  obj = objectives.build_objective(loss_cfg("acl", gate=True), num_labels=3, last_exit=3)
-  tx = optim.make_optimizer(lr=1e-3, total_steps=10)
-  state = step_lib.replicate(TrainState.create(params, tx, 0), mesh)
-  fn = step_lib.make_train_step(model, obj, tx, mesh, max_traces=1)
+  c = acl_utils.config("acl", gate=True)
+  c.optim.lr = 1e-3
+  tr = setup_lib.make_trainer(c, model, params, mesh, num_labels=3, total_steps=10,
+                              max_traces=1)
+  state, fn = tr.state, tr.train_step
   for b in batches * 2:
     state, m = fn(state, step_lib.shard_batch(b, mesh))
   assert int(state.step) == 4 and np.isfinite(float(m["loss"]))
@@ -82,20 +87,10 @@ def test_gate_is_global_on_two_devices(tmp_path):
 @pytest.mark.parametrize("bad,match", [
     (dict(tau=0.0), "tau"), (dict(lam=-0.1), "lam"), (dict(gate_threshold=0.0), "threshold"),
     (dict(gate_threshold=181.0), "threshold"), (dict(anchors="labels"), "anchors"),
-    (dict(gate_mode="mix"), "mode"), (dict(angle_params="top", gate_mode="project"), "top"),
-    (dict(angle_params="heads"), "angle_params")])
+    (dict(gate_mode="mix"), "mode"), (dict(angle_params="heads"), "angle_params")])
 def test_bad_acl_config(bad, match):
   with pytest.raises(ValueError, match=match):
     objectives.build_objective(loss_cfg("acl", gate=True, **bad), num_labels=3, last_exit=3)
-
-
-def test_hand_built_top_gate_refuses_project():
-  """The top mode has no projection branch: a hand-built GateSpec asking for one fails at
-  construction instead of silently dropping."""
-  from acl_jax.train.step import GateSpec
-  with pytest.raises(ValueError, match="'top' supports gate_mode='drop' only"):
-    GateSpec(90.0, "project", "top")
-  assert GateSpec(90.0, "project", "all").mode == "project"
 
 
 def test_acl_needs_a_linear_head():
@@ -110,7 +105,7 @@ def test_unset_lambda_takes_the_spec_default():
     c = common.base_config().loss
     c.name = name  # no preset: --config.loss.name=... alone
     obj = objectives.build_objective(c, num_labels=3, last_exit=3)
-    assert obj.weights["aux"] == pytest.approx(lam), name
+    assert obj.aux_weight == pytest.approx(lam), name
   c = common.base_config().loss
   c.name = "triplet"
   with pytest.raises(ValueError, match="no default lambda"):
@@ -121,13 +116,14 @@ def test_combine_override_switches_the_lambda_form():
   from configs import common
   c = common.base_config().loss
   c.update(common.METHODS["scl"])
-  assert objectives.build_objective(c, num_labels=3, last_exit=3).weights == pytest.approx(
-      {"ce": 0.1, "aux": 0.9})  # SPEC: (1-lam) CE + lam SCL
+  weights = lambda o: (o.main_weight, o.aux_weight)
+  assert weights(objectives.build_objective(c, num_labels=3, last_exit=3)) == pytest.approx(
+      (0.1, 0.9))  # SPEC: (1-lam) CE + lam SCL
   c.combine, c.lam = "additive", 0.5  # ACL's form: CE + lam SCL
-  assert objectives.build_objective(c, num_labels=3, last_exit=3).weights == pytest.approx(
-      {"ce": 1.0, "aux": 0.5})
+  assert weights(objectives.build_objective(c, num_labels=3, last_exit=3)) == pytest.approx(
+      (1.0, 0.5))
   c.lam = 2.0  # no [0, 1] bound in the additive form
-  assert objectives.build_objective(c, num_labels=3, last_exit=3).weights["aux"] == 2.0
+  assert objectives.build_objective(c, num_labels=3, last_exit=3).aux_weight == 2.0
   c.combine = "sum"
   with pytest.raises(ValueError, match="'convex' or 'additive'"):
     objectives.build_objective(c, num_labels=3, last_exit=3)

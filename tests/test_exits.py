@@ -33,6 +33,9 @@ def np_select_exit(logits, policy, threshold):
         ok = -np.sum(p * np.log(np.maximum(p, 1e-300))) < threshold
       elif policy == "confidence":
         ok = p.max() >= threshold
+      elif policy == "margin":  # the README's example policy
+        top = np.sort(p)[::-1]
+        ok = top[0] - top[1] >= threshold
       else:
         count = count + 1 if (m > 0 and arg == prev) else 0
         prev = arg
@@ -44,12 +47,15 @@ def np_select_exit(logits, policy, threshold):
 
 
 def rule_values(logits, policy):
-  """[num_exits, batch] values the entropy/confidence rules compare with the threshold."""
+  """[num_exits, batch] values the entropy/confidence/margin rules compare with the threshold."""
   logits = np.asarray(logits, np.float64)
   z = logits - logits.max(-1, keepdims=True)
   p = np.exp(z) / np.exp(z).sum(-1, keepdims=True)
   if policy == "entropy":
     return -np.sum(p * np.log(np.maximum(p, 1e-300)), -1)
+  if policy == "margin":
+    top = np.sort(p, -1)
+    return top[..., -1] - top[..., -2]
   return p.max(-1)
 
 
@@ -136,7 +142,7 @@ def test_select_exit_edge_cases():
 
 
 @pytest.mark.parametrize("policy, threshold, match", [
-    ("nope", 0.5, r"Unknown exit policy 'nope'; known: \['confidence', 'entropy', 'patience'\]"),
+    ("nope", 0.5, r"Unknown exit policy 'nope'; known: \['confidence', 'entropy', 'margin', 'patience'\]"),
     ("patience", 1.5, "patience threshold must be an int >= 1"),
     ("patience", 2.0, "patience threshold must be an int >= 1"),
     ("patience", True, "patience threshold must be an int >= 1"),

@@ -173,7 +173,7 @@ def test_multi_exit_round_trip(family, head, tmp_path):
 def test_export_cli_from_a_trained_workdir(tiny_model_dir, tmp_path, caplog):
   """train.py's workdir -> export.py -> transformers: the best checkpoint's probabilities,
   the task's label names; LABEL_i without labels.json; refusal of a head HF lacks."""
-  from acl_jax.train import checkpoint as ckpt_lib, loop
+  from acl_jax.train import checkpoint as ckpt_lib, loop, setup as setup_lib
   import ml_collections
   wd = str(tmp_path / "run")
   loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir, **{"model.head": "bert_pooler"}),
@@ -183,7 +183,7 @@ def test_export_cli_from_a_trained_workdir(tiny_model_dir, tmp_path, caplog):
   p = helpers.run_py(["export.py", "--workdir", wd, "--out", out])
   assert p.returncode == 0, p.stderr[-3000:]
   config = ml_collections.ConfigDict(provenance.run_config(wd))
-  model, target, tok = loop.load_model(config, 2)
+  model, target, tok = setup_lib.load_model(config, 2)
   ckpts = ckpt_lib.Checkpoints(wd)
   best, meta = ckpts.restore_selected(target, "best")
   latest, _ = ckpts.restore_selected(target, "latest")

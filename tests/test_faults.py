@@ -81,24 +81,20 @@ def _copy_run(src, tmp_path):
   return dst
 
 
-def test_config_changes_count_legacy_fields_only_where_used():
-  """A workdir from before a field existed ran its legacy value: resuming with a new default
-  is a change (gated ACL-CL's angle), an equal one (loss.combine) is not, and neither is a
-  field the method does not read (gate_ce and kd_form in a single-exit run)."""
+def test_config_changes_name_the_changed_fields():
+  """Changes are counted over the fields both configs have: a field one side lacks (a field
+  added to the config since) is no change."""
   import json
   from acl_jax import provenance
-  from acl_jax.train import loop
   from configs import quickstart
   flat = lambda c: provenance.flatten(json.loads(c.to_json_best_effort()))
   c = quickstart.get_config()
   old = flat(c)
   c.num_steps, c.loss.tau = 480, 0.1
-  assert loop.config_changes(old, flat(c)) == {"loss.tau": (0.3, 0.1), "num_steps": (240, 480)}
-  for arg, want in ((None, {}), ("acl_cl", {"multi_exit.gate_ce": ("all", "last")})):
-    new = flat(quickstart.get_config(arg))
-    old = {k: v for k, v in new.items()
-           if k not in ("multi_exit.gate_ce", "multi_exit.kd_form", "loss.combine")}
-    assert loop.config_changes(old, new) == want, arg
+  assert provenance.config_changes(old, flat(c)) == {"loss.tau": (0.3, 0.1),
+                                                     "num_steps": (240, 480)}
+  new = flat(quickstart.get_config("acl_cl"))
+  assert provenance.config_changes({k: v for k, v in new.items() if k != "loss.tau"}, new) == {}
 
 
 def test_resume_with_another_method_is_refused_before_loading(tiny_model_dir, ce_run, tmp_path,
@@ -106,13 +102,13 @@ def test_resume_with_another_method_is_refused_before_loading(tiny_model_dir, ce
   """A CE workdir re-run with ACL must not train ACL on top of CE weights: one error names
   every field that says what is trained (old -> new) and the fix; config.json is kept."""
   import os
-  from acl_jax.train import loop
+  from acl_jax.train import loop, setup as setup_lib
   wd = _copy_run(ce_run, tmp_path)
   before = open(os.path.join(wd, "config.json")).read()
 
   def no_build(*a, **k):
     raise AssertionError("the model and data loaded before the config check")
-  monkeypatch.setattr(loop, "build", no_build)
+  monkeypatch.setattr(setup_lib, "build", no_build)
   acl = helpers.tiny_config(tiny_model_dir, "runlocal,acl", **{"num_steps": 9})
   with pytest.raises(ValueError) as e:
     loop.train_and_evaluate(acl, wd)
@@ -153,9 +149,9 @@ def test_resume_with_a_longer_schedule_appends_to_the_config_history(tiny_model_
   assert provenance.run_config(wd, before_step=6)["num_steps"] == 6
   # A resume from an earlier step (its later checkpoints lost) retrains the steps after it:
   # their entries go, and the change is recorded where it now takes effect.
-  loop.record_config(wd, helpers.tiny_config(tiny_model_dir, **{"num_steps": 12}), 3, True)
+  provenance.record_config(wd, helpers.tiny_config(tiny_model_dir, **{"num_steps": 12}), 3, True)
   assert [json.loads(x) for x in open(hist)] == [{"step": 3, "changes": {"num_steps": [6, 12]}}]
-  loop.record_config(wd, helpers.tiny_config(tiny_model_dir), 0, False)  # a fresh start
+  provenance.record_config(wd, helpers.tiny_config(tiny_model_dir), 0, False)  # a fresh start
   assert not os.path.exists(hist)
 
 

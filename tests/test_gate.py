@@ -55,16 +55,62 @@ def test_exactly_orthogonal_counts_as_agreeing():
   np.testing.assert_allclose(_flat(grads), _flat(G_CE) + LAM * _flat(g_acl), rtol=1e-6)
 
 
-def test_zero_gradient_gives_90_degrees_and_gate_on():
+def test_zero_gradient_is_reported_apart_from_gate_on():
+  """SPEC §2.4 reports the fraction of gated steps; a step with a zero gradient on either side
+  has no angle to judge (cos = 0, angle 90): it is logged as zero_grad, not as gate on, and
+  the update is the agree one (a zero g_acl adds nothing, a zero g_ce lets ACL through)."""
   zero = _tree([0.0, 0.0], [0.0, 0.0, 0.0, 0.0])
   g_acl = _tree([-1.0, 1.0], [0.5, 0.0, 0.0, 0.0])
   grads, info = gate(G_CE, zero)
-  assert float(info["gate"]) == 1.0 and float(info["angle"]) == pytest.approx(90.0)
+  assert float(info["gate"]) == 0.0 and float(info["zero_grad"]) == 1.0
+  assert float(info["angle"]) == pytest.approx(90.0)
   np.testing.assert_array_equal(_flat(grads), _flat(G_CE))
   grads, info = gate(zero, g_acl)
-  assert float(info["gate"]) == 1.0 and float(info["angle"]) == pytest.approx(90.0)
+  assert float(info["gate"]) == 0.0 and float(info["zero_grad"]) == 1.0
   np.testing.assert_allclose(_flat(grads), LAM * _flat(g_acl), rtol=1e-6)
   assert float(info["norm_ce"]) == 0.0
+  # Zero over the mask is zero too: the angle sees only the masked leaves.
+  g_b_only = _tree([0.0, 0.0], [1.0, 0.0, 0.0, 0.0])
+  _, info = gate(G_CE, g_b_only, params_mask={"a": True, "b": {"c": False}})
+  assert float(info["zero_grad"]) == 1.0 and float(info["gate"]) == 0.0
+  _, info = gate(G_CE, _tree([1.0, 1.0], [0.0, 0.0, 0.0, 0.0]))
+  assert float(info["zero_grad"]) == 0.0 and float(info["gate"]) == 1.0
+
+
+def test_conflict_drops_to_the_unweighted_ce_gradient():
+  """SPEC §2.4, CE+SCL+Grad: on agreement the update is SCL's convex form (1-lam) g_CE +
+  lam g_SCL (ce_weight = 1 - lam); when the gate drops SCL it is g = g_CE, not (1-lam) g_CE."""
+  lam = 0.9
+  agree = _tree([1.0, 1.0], [0.0, 0.0, 0.0, 0.0])
+  fn = jax.jit(lambda c, a: angle_gate(c, a, lam, ce_weight=1.0 - lam))
+  grads, info = fn(G_CE, agree)
+  assert float(info["gate"]) == 1.0
+  np.testing.assert_allclose(_flat(grads), (1 - lam) * _flat(G_CE) + lam * _flat(agree),
+                             rtol=1e-6)
+  grads, info = fn(G_CE, _tree([-1.0, 1.0], [0.0, 0.0, 0.0, 0.0]))
+  assert float(info["gate"]) == 0.0
+  np.testing.assert_array_equal(_flat(grads), _flat(G_CE))
+
+
+def test_project_judges_and_projects_over_the_mask():
+  """mode=project with a parameter partition: the conflict is judged on the masked leaves and
+  the projection removes g_acl's component along g_ce on those same leaves; the leaves the
+  angle does not see get g_ce + lam * g_acl."""
+  g_ce = _tree([1.0, 0.0], [1.0, 2.0, 0.0, 0.0])
+  g_acl = _tree([-2.0, 1.0], [3.0, 1.0, 1.0, 0.0])  # on leaf a: about 117 degrees
+  only_a = {"a": True, "b": {"c": False}}
+  grads, info = gate(g_ce, g_acl, mode="project", params_mask=only_a)
+  assert float(info["gate"]) == 0.0
+  ce_a, acl_a = np.asarray(g_ce["a"]), np.asarray(g_acl["a"])
+  added_a = (np.asarray(grads["a"]) - ce_a) / LAM
+  np.testing.assert_allclose(added_a @ ce_a, 0.0, atol=1e-6)
+  np.testing.assert_allclose(added_a, acl_a - (acl_a @ ce_a) / (ce_a @ ce_a) * ce_a, rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(grads["b"]["c"]),
+                             np.asarray(g_ce["b"]["c"]) + LAM * np.asarray(g_acl["b"]["c"]),
+                             rtol=1e-6)
+  array_mask = {"a": jnp.array(True), "b": {"c": jnp.array(False)}}
+  grads_arr, _ = gate(g_ce, g_acl, mode="project", params_mask=array_mask)
+  np.testing.assert_allclose(_flat(grads_arr), _flat(grads), rtol=1e-6)
 
 
 def test_threshold_moves_the_decision():
@@ -185,3 +231,18 @@ def test_mismatched_trees_raise():
     angle_gate(G_CE, {"a": jnp.ones(2)}, LAM)
   with pytest.raises(ValueError, match="params_mask must have the gradients' pytree structure"):
     angle_gate(G_CE, G_CE, LAM, params_mask={"a": True})
+
+
+def test_angle_masks_are_parameter_partitions():
+  """The three angle_params modes are one gate fed three masks: all (None), encoder
+  (RomeBERT's) and top (the top encoder layer and every head)."""
+  from acl_jax.losses import angle_mask
+  params = {"encoder": {"embeddings": {"w": 1}, "layer_0": {"k": 1}, "layer_1": {"k": 1}},
+            "exit_1": {"classifier": {"kernel": 1}}, "exit_2": {"classifier": {"kernel": 1}}}
+  assert angle_mask(params, "all") is None
+  assert angle_mask(params, "encoder") == encoder_angle_mask(params)
+  assert angle_mask(params, "top") == {
+      "encoder": {"embeddings": {"w": False}, "layer_0": {"k": False}, "layer_1": {"k": True}},
+      "exit_1": {"classifier": {"kernel": True}}, "exit_2": {"classifier": {"kernel": True}}}
+  with pytest.raises(ValueError, match="angle_params must be one of"):
+    angle_mask(params, "heads")

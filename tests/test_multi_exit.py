@@ -7,8 +7,7 @@ import pytest
 
 from acl_jax import losses
 from acl_jax.models import label_embeddings
-from acl_jax.train import objectives, optim, step as step_lib
-from acl_jax.train.state import TrainState
+from acl_jax.train import objectives, optim, setup as setup_lib, step as step_lib
 from configs import common
 from tests import numerics
 from tests.acl_utils import capture_grads, tiny_setup
@@ -34,13 +33,11 @@ def _run(setup, strategy, steps, **me):
   """Runs `steps` steps of a strategy; returns the params before each step and metrics."""
   model, params, (batch,) = setup
   c = _cfg(strategy, **me)
-  multi = objectives.multi_exit_from_config(c.multi_exit, 3, TOTAL)
-  obj = objectives.build_objective(c.loss, num_labels=3, last_exit=3, multi_exit=multi)
-  tx = optim.make_optimizer(lr=1e-2, total_steps=TOTAL, warmup_ratio=0.0,
-                            strategy=multi.strategy, stage1_steps=multi.stage1_steps)
+  c.optim.update(lr=1e-2, warmup_ratio=0.0)
   mesh = step_lib.make_mesh(jax.devices()[:1])
-  state = step_lib.replicate(TrainState.create(params, tx, 0), mesh)
-  fn = step_lib.make_train_step(model, obj, tx, mesh, donate=False)
+  tr = setup_lib.make_trainer(c, model, params, mesh, num_labels=3, total_steps=TOTAL,
+                              donate=False)
+  state, fn, multi = tr.state, tr.train_step, tr.multi_exit
   history, ms = [jax.device_get(state.params)], []
   for _ in range(steps):
     state, m = fn(state, step_lib.shard_batch(batch, mesh))
@@ -85,7 +82,7 @@ def test_2st_stage2_clips_on_the_lower_heads_alone(setup):
     def one(b):
       logits, aux = model.apply({"params": p}, b["input_ids"], b["attention_mask"],
                                 b.get("token_type_ids"), train=False)
-      return obj.terms(p, logits, aux, b, jax.random.PRNGKey(0), s)[0]["ce"]
+      return obj.terms(p, logits, aux, b, jax.random.PRNGKey(0), s)[0].main
     return jax.vmap(one, axis_name=step_lib.AXIS)(jax.tree.map(lambda x: x[None], batch))[0]
 
   g = jax.grad(stage2_loss)(h[s])
@@ -117,14 +114,14 @@ def test_kd_and_acl_cl_losses_match_their_formulas(setup):
   for form, ce_share in (("add", 1.0), ("convex", 0.7)):
     _, ms, _ = _run(setup, "kd", 1, kd_temperature=2.0, kd_alpha=0.3, kd_form=form)
     want = sum(w[i] * (ce_share * ce[i] + 0.3 * kl[i]) for i in range(2)) + w[2] * ce[2]
-    np.testing.assert_allclose(ms[0]["loss/ce"], want, rtol=1e-4, err_msg=form)
+    np.testing.assert_allclose(ms[0]["loss/main"], want, rtol=1e-4, err_msg=form)
   # ACL-CL: lower exits CE + lambda_cl * L_CL against the top exit; last exit CE + lam ACL.
   _, ms, _ = _run(setup, "acl_cl", 1, lambda_cl=0.5)
   f = aux["feats"]
   cl = [float(losses.acl_cl_loss(f[i], label_embeddings(params, i + 1), f[2],
                                  label_embeddings(params, 3), y, 0.3)) for i in range(2)]
   want = sum(w[i] * (ce[i] + 0.5 * cl[i]) for i in range(2)) + w[2] * ce[2]
-  np.testing.assert_allclose(ms[0]["loss/ce"], want, rtol=1e-4)
+  np.testing.assert_allclose(ms[0]["loss/main"], want, rtol=1e-4)
   acl = float(losses.acl_embed_loss(f[2], y, label_embeddings(params, 3), 0.3))
   np.testing.assert_allclose(ms[0]["loss/aux"], w[2] * acl, rtol=1e-4)
   np.testing.assert_allclose(ms[0]["loss"], want + 0.5 * w[2] * acl, rtol=1e-4)
@@ -156,7 +153,7 @@ def test_kd_and_train_acc_skip_padding_examples(setup):
   for k in ("kd/exit_1", "kd/exit_2"):
     np.testing.assert_allclose(m_pad[k], m_half[k], rtol=tol, atol=tol * kd_scale, err_msg=k)
   np.testing.assert_array_equal(m_pad["train_acc"], m_half["train_acc"])
-  np.testing.assert_allclose(t_pad["ce"], t_half["ce"], rtol=tol)
+  np.testing.assert_allclose(t_pad.main, t_half.main, rtol=tol)
 
 
 def test_gloss_objective_ignores_padding_rows(setup):
@@ -174,7 +171,7 @@ def test_gloss_objective_ignores_padding_rows(setup):
       def loss(p):
         logits, aux = model.apply({"params": p}, b["input_ids"], b["attention_mask"],
                                   b["token_type_ids"])
-        return obj.terms(p, logits, aux, b, jax.random.PRNGKey(0), 1)[0]["aux"]
+        return obj.terms(p, logits, aux, b, jax.random.PRNGKey(0), 1)[0].aux
       return jax.value_and_grad(loss)(params)
     return jax.vmap(one, axis_name=step_lib.AXIS)(jax.tree.map(lambda x: x[None], b))
 
@@ -282,7 +279,7 @@ def _acl_cl_step(setup, gate_ce="last", **loss):
   Gradients, not the params after AdamW: Adam's first step lr * g / (|g| + eps) turns the
   round-off of a gradient element near eps into a change of order lr, and the equalities
   below hold only up to round-off (per-term gradients against the gradient of the sum, a
-  backward split at the top layer, a gather on one device). They are checked with
+  gather on one device). They are checked with
   `numerics.assert_trees_close_f32` over the batch's tokens: 8 eps sqrt(96) ~ 9e-6 of each
   leaf's largest element, where at most 6.5 eps was seen. The tests using it pass with
   XLA_FLAGS unset, --xla_cpu_experimental_ynn_fusion_type= (YNN off: XLA's own dots and
@@ -299,12 +296,9 @@ def _acl_cl_step_uncached(setup, gate_ce, **loss):
   mesh = step_lib.make_mesh(jax.devices()[:1])
   c = _cfg("acl_cl", gate_ce=gate_ce)
   c.loss.update(loss)
-  multi = objectives.multi_exit_from_config(c.multi_exit, 3, TOTAL)
-  obj = objectives.build_objective(c.loss, num_labels=3, last_exit=3, multi_exit=multi)
-  tx = capture_grads()
-  state = step_lib.replicate(TrainState.create(params, tx, 0), mesh)
-  fn = step_lib.make_train_step(model, obj, tx, mesh, donate=False)
-  state, m = fn(state, step_lib.shard_batch(batch, mesh))
+  tr = setup_lib.make_trainer(c, model, params, mesh, num_labels=3, total_steps=TOTAL,
+                              tx=capture_grads(), donate=False)
+  state, m = tr.train_step(tr.state, step_lib.shard_batch(batch, mesh))
   return jax.device_get(state.opt_state), jax.device_get(m)
 
 
@@ -395,9 +389,9 @@ def test_acl_cl_gate_angle_is_against_the_final_exit_ce(setup):
 
 
 def test_top_gate_always_on_equals_ungated_multi_exit_update(setup):
-  """angle_params='top' with every exit trained and gate_ce='all': the lower exits' losses
-  must still reach the lower layers through their per-layer states (gate always on == the
-  ungated sum).
+  """angle_params='top' with every exit trained and gate_ce='all': the top partition only
+  narrows the angle, the lower exits' losses still reach the lower layers (gate always on ==
+  the ungated sum).
 
   Gradients against a float32 bound, passing under three XLA:CPU kernel sets: see
   `_acl_cl_step`.

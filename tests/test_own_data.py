@@ -94,14 +94,14 @@ def test_hub_config_presets_and_build(tmp_path, tiny_model_dir):
   assert dict(c.task.splits) == {"train": "train", "dev": "", "test": "test"}
   assert hub_config.get_config("ce").task.hub_id == ""  # no preset: the fields say the dataset
   # The config fields reach the loader (train.py's path up to the first step).
-  from acl_jax.train import loop
+  from acl_jax.train import setup as setup_lib
   folder = str(tmp_path / "saved")
   _dataset_dict().save_to_disk(folder)
   c = hub_config.get_config("runlocal")
   c.unlock()
   c.task.update(hub_id=folder, text_column="review")
   c.model.name = tiny_model_dir
-  setup = loop.build(c)
+  setup = setup_lib.build(c)
   assert setup.task.label_names == CLASSES and sorted(setup.tok) == ["dev", "test", "train"]
 
 

@@ -149,10 +149,10 @@ def test_packed_prediction_equals_unpacked(run):
 
 def test_single_exit_runs_refuse_early_exit(run):
   import dataclasses
-  from acl_jax.train import loop
+  from acl_jax.train import setup as setup_lib
   cfg = run.config.copy_and_resolve_references()
   cfg.model.exits = "last"
-  model, _, _ = loop.load_model(cfg, 2, with_tokenizer=False)
+  model, _, _ = setup_lib.load_model(cfg, 2, with_tokenizer=False)
   pred = predict.Predictor(dataclasses.replace(run, model=model))
   with pytest.raises(ValueError, match="exits='all'.*predict without --exit_policy"):
     pred.early_exit(["a"], ["b"], "entropy", 0.1)
@@ -201,10 +201,10 @@ def test_eval_and_export_from_best_alone(run_dir, tmp_path):
   assert list(res["dev"]["per_class"]) == ["no", "yes"]
   assert sum(v["support"] for v in res["dev"]["per_class"].values()) == 24
   assert "train" in res  # the training record stays
-  from acl_jax.train import loop
+  from acl_jax import evaluate
   config = predict.load_run(wd).config
   with pytest.raises(FileNotFoundError, match="keep_train_state=False.*use --checkpoint best"):
-    loop.evaluate_workdir(config, wd, ["dev"], checkpoint="latest")
+    evaluate.evaluate_workdir(config, wd, ["dev"], checkpoint="latest")
   from acl_jax import export
   hf_dir = export.export_workdir(wd, str(tmp_path / "hf"))
   config = json.load(open(os.path.join(hf_dir, "config.json")))

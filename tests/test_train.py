@@ -68,7 +68,7 @@ def test_train_eval_end_to_end(tiny_model_dir, tmp_path):
 
 
 def test_merge_results_keeps_other_splits_and_drops_stale_ones():
-  from acl_jax.train.loop import merge_results
+  from acl_jax.evaluate import merge_results
   old = {"checkpoint_step": 6, "dev": {"a": 1}, "test": {"a": 2}, "train": {"final_step": 6}}
   same = merge_results(old, {"checkpoint_step": 6, "dev": {"a": 3}})
   assert same == {"checkpoint_step": 6, "dev": {"a": 3}, "test": {"a": 2},
@@ -127,7 +127,7 @@ def test_resume_after_sigkill_is_exact(tiny_model_dir, tmp_path):
 def test_crash_between_checkpoint_saves_is_mended(tiny_model_dir, tmp_path, monkeypatch, caplog):
   """A crash after the latest save of an improving eval but before its best save: the resume
   writes the best checkpoint from the restored state. A best checkpoint ahead of the latest
-  (older code saved the best first, or `ckpt/` was deleted) is moved to `best_stale/`, not
+  (`ckpt/` was deleted) is moved to `best_stale/`, not
   deleted, and selection restarts. Both end as a straight run does, with the best checkpoint
   at results.json's best_step."""
   import shutil
@@ -173,12 +173,13 @@ def test_changed_optimizer_fails_resume_clearly_but_evaluates(tiny_model_dir, tm
   """A workdir whose optimizer state this config no longer builds (head_lr_mult switches to
   parameter groups): resuming names the problem; evaluation reads the params alone."""
   from acl_jax.train import loop
+  from acl_jax import evaluate
   wd = str(tmp_path / "run")
   first = loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir), wd)
   changed = helpers.tiny_config(tiny_model_dir, **{"optim.head_lr_mult": 2.0, "num_steps": 9})
   with pytest.raises(ValueError, match="not this optimizer's state.*new --workdir"):
     loop.train_and_evaluate(changed, wd)
-  again = loop.evaluate_workdir(changed, wd, ["dev"])
+  again = evaluate.evaluate_workdir(changed, wd, ["dev"])
   assert again["dev"] == first["dev"] and again["checkpoint_step"] == first["checkpoint_step"]
 
 
@@ -196,7 +197,7 @@ def test_optimizer_mismatch_with_equal_leaf_count_is_named(tmp_path):
   new_tx = optax.chain(optax.scale_by_schedule(lambda n: 1.0), optax.adam(1e-3))
   old, new = (TrainState.create(params, tx, seed=0) for tx in (old_tx, new_tx))
   assert len(jax.tree.leaves(old.opt_state)) == len(jax.tree.leaves(new.opt_state))
-  meta = {"step": 0, "param_shapes": ckpt_lib.param_shapes(params)}
+  meta = {"step": 0, "param_shapes": ckpt_lib.param_shapes(params), "code_versions": ["a1"]}
   wd = str(tmp_path / "run")
   ckpts = ckpt_lib.Checkpoints(wd)
   ckpts.save(old, meta)
@@ -285,20 +286,21 @@ def test_evaluation_fails_before_loading_the_model(tmp_path):
   """eval.py on a run without weights (restored from a records archive, or pruned), or for a
   split the task lacks, fails before the model loads (a missing model here would fail with
   "offline" instead)."""
-  from acl_jax.train import loop
+  from acl_jax import evaluate
   wd = tmp_path / "run"
   wd.mkdir()
   (wd / "results.json").write_text(json.dumps({"train": {"final_step": 6}, "dev": {}}))
   cfg = helpers.tiny_config("no-such-org/no-such-model")
   with pytest.raises(FileNotFoundError, match="No checkpoint in .*records archive"):
-    loop.evaluate_workdir(cfg, str(wd), ["dev"])
+    evaluate.evaluate_workdir(cfg, str(wd), ["dev"])
   (wd / "best" / "6").mkdir(parents=True)
   with pytest.raises(ValueError, match="Split 'tset' not in task"):
-    loop.evaluate_workdir(cfg, str(wd), ["dev", " tset"])
+    evaluate.evaluate_workdir(cfg, str(wd), ["dev", " tset"])
 
 
 def test_num_labels_mismatch_with_checkpoint(tiny_model_dir, tmp_path):
   from acl_jax.train import loop
+  from acl_jax import evaluate
   wd = str(tmp_path / "run")
   loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir), wd)
   # Same workdir, a 3-class task: the head no longer fits the checkpoint.
@@ -309,7 +311,7 @@ def test_num_labels_mismatch_with_checkpoint(tiny_model_dir, tmp_path):
     loop.train_and_evaluate(cfg, wd)
   # Evaluation builds the model of the config it is given: its head does not fit.
   with pytest.raises(ValueError, match="num_labels differs"):
-    loop.evaluate_workdir(cfg, wd, ["dev"])
+    evaluate.evaluate_workdir(cfg, wd, ["dev"])
 
 
 def test_eval_split_with_one_class_skips_only_the_silhouette(tiny_model_dir, tmp_path, caplog):
@@ -325,21 +327,21 @@ def test_eval_split_with_one_class_skips_only_the_silhouette(tiny_model_dir, tmp
 
 
 def test_nan_loss_names_step_and_term():
-  from acl_jax.train.loop import check_finite
-  check_finite(3, {"loss": 1.0, "loss/ce": 1.0, "grad_norm": 2.0, "train_acc": float("nan")})
+  from acl_jax.train.train_log import check_finite
+  check_finite(3, {"loss": 1.0, "loss/main": 1.0, "grad_norm": 2.0, "train_acc": float("nan")})
   with pytest.raises(FloatingPointError, match=r"step 7: .*loss/aux=nan"):
-    check_finite(7, {"loss": float("nan"), "loss/ce": 0.5, "loss/aux": float("nan")})
+    check_finite(7, {"loss": float("nan"), "loss/main": 0.5, "loss/aux": float("nan")})
   # A non-finite gradient under finite losses would corrupt the params a step before it showed.
   with pytest.raises(FloatingPointError, match=r"step 4: gate/norm_acl=inf, grad_norm=nan"):
     check_finite(4, {"loss": 1.0, "grad_norm": float("nan"), "gate/norm_acl": float("inf")})
 
 
 def test_resume_drops_a_half_written_metrics_line(tmp_path):
-  from acl_jax.train import loop
+  from acl_jax.train import train_log
   lines = ['{"step": 10, "kind": "train"}\n', '{"step": 20, "kind": "train"}\n',
            '{"step": 30, "kind": "train"}\n', '{"step": 40, "ki']  # crashed mid-write
   (tmp_path / "metrics.jsonl").write_text("".join(lines))
-  loop.MetricWriter(str(tmp_path), resume_step=20)
+  train_log.MetricWriter(str(tmp_path), resume_step=20)
   assert (tmp_path / "metrics.jsonl").read_text() == "".join(lines[:2])
 
 

@@ -21,6 +21,11 @@ INVARIANT_OBJECTIVES = {
     # Gated ACL-CL: three grads, the lower exits' cross-layer terms over the gathered batch.
     "acl_cl": ("runlocal,acl_cl", {"loss.contrastive_global": True}, True),
     "gloss": ("runlocal,gloss", {"loss.gloss_global": True}, False),
+    # The README's "Adding a loss" example, gated, alone and as ACL-CL's final-exit term.
+    "proto": ("runlocal", {"loss.name": "proto", "loss.lam": 0.5, "loss.gate": True,
+                           "loss.contrastive_global": True}, False),
+    "proto_cl": ("runlocal,acl_cl", {"loss.name": "proto", "loss.lam": 0.5,
+                                     "loss.contrastive_global": True}, True),
 }
 DROPOUT = 0.1  # the packaged MiniLM checkpoint's rate (hidden and attention)
 
@@ -54,8 +59,7 @@ def device_invariance(model_dir, num_devices, out, tags=",".join(INVARIANT_OBJEC
   import jax
   import optax
   from acl_jax.models import hf
-  from acl_jax.train import objectives, step as step_lib
-  from acl_jax.train.state import TrainState
+  from acl_jax.train import setup as setup_lib, step as step_lib
   from tests.helpers import tiny_config
   assert jax.device_count() == int(num_devices), jax.devices()
   mesh = step_lib.make_mesh()
@@ -67,16 +71,14 @@ def device_invariance(model_dir, num_devices, out, tags=",".join(INVARIANT_OBJEC
     model, params, _ = hf.load_pretrained(model_dir, 3, "all" if multi else "last",
                                           with_tokenizer=False, hidden_dropout=DROPOUT,
                                           attention_dropout=DROPOUT)
-    me = objectives.multi_exit_from_config(cfg.multi_exit, 2, 10) if multi else None
-    obj = objectives.build_objective(cfg.loss, num_labels=3, last_exit=2, multi_exit=me)
-    tx = optax.sgd(0.5)
     if tag == "ce":  # the first batch's loss without dropout, to show that dropout is on
       logits, _ = model.apply({"params": params}, batches[0]["input_ids"],
                               batches[0]["attention_mask"])
       results["ce/loss_without_dropout"] = np.asarray(
           optax.softmax_cross_entropy_with_integer_labels(logits[-1], batches[0]["labels"]).mean())
-    state = step_lib.replicate(TrainState.create(params, tx, 0), mesh)
-    fn = step_lib.make_train_step(model, obj, tx, mesh)
+    tr = setup_lib.make_trainer(cfg, model, params, mesh, num_labels=3, total_steps=10,
+                                tx=optax.sgd(0.5))
+    state, fn = tr.state, tr.train_step
     logs = []
     for b in batches:
       state, m = fn(state, step_lib.shard_batch(b, mesh))
@@ -115,7 +117,7 @@ def golden_runs(model_dir, root, out, tags=",".join(GOLDEN_RUNS)):
   import json
   import jax
   from acl_jax.train import checkpoint as ckpt_lib
-  from acl_jax.train import loop
+  from acl_jax.train import loop, setup as setup_lib
   from benchmarks.common import cpu_model
   from tests.helpers import tiny_config
   rec = {"cpu_model": cpu_model(), "jax": jax.__version__, "runs": {}}
@@ -129,7 +131,7 @@ def golden_runs(model_dir, root, out, tags=",".join(GOLDEN_RUNS)):
       train = [json.loads(line) for line in f]
     losses = [r["loss"] for r in train if r["kind"] == "train"]
     ckpts = ckpt_lib.Checkpoints(wd)
-    setup_params = loop.build(cfg).params  # the restore target: shapes and shardings
+    setup_params = setup_lib.build(cfg).params  # the restore target: shapes and shardings
     params, _ = ckpts.restore_params(setup_params)
     ckpts.close()
     assert loop.params_fingerprint(params) == results["train"]["params_sha256"]

@@ -22,6 +22,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from acl_jax.exits.margin import check_margin, margin_rule
+
 ONE_EXIT_MSG = "early-exit needs a model trained with exits='all' (this checkpoint has one exit)"
 
 
@@ -101,6 +103,7 @@ POLICIES = {
     "entropy": Policy(_entropy_rule, _check_entropy, jnp.float32),
     "confidence": Policy(_confidence_rule, _check_confidence, jnp.float32),
     "patience": Policy(_patience_rule, _check_patience, jnp.int32),
+    "margin": Policy(margin_rule, check_margin, jnp.float32),  # not in SPEC: README example
 }
 
 

@@ -7,6 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 
 GATE_MODES = ("drop", "project")
+# What the ACL-Grad angle is measured over (`angle_mask`).
+ANGLE_PARAMS = ("all", "encoder", "top")
 _EPS = 1e-12
 
 
@@ -59,22 +61,28 @@ def angle_gate(
     threshold_deg: float = 90.0,
     mode: str = "drop",
     params_mask: Optional[Any] = None,
+    ce_weight: float = 1.0,
 ) -> tuple[Any, dict]:
-  """Combines the CE and contrastive gradients, dropping or projecting on conflict.
+  """Combines the CE and contrastive gradients, dropping or projecting on conflict (SPEC §2.4).
 
-  cos = <g_ce, g_acl> / (|g_ce| |g_acl| + eps) over the leaves `params_mask` selects, and
+  The one place a gate decision is made. cos = <g_ce, g_acl> / (|g_ce| |g_acl| + eps) over
+  the leaves `params_mask` selects (the parameter partition the angle is measured over), and
   angle = degrees(arccos(cos)). The two do not conflict when angle <= threshold_deg; the
   test is done on cos against cos(threshold) so that exactly orthogonal gradients count as
-  90 degrees despite arccos round-off. A zero gradient on either side gives cos = 0, so
-  angle 90, which is not a conflict under the default threshold: the update is then
-  g_ce + lam * g_acl (a zero g_acl adds nothing; a zero g_ce lets the ACL term through).
+  90 degrees despite arccos round-off.
 
-  Modes, on conflict:
-    drop:    g = g_ce.
-    project: g = g_ce + lam * (g_acl - <g_acl, g_ce> / (|g_ce|^2 + eps) * g_ce), PCGrad
-             style. The projection uses dot products over the WHOLE tree, not the masked
-             ones, so the added term is orthogonal to g_ce as a whole update.
-  Without conflict both modes give g_ce + lam * g_acl.
+  Updates:
+    agree:             g = ce_weight * g_ce + lam * g_acl, the objective's own gradient
+                       (ce_weight is 1 - lam in SCL's convex form, 1 for ACL-Embed);
+    conflict, drop:    g = g_ce;
+    conflict, project: g = g_ce + lam * (g_acl - c * g_ce|mask), c = <g_acl, g_ce> /
+                       (|g_ce|^2 + eps), PCGrad style. Judged and projected over the same
+                       masked leaves: the added term is orthogonal to g_ce on them, and the
+                       leaves the angle does not see keep g_ce + lam * g_acl.
+  A zero gradient on either side (over the mask) gives cos = 0, so angle 90, which is not a
+  conflict under the default threshold: the update is then the agree one (a zero g_acl adds
+  nothing; a zero g_ce lets the ACL term through). Such a step had no angle to judge: it is
+  reported as `zero_grad`, not as gate on.
 
   Call this on gradients already averaged across devices, so every replica takes the
   same branch.
@@ -85,14 +93,16 @@ def angle_gate(
     lam: lambda >= 0, the contrastive weight.
     threshold_deg: angle threshold in (0, 180].
     mode: "drop" or "project".
-    params_mask: optional pytree of bools with g_ce's structure; the angle uses only True
-      leaves (see `encoder_angle_mask`). None uses every leaf. Leaves may be Python bools
-      (excluded leaves cost nothing) or bool arrays broadcastable to the leaf.
+    params_mask: optional pytree of bools with g_ce's structure; the angle (and the
+      projection) use only True leaves (see `angle_mask`). None uses every leaf. Leaves may
+      be Python bools (excluded leaves cost nothing) or bool arrays broadcastable to the leaf.
+    ce_weight: the weight of g_ce in the agree branch.
 
   Returns:
     grads: pytree like g_ce, in g_ce's dtypes.
-    info: {"angle": degrees, "gate": 1.0 when the unmodified ACL term was applied else 0.0,
-      "norm_ce", "norm_acl": norms over the masked leaves, the ones the angle uses}.
+    info: {"angle": degrees, "gate": 1.0 when a measured angle let the ACL term through
+      else 0.0, "zero_grad": 1.0 when either gradient is zero over the mask (then "gate" is
+      0.0), "norm_ce", "norm_acl": norms over the masked leaves, the ones the angle uses}.
   """
   check_gate_args(lam, threshold_deg, mode)
   if jax.tree.structure(g_ce) != jax.tree.structure(g_acl):
@@ -100,10 +110,11 @@ def angle_gate(
                      f"{jax.tree.structure(g_ce)} and {jax.tree.structure(g_acl)}.")
   if params_mask is not None and jax.tree.structure(params_mask) != jax.tree.structure(g_ce):
     raise ValueError("params_mask must have the gradients' pytree structure (one bool per "
-                     "leaf); build it with encoder_angle_mask(params).")
+                     "leaf); build it with angle_mask(params, ...).")
 
   dot = _tree_dot(g_ce, g_acl, params_mask)
-  norm_ce = jnp.sqrt(_tree_dot(g_ce, g_ce, params_mask))
+  sq_ce = _tree_dot(g_ce, g_ce, params_mask)
+  norm_ce = jnp.sqrt(sq_ce)
   norm_acl = jnp.sqrt(_tree_dot(g_acl, g_acl, params_mask))
   cos = jnp.clip(dot / (norm_ce * norm_acl + _EPS), -1.0, 1.0)
   angle = jnp.degrees(jnp.arccos(cos))
@@ -119,18 +130,27 @@ def angle_gate(
   def conflict_branch(_):
     if mode == "drop":
       return jax.tree.map(lambda c: c, g_ce)
-    full_dot = _tree_dot(g_acl, g_ce)
-    full_sq = _tree_dot(g_ce, g_ce)
-    coef = full_dot / (full_sq + _EPS)
-    return _combine(g_ce, g_acl, 1.0 - lam * coef, lam)
+    coef = dot / (sq_ce + _EPS)
+    mask = params_mask if params_mask is not None else jax.tree.map(lambda _: True, g_ce)
+
+    def leaf(c, a, m):
+      c32, a32 = c.astype(jnp.float32), a.astype(jnp.float32)
+      if _is_static_bool(m):
+        projected = a32 - coef * c32 if m else a32
+      else:
+        projected = jnp.where(m, a32 - coef * c32, a32)
+      return (c32 + lam * projected).astype(c.dtype)
+    return jax.tree.map(leaf, g_ce, g_acl, mask)
 
   def agree_branch(_):
-    return _combine(g_ce, g_acl, 1.0, lam)
+    return _combine(g_ce, g_acl, ce_weight, lam)
 
   grads = jax.lax.cond(agree, agree_branch, conflict_branch, None)
+  zero = (norm_ce == 0.0) | (norm_acl == 0.0)
   info = {
       "angle": angle,
-      "gate": agree.astype(jnp.float32),
+      "gate": (agree & ~zero).astype(jnp.float32),
+      "zero_grad": zero.astype(jnp.float32),
       "norm_ce": norm_ce,
       "norm_acl": norm_acl,
   }
@@ -171,3 +191,30 @@ def encoder_angle_mask(params: Any) -> Any:
     return names[-1] not in ("bias", "scale")
 
   return jax.tree.map_with_path(keep, params)
+
+
+def top_angle_mask(params: Any) -> Any:
+  """Bool pytree selecting the top encoder layer and every exit head (`angle_params=top`).
+
+  The fast ACL-Grad mode's partition: the angle sees the parameters nearest the losses.
+  Everything outside "encoder" (the heads) and the encoder's highest `layer_{i}` are True.
+  """
+  layers = sorted(int(k.split("_")[1]) for k in params["encoder"] if k.startswith("layer_"))
+  top = f"layer_{layers[-1]}"
+
+  def keep(path, _):
+    names = [_key_name(p) for p in path]
+    return names[0] != "encoder" or names[1] == top
+  return jax.tree.map_with_path(keep, params)
+
+
+
+def angle_mask(params: Any, angle_params: str) -> Any:
+  """The parameter partition the ACL-Grad angle is measured over, as `angle_gate`'s
+  `params_mask`: None for "all", `encoder_angle_mask` for "encoder" (RomeBERT: no heads,
+  LayerNorm or biases), `top_angle_mask` for "top" (the top layer and the heads)."""
+  if angle_params not in ANGLE_PARAMS:
+    raise ValueError(f"loss.angle_params must be one of {ANGLE_PARAMS}, got {angle_params!r}.")
+  if angle_params == "all":
+    return None
+  return encoder_angle_mask(params) if angle_params == "encoder" else top_angle_mask(params)

@@ -134,12 +134,6 @@ def transition_matrix(x: jax.Array, sigma, w_floor: float = DEFAULT_W_FLOOR,
   log_w = -sq_dist / (2.0 * sigma * sigma)
   log_w_max = jnp.max(jnp.where(edge, log_w, -jnp.inf))
   w = jnp.where(edge, jnp.exp(jnp.where(edge, log_w - log_w_max, 0.0)) + w_floor, 0.0)
-  if node_mask is None:  # unguarded: the guards below move T by float rounding (~1e-7), and
-    # this form reproduces earlier runs bit for bit
-    d_inv_sqrt = jax.lax.rsqrt(jnp.sum(w, axis=-1))
-    a = w * d_inv_sqrt[:, None] * d_inv_sqrt[None, :]
-    t = a / jnp.sum(a, axis=0, keepdims=True)
-    return t / jnp.sum(t, axis=1, keepdims=True)
   # Padding nodes have zero degree: their rows and columns stay 0 instead of 0/0.
   nonzero = lambda v: jnp.where(v > 0, v, 1.0)
   d = jnp.sum(w, axis=-1)

@@ -342,7 +342,7 @@ class ExitHead(nn.Module):
 
 
 class Encoder(nn.Module):
-  """Embeddings plus M transformer layers, callable in two parts (see `Classifier.lower`)."""
+  """Embeddings plus M transformer layers."""
   cfg: EncoderConfig
 
   def setup(self):
@@ -351,24 +351,23 @@ class Encoder(nn.Module):
       setattr(self, f"layer_{i}", TransformerLayer(self.cfg))
 
   def __call__(self, input_ids, attention_mask, token_type_ids=None, train: bool = False,
-               stop: int | None = None, drop: DropoutIndex | None = None,
-               packed: Packed | None = None):
-    """Runs embeddings and layers 0..stop-1 (all by default); `drop` keys dropout.
+               drop: DropoutIndex | None = None, packed: Packed | None = None):
+    """Runs embeddings and every layer; `drop` keys dropout.
 
     With `packed` (several examples per row, see `Packed`) `attention_mask` is unused: the
     attention is block-diagonal by segment, positions restart in every example, and the
     states are per example.
 
     Returns:
-      x: [batch, seq, hidden] hidden states after layer `stop` (packed: [rows, seq, hidden]).
-      states: {"cls": [stop, batch, hidden]} the [CLS] state after each layer run, plus
+      x: [batch, seq, hidden] hidden states after the last layer (packed: [rows, seq,
+        hidden]).
+      states: {"cls": [num_layers, batch, hidden]} the [CLS] state after each layer, plus
         "mean" (the masked token mean after each layer) when `cfg.exit_pooling == "mean"`
-        (packed: [stop, N, hidden], one per example).
+        (packed: [num_layers, N, hidden], one per example).
     """
     x = self.embeddings(input_ids, token_type_ids, train, drop,
                         None if packed is None else packed.position_ids)
-    return self.run_layers(x, attention_mask, 0, self.cfg.num_layers if stop is None else stop,
-                           train, drop, packed)
+    return self.run_layers(x, attention_mask, 0, self.cfg.num_layers, train, drop, packed)
 
   def run_layers(self, x, attention_mask, start: int, stop: int, train: bool = False,
                  drop: DropoutIndex | None = None, packed: Packed | None = None):
@@ -433,10 +432,6 @@ class Classifier(nn.Module):
   round-off, dropout masks included: every layer's [CLS] state (or token mean) is read per
   example, so every exit, loss and multi-exit strategy sees the same N examples.
   `apply_batch` calls either form from a batch dict.
-
-  The forward also splits in two, `lower` then `upper` (with `method=`), so a step can stop
-  gradients below the top layers (ACL-Grad's `angle_params="top"`); their composition is
-  exactly `__call__`.
   """
   cfg: EncoderConfig
 
@@ -452,9 +447,9 @@ class Classifier(nn.Module):
     if attention_mask is None:
       raise ValueError("Classifier needs an attention_mask ([batch, seq], 1 for real tokens), "
                        "or `packed` for a packed batch.")
-    x, states = self.lower(input_ids, attention_mask, token_type_ids, train,
-                           example_ids=example_ids)
-    return self.upper(x, attention_mask, states, train, example_ids)
+    drop = DropoutIndex.rows(example_ids, *input_ids.shape)
+    x, states = self.encoder(input_ids, attention_mask, token_type_ids, train, drop=drop)
+    return self._heads(x, states, train, drop.example[:, 0])
 
   def _packed(self, input_ids, token_type_ids, train: bool, example_ids, packed: Packed):
     """The forward of a packed batch: (logits, aux) laid out as for its N examples unpacked
@@ -462,37 +457,13 @@ class Classifier(nn.Module):
     drop = packed_dropout_index(packed, example_ids)
     x, states = self.encoder(input_ids, None, token_type_ids, train, drop=drop, packed=packed)
     eids = jnp.arange(packed.num_examples) if example_ids is None else example_ids
+    return self._heads(x, states, train, eids)
+
+  def _heads(self, x, states, train: bool, example_ids):
     exit_in = states[self.cfg.exit_pooling]
     logits, feats = [], []
     for m in self.cfg.exit_layers:
-      lg, f = getattr(self, f"exit_{m}")(exit_in[m - 1], train, eids)
-      logits.append(lg)
-      feats.append(f)
-    aux = {"cls": states["cls"], "feats": jnp.stack(feats), "last_hidden": x}
-    return jnp.stack(logits), aux
-
-  def lower(self, input_ids, attention_mask, token_type_ids=None, train: bool = False,
-            top_layers: int = 1, example_ids=None):
-    """Embeddings and all but the top `top_layers` layers -> (x, per-layer states).
-
-    The states are a dict of [M - top_layers, batch, hidden] arrays (see `Encoder`).
-    """
-    drop = DropoutIndex.rows(example_ids, *input_ids.shape)
-    return self.encoder(input_ids, attention_mask, token_type_ids, train,
-                        stop=self.cfg.num_layers - top_layers, drop=drop)
-
-  def upper(self, x, attention_mask, states_lower, train: bool = False, example_ids=None):
-    """The remaining top layers and every exit head -> (logits, aux) as `__call__`."""
-    start = states_lower["cls"].shape[0]
-    drop = DropoutIndex.rows(example_ids, *x.shape[:2])
-    x, states_top = self.encoder.run_layers(x, attention_mask, start, self.cfg.num_layers, train,
-                                            drop)
-    states = (jax.tree.map(lambda a, b: jnp.concatenate([a, b]), states_lower, states_top)
-              if start else states_top)
-    exit_in = states[self.cfg.exit_pooling]
-    logits, feats = [], []
-    for m in self.cfg.exit_layers:
-      lg, f = getattr(self, f"exit_{m}")(exit_in[m - 1], train, drop.example[:, 0])
+      lg, f = getattr(self, f"exit_{m}")(exit_in[m - 1], train, example_ids)
       logits.append(lg)
       feats.append(f)
     aux = {"cls": states["cls"], "feats": jnp.stack(feats), "last_hidden": x}

@@ -113,7 +113,7 @@ class Checkpoints:
     step = int(meta["step"])
     if mngr.latest_step() == step:
       return
-    if best:  # read by restore_params only (best checkpoints of older code hold it all)
+    if best:  # read by restore_params only
       state = {"params": state.params, "step": state.step}
     if not mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                    meta=ocp.args.JsonSave(meta))):
@@ -126,10 +126,9 @@ class Checkpoints:
 
     A crash after the latest save but before the best save of the same step leaves meta's
     best_step == state.step with no best checkpoint there: it is written from `state` (exactly
-    that step's weights). A best checkpoint ahead of `state` (left by a crash in older code,
-    which saved the best first, by a deleted `ckpt/`, or by a resume that fell back past an
-    unreadable latest checkpoint) belongs to a trajectory this run will
-    not retrace: it is moved aside to `best_stale/` (never deleted: it may be the only trained
+    that step's weights). A best checkpoint ahead of `state` (left by a deleted `ckpt/`, or by
+    a resume that fell back past an unreadable latest checkpoint) belongs to a trajectory this
+    run will not retrace: it is moved aside to `best_stale/` (never deleted: it may be the only trained
     weights), and as the best checkpoint it replaced is gone too, selection restarts here.
     Returns the (possibly reset) meta.
     """
@@ -148,7 +147,7 @@ class Checkpoints:
       log.warning("Best checkpoint at step %d is ahead of the latest (%d): moved to %s; "
                   "checkpoint selection restarts from step %d.", have, step, aside, step)
       return {**meta, "best_metric": None, "best_step": None, "evals_since_best": 0}
-    if meta.get("best_step") == step and have != step:
+    if meta["best_step"] == step and have != step:
       self.save(state, {**meta, "step": step}, best=True)
     return meta
 
@@ -166,7 +165,7 @@ class Checkpoints:
 
   def _check_fits(self, mngr, step: int, meta: dict, target_params) -> None:
     """Raises ValueError if the checkpoint's params do not fit `target_params`' shapes."""
-    want = meta.get("param_shapes", {})
+    want = meta["param_shapes"]
     have = param_shapes(target_params)
     diff = {k: (want[k], have.get(k)) for k in want if want[k] != have.get(k)}
     if diff:
@@ -193,7 +192,7 @@ class Checkpoints:
       raise ValueError(
           f"The checkpoint in {mngr.directory} (step {step}) fits this model but not this "
           f"optimizer's state (the optimizer or its settings changed since; it was trained by "
-          f"code {meta.get('code_versions', ['unknown'])}). Resume it with that code, or "
+          f"code {meta['code_versions']}). Resume it with that code, or "
           f"start a new --workdir; eval.py still reads its params. First differing leaf: "
           f"{diff[0]}.")
     raise ValueError(
@@ -294,6 +293,12 @@ class Checkpoints:
           "deleted after training: checkpoint.keep_train_state=False); use --checkpoint best.")
     return ((checkpoint == "best" and self.restore_params(target_params, best=True))
             or self.restore_params(target_params))
+
+  def latest_meta(self) -> dict | None:
+    """The JSON meta of the newest latest checkpoint whose meta can be read (what `restore`
+    resumes, unless its arrays turn out unreadable); None without one. Moves nothing."""
+    found = self._newest_intact(self.latest, lambda step: self._read_meta(self.latest, step))
+    return None if found is None else found[1]
 
   def read_meta(self, best: bool = False) -> dict | None:
     """The JSON meta of the newest best (or latest) checkpoint, without its arrays."""

@@ -1,57 +1,248 @@
-"""Training objectives built from the config.
+"""Training objectives: two registries, loss families and multi-exit strategies.
 
-Single exit: CE plus at most one auxiliary loss on the final exit's feature (SPEC §2).
-Multi-exit (SPEC §3): the strategies JT, 2ST, ALT, KD and ACL-CL weight the exits' losses.
+An objective hands the step its loss terms by role (`Terms`), never by name:
+- `main`, the gated main term: the CE that ACL-Grad measures the angle against (single exit:
+  the final exit's CE; multi-exit: the strategy's weighted exit losses, or under gated ACL-CL
+  the final exit's share alone);
+- `aux`, the gated auxiliary term: a loss on the final exit's feature (SCL, ACL-Embed, ...);
+- `outside`, terms added outside the gate (gated ACL-CL's lower exits, SPEC §2.5).
+The total is `main_weight * main + aux_weight * aux + outside`; the step differentiates it
+whole, or with a gate each role on its own (`train.step`).
 
-Every objective returns named terms, "ce" (the CE the ACL-Grad gate measures against) and,
-when there is one, "aux" (the gated auxiliary loss), plus logging metrics. Gated ACL-CL also
-returns "rest", the lower exits' losses, which stay outside the gate (SPEC §2.5).
+`LOSSES` holds one `LossFamily` per `loss.name` (SPEC §2) and `STRATEGIES` one `Strategy`
+per `multi_exit.strategy` (SPEC §3). Each entry validates its own config fields, states its
+SPEC defaults (the ones a config leaves unset) and builds a pure loss function. Adding a
+loss is one function in `acl_jax/losses/` and one `LOSSES` entry (README, "Adding a loss").
 """
 import dataclasses
+from typing import Any, Callable, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from acl_jax import losses
+from acl_jax.losses.gate import ANGLE_PARAMS
 from acl_jax.losses.graph import DEFAULT_W_FLOOR
+from acl_jax.losses.prototype import prototype_loss
 from acl_jax.models import label_embeddings
-from acl_jax.train.step import AXIS, GateSpec, Objective, example_ids
+from acl_jax.train.step import AXIS, example_ids
 
-# loss.lam's "unset" value: the loss's SPEC default (SCL 0.9, ACL-Embed 0.5, G-Loss 0.8).
+# loss.lam's "unset" value: the loss family's SPEC default (`LossFamily.lam`).
 LAM_DEFAULT = -1.0
-# What the ACL-Grad angle is measured over: every parameter, the encoder without heads,
-# LayerNorm and biases (RomeBERT), or the top layer and heads only (fast mode).
-ANGLE_PARAMS = ("all", "encoder", "top")
-STRATEGIES = ("", "jt", "2st", "alt", "kd", "acl_cl")
+# loss.gamma_keep / gamma_hide's "unset" value.
+GAMMA_UNSET = -1.0
 EXIT_WEIGHTS = ("uniform", "linear")
 KD_FORMS = ("add", "convex")
 # Gated ACL-CL: the CE the angle is measured against. "last" is SPEC §2.5 (the final exit's
-# CE; the lower exits' losses are added ungated, a third backward pass); "all" measures against
-# the gradient of every exit's loss (two backward passes; what ran before the field existed).
+# CE; the lower exits' losses are added outside the gate, a third backward pass); "all"
+# measures against the gradient of every exit's loss (two backward passes).
 GATE_CE = ("last", "all")
-# Fields added to the config after runs were made with it, and the value those runs used: a
-# workdir's config.json without the field reads as this (and resuming it with another value
-# is refused, see loop.check_same_run); a hand-built config block without the
-# field gets it too.
-LEGACY_DEFAULTS = {"multi_exit.kd_form": "convex", "multi_exit.gate_ce": "all",
-                   "loss.combine": "", "loss.contrastive_global": False}
-# Losses computed on pairs of batch examples (loss.contrastive_global gathers their batch).
-PAIRWISE_LOSSES = ("scl", "acl_embed", "triplet", "cosine")
+COMBINE_FORMS = ("convex", "additive")
 
 
-def _legacy_get(cfg, block: str, field: str):
-  return cfg.get(field, LEGACY_DEFAULTS[f"{block}.{field}"])
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class Terms:
+  """A step's loss terms by role, scalars; None where the objective has no such term (a
+  pytree, so it passes through jax.grad's aux)."""
+  main: jax.Array
+  aux: Optional[jax.Array] = None
+  outside: Optional[jax.Array] = None
 
 
-def legacy_fields_in_use(flat_cfg: dict) -> list[str]:
-  """The LEGACY_DEFAULTS fields that change what a (flattened) config trains."""
-  strategy, name = flat_cfg.get("multi_exit.strategy", ""), flat_cfg.get("loss.name", "ce")
-  used = {"multi_exit.kd_form": strategy == "kd",
-          "multi_exit.gate_ce": strategy == "acl_cl",
-          "loss.combine": name != "ce",
-          "loss.contrastive_global": name in PAIRWISE_LOSSES or strategy == "acl_cl"}
-  return [k for k in LEGACY_DEFAULTS if used[k]]
+ROLES = ("main", "aux", "outside")
+
+
+@dataclasses.dataclass(frozen=True)
+class GateSpec:
+  """ACL-Grad (SPEC §2.4): the aux term's gradient is gated against the main term's, the
+  angle measured over the `angle_params` partition (`losses.angle_mask`)."""
+  threshold_deg: float = 90.0
+  mode: str = "drop"
+  angle_params: str = "all"
+
+
+@dataclasses.dataclass(frozen=True)
+class Objective:
+  """A training objective.
+
+  `terms(params, logits, aux, batch, key, step) -> (Terms, metrics)` is pure; `roles` names
+  the Terms fields it fills. The total loss is `total(terms)`. With `gate`, the step takes
+  one gradient per role and lets `losses.angle_gate` combine main and aux:
+  main_weight * g_main + aux_weight * g_aux on agreement, g_main on conflict.
+  """
+  name: str
+  terms: Callable[..., tuple[Terms, dict[str, jax.Array]]]
+  roles: tuple[str, ...]
+  main_weight: float = 1.0  # 1 - lam in the convex form, else 1
+  aux_weight: float = 0.0  # lam
+  gate: Optional[GateSpec] = None
+  # (grads, step) -> grads: zeroes the gradients of parameters frozen at this step (2ST),
+  # after the cross-device mean and before clipping.
+  freeze: Optional[Callable[[Any, jax.Array], Any]] = None
+  # A constant factor inside main and aux (gated multi-exit: the final exit's weight w_M),
+  # divided out of the gate's logged gradient norms.
+  main_scale: float = 1.0
+  aux_scale: float = 1.0
+
+  def total(self, t: Terms) -> jax.Array:
+    loss = self.main_weight * t.main
+    if t.aux is not None:
+      loss = loss + self.aux_weight * t.aux
+    if t.outside is not None:
+      loss = loss + t.outside
+    return loss
+
+
+# ---------------------------------------------------------------------------------------------
+# Loss families (SPEC §2): an auxiliary loss on the final exit's feature, combined with CE.
+
+
+@dataclasses.dataclass(frozen=True)
+class AuxInputs:
+  """What an auxiliary loss reads, inside the per-device step.
+
+  Attributes:
+    params: the model params (label embeddings live in the final exit's kernel).
+    feats: [batch, d] the final exit's features f^(M) (SPEC notation).
+    labels: [batch] int labels.
+    key: the step's loss PRNG key (the same on every device).
+    mask: [batch] float, 0 for padding rows, or None.
+    ids: [batch] global example ids (key per-example randomness by them, not by rows).
+  """
+  params: Any
+  feats: jax.Array
+  labels: jax.Array
+  key: jax.Array
+  mask: Optional[jax.Array]
+  ids: jax.Array
+
+
+def gather_global(*xs):
+  """Each array (None passes through) gathered over the data axis into the global batch.
+
+  A loss computed on the gathered batch is the same on every device; its gradient is still
+  exact after the step's pmean: all_gather's transpose sums every device's cotangent of a
+  device's rows back onto that device (N times its share), and the pmean divides by N.
+  """
+  return tuple(None if x is None else jax.lax.all_gather(x, AXIS, tiled=True) for x in xs)
+
+
+def gathered(x: AuxInputs) -> AuxInputs:
+  """The inputs over the global batch (every device's rows, in global order)."""
+  f, y, m, ids = gather_global(x.feats, x.labels, x.mask, x.ids)
+  return dataclasses.replace(x, feats=f, labels=y, mask=m, ids=ids)
+
+
+@dataclasses.dataclass(frozen=True)
+class LossContext:
+  """What a loss family is built with beyond the config: the task and its data."""
+  num_labels: int
+  last_exit: int  # 1-based layer of the final exit (its kernel holds the label embeddings)
+  class_weights: Optional[jax.Array] = None  # [K] CE class weights
+  sigma: Optional[float] = None  # G-Loss kernel width from the `sqrt` heuristic
+
+
+AuxFn = Callable[[AuxInputs], Any]  # -> loss, or (loss, metrics)
+
+
+@dataclasses.dataclass(frozen=True)
+class LossFamily:
+  """One `loss.name`.
+
+  Attributes:
+    description: one line for logs and docs.
+    combine: "convex" ((1-lam) CE + lam L), "additive" (CE + lam L) or "none" (CE alone).
+    lam: SPEC's default lambda, used when loss.lam is unset; None where SPEC fixes none.
+    build: (config's loss block, LossContext) -> AuxFn; validates the block's fields it reads.
+    pairwise: the loss pairs batch examples, so loss.contrastive_global gathers its batch.
+  """
+  description: str
+  combine: str
+  lam: Optional[float] = None
+  build: Optional[Callable[[Any, LossContext], AuxFn]] = None
+  pairwise: bool = False
+
+
+def _scl(cfg, ctx):
+  losses.check_tau(cfg.tau)
+  return lambda x: losses.scl_loss(x.feats, x.labels, cfg.tau, example_mask=x.mask)
+
+
+def _acl_embed(cfg, ctx):
+  losses.check_tau(cfg.tau)
+  losses.check_anchors(cfg.anchors)
+  return lambda x: losses.acl_embed_loss(
+      x.feats, x.labels, label_embeddings(x.params, ctx.last_exit), cfg.tau,
+      anchors=cfg.anchors, example_mask=x.mask)
+
+
+GAMMA_KEEP = 0.7  # SPEC §2.6
+
+
+def _gloss(cfg, ctx):
+  sigma = float(cfg.sigma if ctx.sigma is None else ctx.sigma)
+  losses.check_sigma(sigma)
+  keep, hide = cfg.gamma_keep, cfg.gamma_hide
+  gamma_keep = GAMMA_KEEP if keep == GAMMA_UNSET and hide == GAMMA_UNSET else \
+      losses.resolve_gamma(None if keep == GAMMA_UNSET else keep,
+                           None if hide == GAMMA_UNSET else hide)
+  if cfg.gloss_form not in losses.GLOSS_FORMS:
+    raise ValueError(f"loss.gloss_form must be one of {losses.GLOSS_FORMS}, got "
+                     f"{cfg.gloss_form!r}.")
+
+  def fn(x):
+    # The split orders examples by a hash of (key, example id): with gloss_global every
+    # device builds the same graph over the gathered batch; without it each device's graph
+    # orders its own examples the same way the global one would.
+    if cfg.gloss_global:
+      x = gathered(x)
+    return losses.gloss(x.feats, x.labels, x.key, ctx.num_labels, sigma=sigma,
+                        gamma_keep=gamma_keep, form=cfg.gloss_form,
+                        class_weights=ctx.class_weights, example_mask=x.mask,
+                        example_ids=x.ids)
+  return fn
+
+
+def _triplet(cfg, ctx):
+  return lambda x: losses.triplet_loss(x.feats, x.labels, margin=cfg.margin,
+                                       example_mask=x.mask)
+
+
+def _cosine(cfg, ctx):
+  return lambda x: losses.cosine_loss(x.feats, x.labels, example_mask=x.mask)
+
+
+def _proto(cfg, ctx):
+  losses.check_tau(cfg.tau)
+  return lambda x: prototype_loss(x.feats, x.labels, ctx.num_labels, cfg.tau, x.mask)
+
+
+LOSSES: dict[str, LossFamily] = {
+    "ce": LossFamily("cross-entropy only", "none"),
+    "scl": LossFamily("(1-lambda) CE + lambda SCL (Gunel et al. 2021), SPEC §2.2", "convex",
+                      0.9, _scl, pairwise=True),
+    "acl_embed": LossFamily("CE + lambda ACL-Embed (label embeddings in the contrastive set), "
+                            "SPEC §2.3", "additive", 0.5, _acl_embed, pairwise=True),
+    "gloss": LossFamily("(1-lambda) CE + lambda G-Loss (batch-graph label propagation), "
+                        "SPEC §2.6", "convex", 0.8, _gloss),
+    # SPEC §2.7 fixes no lambda for these two; the config must set one.
+    "triplet": LossFamily("(1-lambda) CE + lambda batch-all triplet (Euclidean, margin 5), "
+                          "SPEC §2.7", "convex", None, _triplet, pairwise=True),
+    "cosine": LossFamily("(1-lambda) CE + lambda MSE(cos(x_i, x_j), 1[y_i = y_j]), SPEC §2.7",
+                         "convex", None, _cosine, pairwise=True),
+    # Not in the papers: the README's "Adding a loss" example. No SPEC lambda: set loss.lam.
+    "proto": LossFamily("CE + lambda prototype-contrastive (batch class prototypes)",
+                        "additive", None, _proto, pairwise=True),
+}
+
+
+def get_loss(name: str) -> LossFamily:
+  """The loss family `name`; an unknown name raises ValueError listing the known ones."""
+  if name not in LOSSES:
+    raise ValueError(f"Unknown loss.name {name!r}; known losses: {sorted(LOSSES)}.")
+  return LOSSES[name]
 
 
 # A G-Loss run warns when more than this share of its batch graph's edges sit at the weight
@@ -94,18 +285,150 @@ def gloss_floor_share(feats: np.ndarray, sigma: float, graph_size: int,
   return float(np.mean(shares))
 
 
+# ---------------------------------------------------------------------------------------------
+# Multi-exit strategies (SPEC §3): how the exits' CE losses are weighted.
+
+
 @dataclasses.dataclass(frozen=True)
 class MultiExit:
-  """Static description of a multi-exit strategy (from the config's `multi_exit` block)."""
+  """A validated `multi_exit` block (`multi_exit_from_config`)."""
   strategy: str
   weights: np.ndarray  # [num_exits], sums to 1
-  stage1_steps: int = 0  # 2ST: steps of stage 1
-  kd_temperature: float = 2.0
-  kd_alpha: float = 0.5
-  lambda_cl: float = 0.5
-  teacher_grad: bool = False
-  kd_form: str = "add"  # "add": CE_m + alpha T^2 KL (SPEC §3, JT plus KL); "convex": Hinton
-  gate_ce: str = "last"  # see GATE_CE
+  stage1_steps: int  # 2ST: steps of stage 1
+  kd_temperature: float
+  kd_alpha: float
+  lambda_cl: float
+  teacher_grad: bool
+  kd_form: str  # "add": CE_m + alpha T^2 KL (SPEC §3, JT plus KL); "convex": Hinton's mix
+  gate_ce: str  # see GATE_CE
+
+
+@dataclasses.dataclass(frozen=True)
+class ExitInputs:
+  """What a strategy reads, inside the per-device step.
+
+  Attributes:
+    params: the model params.
+    logits: [num_exits, batch, K].
+    feats: [num_exits, batch, d] every exit's features.
+    labels: [batch]; mask: [batch] or None.
+    ce: [num_exits] each exit's CE over the global batch.
+    step: the global step (traced).
+    tau: the contrastive temperature (ACL-CL).
+    pairs_global: loss.contrastive_global (ACL-CL pairs over the gathered batch).
+  """
+  params: Any
+  logits: jax.Array
+  feats: jax.Array
+  labels: jax.Array
+  mask: Optional[jax.Array]
+  ce: jax.Array
+  step: jax.Array
+  tau: float
+  pairs_global: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class Strategy:
+  """One `multi_exit.strategy`.
+
+  Attributes:
+    description: one line for logs and docs.
+    exit_losses: (MultiExit, ExitInputs) -> ([num_exits] weighted per-exit losses, whose
+      sum is the strategy's loss, and metrics).
+    check: validates the strategy's own fields of the `multi_exit` block.
+    takes_aux: a final-exit auxiliary loss (loss.name) may join it (ACL-CL: SPEC §2.5).
+  """
+  description: str
+  exit_losses: Callable[[MultiExit, ExitInputs], tuple[jax.Array, dict]]
+  check: Callable[[Any], None] = lambda me_cfg: None
+  takes_aux: bool = False
+
+
+def _last_only(w):
+  return jnp.zeros_like(w).at[-1].set(1.0)
+
+
+def _jt(me, x):
+  return jnp.asarray(me.weights) * x.ce, {}
+
+
+def _alt(me, x):
+  # Even steps: the final exit alone; odd steps: every exit (the optimizer also leaves the
+  # lower heads untouched on even steps, see optim.make_optimizer).
+  w = jnp.asarray(me.weights)
+  return jnp.where(x.step % 2 == 0, _last_only(w), w) * x.ce, {}
+
+
+def _2st(me, x):
+  w = jnp.asarray(me.weights)
+  lower_w = w.at[-1].set(0.0) / jnp.sum(w[:-1])
+  return jnp.where(x.step < me.stage1_steps, _last_only(w), lower_w) * x.ce, {}
+
+
+def _check_2st(me_cfg):
+  if not 0 < me_cfg.stage1_fraction < 1:
+    raise ValueError(f"multi_exit.stage1_fraction must be in (0, 1), got "
+                     f"{me_cfg.stage1_fraction}.")
+
+
+def _kd_term(student_logits, teacher_logits, temperature, mask):
+  """T^2 * KL(softmax(teacher/T) || softmax(student/T)), mean over the unmasked global batch
+  (normalised as `losses.cross_entropy` is)."""
+  t = jax.nn.log_softmax(jax.lax.stop_gradient(teacher_logits) / temperature, -1)
+  s = jax.nn.log_softmax(student_logits / temperature, -1)
+  kl = jnp.sum(jnp.exp(t) * (t - s), -1)
+  return temperature ** 2 * losses.weighted_mean(kl, mask, AXIS)
+
+
+def _kd(me, x):
+  kd = jnp.stack([_kd_term(lg, x.logits[-1], me.kd_temperature, x.mask)
+                  for lg in x.logits[:-1]])
+  ce_share = 1.0 - me.kd_alpha if me.kd_form == "convex" else 1.0
+  per_exit = jnp.concatenate([ce_share * x.ce[:-1] + me.kd_alpha * kd, x.ce[-1:]])
+  return jnp.asarray(me.weights) * per_exit, {f"kd/exit_{i + 1}": kd[i] for i in range(len(kd))}
+
+
+def _check_kd(me_cfg):
+  if me_cfg.kd_temperature <= 0 or not 0 <= me_cfg.kd_alpha <= 1:
+    raise ValueError("multi_exit.kd_temperature must be > 0 and kd_alpha in [0, 1].")
+  if me_cfg.kd_form not in KD_FORMS:
+    raise ValueError(f"multi_exit.kd_form must be one of {KD_FORMS}, got {me_cfg.kd_form!r}.")
+
+
+def _acl_cl(me, x):
+  """Each lower exit's CE + lambda_cl * cross-layer contrastive loss against the top."""
+  layers = sorted(int(k.split("_")[1]) for k in x.params if k.startswith("exit_"))
+  feats, labels, mask = x.feats, x.labels, x.mask
+  if x.pairs_global:  # loss.contrastive_global: positives and negatives from every device
+    feats, (labels, mask) = gather_global(*feats), gather_global(labels, mask)
+  t_feat, t_emb = feats[-1], label_embeddings(x.params, layers[-1])
+  cl = jnp.stack([losses.acl_cl_loss(feats[i], label_embeddings(x.params, m), t_feat, t_emb,
+                                     labels, x.tau, teacher_grad=me.teacher_grad,
+                                     example_mask=mask)
+                  for i, m in enumerate(layers[:-1])])
+  per_exit = jnp.concatenate([x.ce[:-1] + me.lambda_cl * cl, x.ce[-1:]])
+  return (jnp.asarray(me.weights) * per_exit,
+          {f"acl_cl/exit_{i + 1}": cl[i] for i in range(len(cl))})
+
+
+def _check_acl_cl(me_cfg):
+  if me_cfg.lambda_cl < 0:
+    raise ValueError(f"multi_exit.lambda_cl must be >= 0, got {me_cfg.lambda_cl}.")
+  if me_cfg.gate_ce not in GATE_CE:
+    raise ValueError(f"multi_exit.gate_ce must be one of {GATE_CE}, got {me_cfg.gate_ce!r}.")
+
+
+STRATEGIES: dict[str, Strategy] = {
+    "jt": Strategy("joint: the weighted sum of every exit's CE", _jt),
+    "2st": Strategy("two-stage (DeeBERT): backbone + final exit, then the lower exits", _2st,
+                    _check_2st),
+    "alt": Strategy("alternating (BERxiT): the final exit on even steps, all exits on odd",
+                    _alt),
+    "kd": Strategy("JT plus KL from the final exit's softened logits", _kd, _check_kd),
+    "acl_cl": Strategy("cross-layer contrastive distillation, SPEC §2.5", _acl_cl,
+                       _check_acl_cl, takes_aux=True),
+}
 
 
 def exit_weights(kind: str, num_exits: int) -> np.ndarray:
@@ -116,38 +439,28 @@ def exit_weights(kind: str, num_exits: int) -> np.ndarray:
   return (w / w.sum()).astype(np.float32)
 
 
-def multi_exit_from_config(me_cfg, num_exits: int, total_steps: int) -> MultiExit | None:
-  """Validates the config's `multi_exit` block; None for single-exit training."""
-  s = me_cfg.strategy.lower()
-  if s not in STRATEGIES:
-    raise ValueError(f"Unknown multi_exit.strategy {me_cfg.strategy!r}; known: "
-                     f"{[x for x in STRATEGIES if x]} (or '' for single-exit training).")
-  if not s:
-    return None
-  if num_exits < 2:
-    raise ValueError(f"multi_exit.strategy={s!r} needs an exit on every layer: set "
-                     "model.exits='all'.")
-  if not 0 < me_cfg.stage1_fraction < 1:
-    raise ValueError(f"multi_exit.stage1_fraction must be in (0, 1), got {me_cfg.stage1_fraction}.")
-  if me_cfg.kd_temperature <= 0 or not 0 <= me_cfg.kd_alpha <= 1:
-    raise ValueError("multi_exit.kd_temperature must be > 0 and kd_alpha in [0, 1].")
-  kd_form = _legacy_get(me_cfg, "multi_exit", "kd_form")
-  if kd_form not in KD_FORMS:
-    raise ValueError(f"multi_exit.kd_form must be one of {KD_FORMS}, got {kd_form!r}.")
-  if me_cfg.lambda_cl < 0:
-    raise ValueError(f"multi_exit.lambda_cl must be >= 0, got {me_cfg.lambda_cl}.")
-  gate_ce = _legacy_get(me_cfg, "multi_exit", "gate_ce")
-  if gate_ce not in GATE_CE:
-    raise ValueError(f"multi_exit.gate_ce must be one of {GATE_CE}, got {gate_ce!r}.")
-  return MultiExit(s, exit_weights(me_cfg.weights, num_exits),
-                   stage1_length(me_cfg.stage1_fraction, total_steps), float(me_cfg.kd_temperature),
-                   float(me_cfg.kd_alpha), float(me_cfg.lambda_cl), bool(me_cfg.teacher_grad),
-                   kd_form, gate_ce)
-
-
 def stage1_length(fraction: float, total_steps: int) -> int:
   """2ST's stage-1 steps: round(fraction * total), kept in [1, total - 1] so both stages run."""
   return max(1, min(int(round(fraction * total_steps)), total_steps - 1))
+
+
+def multi_exit_from_config(me_cfg, num_exits: int, total_steps: int) -> MultiExit | None:
+  """Validates the config's `multi_exit` block; None for single-exit training."""
+  s = me_cfg.strategy.lower()
+  if not s:
+    return None
+  if s not in STRATEGIES:
+    raise ValueError(f"Unknown multi_exit.strategy {me_cfg.strategy!r}; known: "
+                     f"{sorted(STRATEGIES)} (or '' for single-exit training).")
+  if num_exits < 2:
+    raise ValueError(f"multi_exit.strategy={s!r} needs an exit on every layer: set "
+                     "model.exits='all'.")
+  STRATEGIES[s].check(me_cfg)
+  return MultiExit(s, exit_weights(me_cfg.weights, num_exits),
+                   stage1_length(me_cfg.stage1_fraction, total_steps),
+                   float(me_cfg.kd_temperature), float(me_cfg.kd_alpha),
+                   float(me_cfg.lambda_cl), bool(me_cfg.teacher_grad), me_cfg.kd_form,
+                   me_cfg.gate_ce)
 
 
 def two_stage_freeze(stage1_steps: int):
@@ -168,213 +481,134 @@ def two_stage_freeze(stage1_steps: int):
   return freeze
 
 
-def _weights(entry: losses.LossEntry, lam: float) -> dict[str, float]:
-  if entry.combine == "none":
-    return {"ce": 1.0}
-  if entry.combine == "convex":
-    return {"ce": 1.0 - lam, "aux": lam}
-  return {"ce": 1.0, "aux": lam}
+# ---------------------------------------------------------------------------------------------
+# The objective of a config.
 
 
-def gather_global(*xs):
-  """Each array (None passes through) gathered over the data axis into the global batch.
-
-  A loss computed on the gathered batch is the same on every device; its gradient is still
-  exact after the step's pmean: all_gather's transpose sums every device's cotangent of a
-  device's rows back onto that device (N times its share), and the pmean divides by N.
-  """
-  return tuple(None if x is None else jax.lax.all_gather(x, AXIS, tiled=True) for x in xs)
-
-
-def _pairwise(loss_cfg, fn):
-  """`fn(p, f, y, k, m, ids)` over the global batch when loss.contrastive_global is set."""
-  if not _legacy_get(loss_cfg, "loss", "contrastive_global"):
-    return fn
-
-  def gathered(p, f, y, k, m, ids):
-    f, y, m, ids = gather_global(f, y, m, ids)
-    return fn(p, f, y, k, m, ids)
-  return gathered
+def _lambda(loss_cfg, family: LossFamily, combine: str) -> float:
+  lam = float(loss_cfg.lam)
+  if combine == "none":
+    return 0.0
+  if lam == LAM_DEFAULT:
+    if family.lam is None:
+      raise ValueError(f"loss {loss_cfg.name!r} has no default lambda (SPEC fixes none): set "
+                       f"one, e.g. --config.loss.lam=0.5, or use its method preset.")
+    lam = family.lam
+  if lam < 0:
+    raise ValueError(f"loss.lam must be >= 0, got {lam}.")
+  if combine == "convex" and lam > 1:
+    raise ValueError(f"loss.lam must be in [0, 1] for {loss_cfg.name} ((1-lam) CE + lam L), "
+                     f"got {lam}.")
+  return lam
 
 
-def _aux_fn(loss_cfg, num_labels, last_exit, class_weights, sigma):
-  """The auxiliary loss of the final exit: (params, feats, labels, key, mask, example ids)
-  -> loss."""
-  name = loss_cfg.name
-  if name in ("scl", "acl_embed"):
-    losses.check_tau(loss_cfg.tau)
-  if name == "scl":
-    return _pairwise(loss_cfg, lambda p, f, y, k, m, ids: losses.scl_loss(f, y, loss_cfg.tau,
-                                                                     example_mask=m))
-  if name == "acl_embed":
-    losses.check_anchors(loss_cfg.anchors)
-    return _pairwise(loss_cfg, lambda p, f, y, k, m, ids: losses.acl_embed_loss(
-        f, y, label_embeddings(p, last_exit), loss_cfg.tau, anchors=loss_cfg.anchors,
-        example_mask=m))
-  if name == "gloss":
-    sigma = float(loss_cfg.sigma if sigma is None else sigma)
-    losses.check_sigma(sigma)
-    keep, hide = loss_cfg.gamma_keep, loss_cfg.gamma_hide
-    gamma_keep = 0.7 if keep < 0 and hide < 0 else losses.resolve_gamma(
-        keep if keep >= 0 else None, hide if hide >= 0 else None)
-    def gloss_fn(p, f, y, k, m, ids):
-      # The split orders examples by a hash of (key, example id): with gloss_global every
-      # device builds the same graph over the gathered batch; without it each device's graph
-      # orders its own examples the same way the global one would.
-      if loss_cfg.gloss_global:
-        f, y, m, ids = gather_global(f, y, m, ids)
-      return losses.gloss(f, y, k, num_labels, sigma=sigma, gamma_keep=gamma_keep,
-                          form=loss_cfg.gloss_form, class_weights=class_weights,
-                          example_mask=m, example_ids=ids)
-    return gloss_fn
-  if name == "triplet":
-    return _pairwise(loss_cfg, lambda p, f, y, k, m, ids: losses.triplet_loss(
-        f, y, margin=loss_cfg.margin, example_mask=m))
-  if name == "cosine":
-    return _pairwise(loss_cfg, lambda p, f, y, k, m, ids: losses.cosine_loss(f, y, example_mask=m))
-  return None
-
-
-def _kd(student_logits, teacher_logits, temperature, mask):
-  """T^2 * KL(softmax(teacher/T) || softmax(student/T)), mean over the unmasked global batch
-  (normalised as `losses.cross_entropy` is)."""
-  t = jax.nn.log_softmax(jax.lax.stop_gradient(teacher_logits) / temperature, -1)
-  s = jax.nn.log_softmax(student_logits / temperature, -1)
-  kl = jnp.sum(jnp.exp(t) * (t - s), -1)
-  return temperature ** 2 * losses.weighted_mean(kl, mask, AXIS)
-
-
-def _multi_exit_ce(me: MultiExit, params, logits, aux, batch, cw, step, tau, pairs_global):
-  """The non-gated part of a multi-exit objective, SPEC §2.5 and §3: ([M] per-exit weighted
-  losses, whose sum is the loss, and metrics)."""
-  labels, mask = batch["labels"], batch.get("example_mask")
-  ce = jnp.stack([losses.cross_entropy(lg, labels, cw, mask, axis_name=AXIS) for lg in logits])
-  w = jnp.asarray(me.weights)
-  metrics = {f"ce/exit_{i + 1}": ce[i] for i in range(len(ce))}
-  last_only = jnp.zeros_like(w).at[-1].set(1.0)
-  if me.strategy == "jt":
-    return w * ce, metrics
-  if me.strategy == "alt":
-    # Even steps: the final exit alone; odd steps: every exit (the optimizer also leaves the
-    # lower heads untouched on even steps, see optim.make_optimizer).
-    return jnp.where(step % 2 == 0, last_only, w) * ce, metrics
-  if me.strategy == "2st":
-    lower_w = w.at[-1].set(0.0) / jnp.sum(w[:-1])
-    return jnp.where(step < me.stage1_steps, last_only, lower_w) * ce, metrics
-  if me.strategy == "kd":
-    kd = jnp.stack([_kd(lg, logits[-1], me.kd_temperature, mask) for lg in logits[:-1]])
-    ce_share = 1.0 - me.kd_alpha if me.kd_form == "convex" else 1.0
-    per_exit = jnp.concatenate([ce_share * ce[:-1] + me.kd_alpha * kd, ce[-1:]])
-    metrics.update({f"kd/exit_{i + 1}": kd[i] for i in range(len(kd))})
-    return w * per_exit, metrics
-  # ACL-CL: each lower exit's CE + lambda_cl * cross-layer contrastive loss against the top.
-  layers = sorted(int(k.split("_")[1]) for k in params if k.startswith("exit_"))
-  feats = aux["feats"]
-  if pairs_global:  # loss.contrastive_global: positives and negatives from every device
-    feats, (labels, mask) = gather_global(*feats), gather_global(labels, mask)
-  t_feat, t_emb = feats[-1], label_embeddings(params, layers[-1])
-  cl = jnp.stack([losses.acl_cl_loss(feats[i], label_embeddings(params, m), t_feat, t_emb,
-                                     labels, tau, teacher_grad=me.teacher_grad, example_mask=mask)
-                  for i, m in enumerate(layers[:-1])])
-  per_exit = jnp.concatenate([ce[:-1] + me.lambda_cl * cl, ce[-1:]])
-  metrics.update({f"acl_cl/exit_{i + 1}": cl[i] for i in range(len(cl))})
-  return w * per_exit, metrics
+def _gate(loss_cfg, lam: float) -> GateSpec | None:
+  if not loss_cfg.gate:
+    return None
+  losses.check_gate_args(lam, loss_cfg.gate_threshold, loss_cfg.gate_mode)
+  if loss_cfg.angle_params not in ANGLE_PARAMS:
+    raise ValueError(f"loss.angle_params must be one of {ANGLE_PARAMS}, got "
+                     f"{loss_cfg.angle_params!r}.")
+  return GateSpec(float(loss_cfg.gate_threshold), loss_cfg.gate_mode, loss_cfg.angle_params)
 
 
 def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=None,
                     sigma: float | None = None, multi_exit: MultiExit | None = None) -> Objective:
-  """Builds the objective named by `loss_cfg.name` (a key of `acl_jax.losses.LOSSES`).
+  """The objective of the config's `loss` block (and multi-exit strategy), validated.
 
   Args:
-    loss_cfg: the config's `loss` block.
+    loss_cfg: the config's `loss` block; `loss.name` is a key of `LOSSES`.
     num_labels: K.
     last_exit: 1-based layer of the final exit (its kernel gives the label embeddings).
     class_weights: optional [K] CE class weights.
     sigma: G-Loss kernel width overriding loss_cfg.sigma (the `sqrt` heuristic's value).
     multi_exit: a multi-exit strategy (`multi_exit_from_config`), or None for one exit.
   """
-  entry = losses.get_loss(loss_cfg.name)
-  combine = _legacy_get(loss_cfg, "loss", "combine")  # "": the loss's own
-  if combine:
-    if combine not in ("convex", "additive"):
-      raise ValueError(f"loss.combine must be '', 'convex' or 'additive', got {combine!r}.")
-    if entry.combine == "none":
-      raise ValueError(f"loss.combine={combine!r} with loss.name={loss_cfg.name!r}: plain CE "
-                       "has no auxiliary term to combine; leave loss.combine=''.")
-    entry = dataclasses.replace(entry, combine=combine)
-  lam = float(loss_cfg.lam)
-  if lam == LAM_DEFAULT and entry.combine != "none":
-    if "lam" not in entry.defaults:
-      raise ValueError(f"loss {loss_cfg.name!r} has no default lambda (SPEC fixes none): set "
-                       f"one, e.g. --config.loss.lam=0.5, or use its method preset.")
-    lam = float(entry.defaults["lam"])
-  if entry.combine != "none" and lam < 0:
-    raise ValueError(f"loss.lam must be >= 0, got {lam}.")
-  if entry.combine == "convex" and lam > 1:
-    raise ValueError(f"loss.lam must be in [0, 1] for {loss_cfg.name} ((1-lam) CE + lam L), "
-                     f"got {lam}.")
   name = loss_cfg.name
+  family = get_loss(name)
+  combine = family.combine
+  if loss_cfg.combine:  # "": the family's own form
+    if loss_cfg.combine not in COMBINE_FORMS:
+      raise ValueError(f"loss.combine must be '', 'convex' or 'additive', got "
+                       f"{loss_cfg.combine!r}.")
+    if combine == "none":
+      raise ValueError(f"loss.combine={loss_cfg.combine!r} with loss.name={name!r}: plain CE "
+                       "has no auxiliary term to combine; leave loss.combine=''.")
+    if multi_exit is not None:
+      raise ValueError(f"loss.combine={loss_cfg.combine!r} with multi_exit.strategy="
+                       f"{multi_exit.strategy!r}: multi-exit training adds the final exit's "
+                       "auxiliary loss to the exits' CE (SPEC §2.5); leave loss.combine=''.")
+    combine = loss_cfg.combine
+  if loss_cfg.class_weights not in ("", "balanced"):
+    raise ValueError(f"loss.class_weights must be '' or 'balanced', got "
+                     f"{loss_cfg.class_weights!r}.")
+  if loss_cfg.sigma_mode not in ("fixed", "sqrt"):
+    raise ValueError(f"loss.sigma_mode must be 'fixed' or 'sqrt', got {loss_cfg.sigma_mode!r}.")
+  lam = _lambda(loss_cfg, family, combine)
   cw = None if class_weights is None else jnp.asarray(class_weights, jnp.float32)
-  aux_fn = _aux_fn(loss_cfg, num_labels, last_exit, cw, sigma)
-  weights = _weights(entry, lam)
-  if multi_exit is not None and combine:
-    raise ValueError(f"loss.combine={combine!r} with multi_exit.strategy="
-                     f"{multi_exit.strategy!r}: multi-exit training adds the final exit's "
-                     "auxiliary loss to the exits' CE (SPEC §2.5); leave loss.combine=''.")
+  aux_fn = None
+  if family.build is not None:
+    aux_fn = family.build(loss_cfg, LossContext(num_labels, last_exit, cw, sigma))
+    if family.pairwise and loss_cfg.contrastive_global:
+      aux_fn = (lambda fn: lambda x: fn(gathered(x)))(aux_fn)
+  strategy = None
   if multi_exit is not None:
-    if multi_exit.strategy == "acl_cl":
+    strategy = STRATEGIES[multi_exit.strategy]
+    if strategy.takes_aux:
       losses.check_tau(loss_cfg.tau)
-    if aux_fn is not None and multi_exit.strategy != "acl_cl":
+    if aux_fn is not None and not strategy.takes_aux:
       raise ValueError(f"loss.name={name!r} with multi_exit.strategy={multi_exit.strategy!r}: "
                        "only ACL-CL adds a contrastive loss to multi-exit training; use "
                        "loss.name='ce' (or 'acl_embed' with acl_cl).")
-    # Multi-exit weights are already inside the terms; the final exit's aux loss is additive
-    # (SPEC §2.5: the last exit trains with CE + lambda * L_ACL, gated by ACL-Grad). Gated
-    # with gate_ce="last", "ce" is the final exit's w_M CE_M and "rest" the lower exits'
-    # losses, added outside the gate; with "all", "ce" holds both.
-    weights = {"ce": 1.0, "aux": lam} if aux_fn is not None else {"ce": 1.0}
-    if aux_fn is not None and loss_cfg.gate and multi_exit.gate_ce == "last":
-      weights = {"rest": 1.0, **weights}
+  gate = _gate(loss_cfg, lam)
+  if gate is not None and aux_fn is None:
+    raise ValueError(f"loss.gate=True needs an auxiliary loss (scl, acl_embed, ...), not "
+                     f"{name!r}.")
+  # Multi-exit: the final exit's aux loss is additive (SPEC §2.5: the last exit trains with
+  # CE + lambda * L_ACL, gated by ACL-Grad), and inside the strategy's weighted sum, so the
+  # main and aux terms carry the final exit's weight w_M.
+  main_weight = 1.0 - lam if combine == "convex" and multi_exit is None else 1.0
+  w_last = 1.0 if multi_exit is None else float(multi_exit.weights[-1])
+  # Gated ACL-CL with gate_ce="last": the angle is against the final exit's CE alone; the
+  # lower exits' losses are added outside the gate.
+  split_last = gate is not None and multi_exit is not None and multi_exit.gate_ce == "last"
 
   def terms(params, logits, aux, batch, key, step):
-    labels = batch["labels"]
-    mask = batch.get("example_mask")
+    labels, mask = batch["labels"], batch.get("example_mask")
     hit = (jnp.argmax(logits[-1], -1) == labels).astype(jnp.float32)
     metrics = {"train_acc": losses.weighted_mean(hit, mask, AXIS)}
+    outside = None
     if multi_exit is None:
-      out = {"ce": losses.cross_entropy(logits[-1], labels, cw, mask, axis_name=AXIS)}
+      main = losses.cross_entropy(logits[-1], labels, cw, mask, axis_name=AXIS)
     else:
-      per_exit, extra = _multi_exit_ce(multi_exit, params, logits, aux, batch, cw, step,
-                                       loss_cfg.tau,
-                                       _legacy_get(loss_cfg, "loss", "contrastive_global"))
-      out = ({"rest": jnp.sum(per_exit[:-1]), "ce": per_exit[-1]} if "rest" in weights
-             else {"ce": jnp.sum(per_exit)})
+      ce = jnp.stack([losses.cross_entropy(lg, labels, cw, mask, axis_name=AXIS)
+                      for lg in logits])
+      metrics.update({f"ce/exit_{i + 1}": ce[i] for i in range(len(ce))})
+      per_exit, extra = strategy.exit_losses(multi_exit, ExitInputs(
+          params, logits, aux["feats"], labels, mask, ce, step, loss_cfg.tau,
+          bool(loss_cfg.contrastive_global)))
       metrics.update(extra)
+      if split_last:
+        main, outside = per_exit[-1], jnp.sum(per_exit[:-1])
+      else:
+        main = jnp.sum(per_exit)
+    aux_term = None
     if aux_fn is not None:
-      val = aux_fn(params, aux["feats"][-1], labels, key, mask, example_ids(batch))
-      if isinstance(val, tuple):
-        val, extra = val
+      aux_term = aux_fn(AuxInputs(params, aux["feats"][-1], labels, key, mask,
+                                  example_ids(batch)))
+      if isinstance(aux_term, tuple):
+        aux_term, extra = aux_term
         metrics.update(extra)
       if multi_exit is not None:
-        val = multi_exit.weights[-1] * val  # the final exit's share of sum_m w_m L_m
-      out["aux"] = val
-    return out, metrics
+        aux_term = w_last * aux_term  # the final exit's share of sum_m w_m L_m
+    return Terms(main, aux_term, outside), metrics
 
-  gate = None
-  if loss_cfg.gate:
-    if aux_fn is None:
-      raise ValueError("loss.gate=True needs an auxiliary loss (scl, acl_embed, ...), not "
-                       f"{name!r}.")
-    losses.check_gate_args(lam, loss_cfg.gate_threshold, loss_cfg.gate_mode)
-    if loss_cfg.angle_params not in ANGLE_PARAMS:
-      raise ValueError(f"loss.angle_params must be one of {ANGLE_PARAMS}, got "
-                       f"{loss_cfg.angle_params!r}.")
-    gate = GateSpec(float(loss_cfg.gate_threshold), loss_cfg.gate_mode, loss_cfg.angle_params)
+  roles = ("main",) + (("aux",) if aux_fn is not None else ()) + (
+      ("outside",) if split_last else ())
   label = (multi_exit.strategy + ":" if multi_exit else "") + name + ("+grad" if gate else "")
   freeze = (two_stage_freeze(multi_exit.stage1_steps)
             if multi_exit is not None and multi_exit.strategy == "2st" else None)
-  scales = {}
-  if multi_exit is not None and aux_fn is not None:  # "aux" is w_M L_ACL; so is "ce" w_M CE_M
-    w_last = float(multi_exit.weights[-1])
-    scales = {"aux": w_last, **({"ce": w_last} if "rest" in weights else {})}
-  return Objective(label, terms, weights, gate, freeze, scales)
+  scaled = multi_exit is not None and aux_fn is not None
+  return Objective(label, terms, roles, main_weight, lam if aux_fn is not None else 0.0, gate,
+                   freeze, main_scale=w_last if split_last else 1.0,
+                   aux_scale=w_last if scaled else 1.0)

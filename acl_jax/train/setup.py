@@ -1,0 +1,171 @@
+"""From a config to the pieces of a run: the one place they are built and the config checked.
+
+- `check_config(cfg)`: every config error that needs no data or model, raised before loading.
+- `build(cfg, splits)`: the task, tokenizer, model, pretrained params and tokenised splits.
+- `make_trainer(cfg, model, params, mesh, ...)`: objective -> optimizer -> state -> step.
+
+The training loop, eval.py, the scripts, the benchmarks and the tests all build through these.
+"""
+import dataclasses
+import os
+from typing import Any, Callable
+
+import jax
+import numpy as np
+import optax
+
+from acl_jax import data as data_lib
+from acl_jax.models import hf
+from acl_jax.train import objectives, optim, step as step_lib
+from acl_jax.train.state import TrainState
+
+# The top-level fields that count something, and their least value.
+_COUNTS = (("batch_size", 1), ("eval_batch_size", 1), ("num_steps", 0), ("eval_every", 0),
+           ("checkpoint_every", 0), ("early_stop_patience", 0), ("log_every", 1))
+
+
+def check_config(cfg) -> None:
+  """Raises ValueError naming the field and the fix for any config error that needs no data
+  or model: counts, divisibility by the device count, the loss (each loss family and
+  strategy validates its own fields, on stand-in sizes) and the optimizer."""
+  for key, low in _COUNTS:
+    if cfg[key] < low:
+      raise ValueError(f"{key} must be >= {low}, got {cfg[key]}: set --config.{key}.")
+  if cfg.num_steps == 0 and cfg.num_epochs < 1:
+    raise ValueError(f"num_epochs must be >= 1 when num_steps is 0, got {cfg.num_epochs}: set "
+                     "--config.num_epochs or --config.num_steps.")
+  for key in ("batch_size", "eval_batch_size"):
+    if cfg[key] % jax.device_count():
+      raise ValueError(f"{key} {cfg[key]} must be divisible by the device count "
+                       f"{jax.device_count()}: set --config.{key} to a multiple of it.")
+  num_exits = 2 if cfg.model.exits == "all" else 1
+  multi = objectives.multi_exit_from_config(cfg.multi_exit, num_exits, total_steps=2)
+  objectives.build_objective(cfg.loss, num_labels=2, last_exit=num_exits, multi_exit=multi,
+                             sigma=1.0 if cfg.loss.sigma_mode == "sqrt" else None)
+  optim.lr_groups(**_lr_args(cfg, total_steps=2, multi=multi))
+
+
+def _cache_dir() -> str:
+  return os.environ.get("ACL_JAX_CACHE", os.path.join(os.path.expanduser("~"), ".cache",
+                                                      "acl_jax", "tokens"))
+
+
+@dataclasses.dataclass
+class Setup:
+  """What a config loads before the first step."""
+  config: Any
+  task: data_lib.TaskData
+  tokenizer: Any
+  model: Any
+  params: Any  # the pretrained params (host)
+  tok: dict  # split name -> tokenised dataset
+  boundaries: tuple
+  mesh: Any
+
+
+def subsample(ds, n: int, seed: int):
+  """A seeded subsample of n rows (all of them when n is 0 or the dataset is smaller)."""
+  if n and len(ds) > n:
+    return ds.shuffle(seed=seed).select(range(n))
+  return ds
+
+
+def check_splits(task, splits) -> None:
+  missing = [s for s in splits if s not in task.splits]
+  if missing:
+    raise ValueError(f"Split {missing[0]!r} not in task {task.name}; has {sorted(task.splits)}.")
+
+
+def load_model(config, num_labels: int, with_tokenizer: bool = True):
+  """(model, pretrained params, tokenizer) that a run's config trains (hf.load_pretrained)."""
+  overrides = {"exit_pooling": config.model.exit_pooling}
+  if config.model.dropout >= 0:
+    overrides.update(hidden_dropout=config.model.dropout, attention_dropout=config.model.dropout)
+  return hf.load_pretrained(
+      config.model.name, num_labels, exits=config.model.exits, head=config.model.head or None,
+      dtype=config.model.dtype, seed=config.seed, ignore_head=config.model.ignore_head,
+      with_tokenizer=with_tokenizer, **overrides)
+
+
+def build(config, splits=()) -> Setup:
+  """Loads the task, model and tokenised splits named by the config; `splits` the caller will
+  read must exist (checked before the model loads)."""
+  t = config.task
+  files = {k: v for k, v in (("train", t.train_file), ("dev", t.dev_file),
+                              ("test", t.test_file)) if v}
+  task = data_lib.load_task(
+      t.name, t.data_dir or None, text=t.text, val_fraction=t.val_fraction,
+      split_seed=t.split_seed, on_empty=t.on_empty, text_column=t.text_column,
+      text_pair_column=t.text_pair_column or None, label_column=t.label_column,
+      files=files or None, main_metric=t.main_metric or None, hub_id=t.hub_id,
+      hub_config=t.hub_config, hub_splits=dict(t.splits))
+  check_splits(task, splits)
+  model, params, tokenizer = load_model(config, task.num_labels)
+  tok = {}
+  for split, ds in task.splits.items():
+    n = t.max_train_examples if split == "train" else t.max_eval_examples
+    ds = subsample(ds, n, config.seed if split == "train" else 0)
+    tok[split] = data_lib.tokenize_dataset(ds, tokenizer, t.max_length, cache_dir=_cache_dir())
+  boundaries = data_lib.bucket_boundaries(t.max_length, t.num_buckets)
+  return Setup(config, task, tokenizer, model, params, tok, boundaries, step_lib.make_mesh())
+
+
+def class_weights(config, labels: np.ndarray, num_labels: int) -> np.ndarray | None:
+  """loss.class_weights="balanced": sklearn's class-balanced CE weights of the train labels."""
+  if config.loss.class_weights != "balanced":
+    return None
+  from acl_jax.losses import balanced_class_weights  # pylint: disable=import-outside-toplevel
+  return balanced_class_weights(np.asarray(labels), num_labels)
+
+
+def _lr_args(cfg, total_steps: int, multi=None) -> dict:
+  o = cfg.optim
+  return dict(lr=o.lr, total_steps=total_steps, warmup_ratio=o.warmup_ratio,
+              strategy=multi.strategy if multi else "",
+              stage1_steps=multi.stage1_steps if multi else 0, head_lr_mult=o.head_lr_mult)
+
+
+@dataclasses.dataclass
+class Trainer:
+  """Objective -> optimizer -> state -> step, as `make_trainer` assembles them."""
+  objective: objectives.Objective
+  multi_exit: objectives.MultiExit | None
+  tx: optax.GradientTransformation
+  lr_groups: dict  # the optimizer's learning rates, for the train log (optim.learning_rates)
+  state: TrainState  # the initial state, replicated on the mesh
+  train_step: Callable
+
+
+def make_trainer(cfg, model, params, mesh, *, num_labels: int, total_steps: int,
+                 class_weights=None, sigma: float | None = None,
+                 tx: optax.GradientTransformation | None = None, donate: bool = True,
+                 max_traces: int | None = None) -> Trainer:
+  """The objective, optimizer, initial state and jitted train step of a config.
+
+  Args:
+    cfg: the run's config (its loss, multi_exit, optim blocks and seed are read).
+    model: the `Classifier`; params: its (host or replicated) params.
+    mesh: the data mesh (`step.make_mesh`).
+    num_labels: K.
+    total_steps: the optimizer's steps (its schedule, 2ST's stages).
+    class_weights: optional [K] CE class weights (`class_weights`).
+    sigma: G-Loss's kernel width from the `sqrt` heuristic, overriding loss.sigma.
+    tx: an optax transformation instead of the config's AdamW (tests capture gradients).
+    donate: donate the state buffers to the step.
+    max_traces: fail when the step is traced more often (catches recompiles).
+  """
+  multi = objectives.multi_exit_from_config(cfg.multi_exit, len(model.cfg.exit_layers),
+                                            total_steps)
+  objective = objectives.build_objective(cfg.loss, num_labels=num_labels,
+                                         last_exit=model.cfg.exit_layers[-1],
+                                         class_weights=class_weights, sigma=sigma,
+                                         multi_exit=multi)
+  lr_args = _lr_args(cfg, total_steps, multi)
+  if tx is None:
+    tx = optim.make_optimizer(weight_decay=cfg.optim.weight_decay,
+                              clip_norm=cfg.optim.clip_norm, **lr_args)
+  state = step_lib.replicate(TrainState.create(params, tx, cfg.seed), mesh)
+  train_step = step_lib.make_train_step(model, objective, tx, mesh, donate=donate,
+                                        max_traces=max_traces)
+  return Trainer(objective, multi, tx, optim.lr_groups(**lr_args), state, train_step)
+
