@@ -248,7 +248,8 @@ def test_sigkill_during_a_checkpoint_save_resumes_exactly(tiny_model_dir, tmp_pa
   assert whole.wait(timeout=300) == 0, whole.stderr.read()[-3000:]
   p = helpers.run_py(["train.py", *args, "--workdir", killed])
   assert p.returncode == 0, p.stderr[-3000:]
-  assert "Resumed from" in p.stderr and "at step 4" in p.stderr
+  log = p.stdout + p.stderr  # train.py logs to stdout (acl_jax.logs)
+  assert "Resumed from" in log and "at step 4" in log, log[-3000:]
   assert not os.path.exists(tmp)
   assert sorted(os.listdir(os.path.join(killed, "ckpt"))) == ["12", "8"]
   assert provenance.checkpoint_steps(straight) == [8, 12]
