@@ -176,12 +176,12 @@ def _objective_fn(words, num_exits, last_exit, shards):
   """(objective, jitted per-device terms and their gradients with respect to the params it
   reads itself, the logits and the exit features), shared by both layouts."""
   objective = _objective(words, num_exits, last_exit)
-  names = tuple(objective.weights)
+  names = objective.roles
 
   def per_device(params, b, logits, feats, step):
     def term(p, lg, f, name):
       terms, _ = objective.terms(p, lg, {"feats": f}, b, jax.random.fold_in(KEY, 1), step)
-      return terms[name]
+      return getattr(terms, name)
     vals = {k: jax.lax.pmean(term(params, logits, feats, k), AXIS) for k in names}
     grads = {k: jax.grad(functools.partial(term, name=k), argnums=(0, 1, 2))(params, logits,
                                                                               feats)
@@ -214,8 +214,9 @@ def _terms_and_grads(model, params, words, batch, shards, train, step):
     out[k] = jax.tree.map(lambda a, b: np.asarray(a)[0] + b,
                           vjp(params, split, (g_logits, g_feats))[1], direct)
   if objective.gate is not None:
-    out["gated"], _ = losses.angle_gate(out["ce"], out["aux"], objective.weights["aux"],
-                                        threshold_deg=objective.gate.threshold_deg)
+    out["gated"], _ = losses.angle_gate(out["main"], out["aux"], objective.aux_weight,
+                                        threshold_deg=objective.gate.threshold_deg,
+                                        ce_weight=objective.main_weight)
   vals = {k: float(np.asarray(v)[0]) for k, v in vals.items()}  # the same on every device
   return vals, out, (_join(logits), _join(feats))
 
