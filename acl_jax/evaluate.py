@@ -32,9 +32,12 @@ def predict_split(setup: Setup, eval_step, params, ds, with_features: bool = Fal
     feats: [n, d] last-exit features, or None.
   """
   preds, feats, index = [], [], []
-  for batch in data_lib.eval_batches(ds, setup.config.eval_batch_size, setup.boundaries,
-                                     jax.process_index(), jax.process_count(),
-                                     setup.tokenizer.pad_token_id or 0):
+  pad = setup.tokenizer.pad_token_id or 0
+  size, pi, pc = setup.config.eval_batch_size, jax.process_index(), jax.process_count()
+  batches = (data_lib.packed_eval_batches(ds, size, setup.packing, pi, pc, pad)
+             if setup.packing is not None else
+             data_lib.eval_batches(ds, size, setup.boundaries, pi, pc, pad))
+  for batch in batches:
     batch["index"] = batch["index"].astype(np.int32)
     sharded = step_lib.shard_batch(batch, setup.mesh)
     logits, f = eval_step(params, sharded)

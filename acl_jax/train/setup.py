@@ -61,6 +61,8 @@ class Setup:
   tok: dict  # split name -> tokenised dataset
   boundaries: tuple
   mesh: Any
+  # task.packing: how batches are packed (data.Packing), or None for one example a row.
+  packing: Any = None
 
 
 def subsample(ds, n: int, seed: int):
@@ -107,7 +109,9 @@ def build(config, splits=()) -> Setup:
     ds = subsample(ds, n, config.seed if split == "train" else 0)
     tok[split] = data_lib.tokenize_dataset(ds, tokenizer, t.max_length, cache_dir=_cache_dir())
   boundaries = data_lib.bucket_boundaries(t.max_length, t.num_buckets)
-  return Setup(config, task, tokenizer, model, params, tok, boundaries, step_lib.make_mesh())
+  mesh = step_lib.make_mesh()
+  packing = data_lib.Packing(t.max_length, mesh.size) if t.packing else None
+  return Setup(config, task, tokenizer, model, params, tok, boundaries, mesh, packing)
 
 
 def class_weights(config, labels: np.ndarray, num_labels: int) -> np.ndarray | None:

@@ -15,6 +15,7 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from acl_jax.losses import angle_gate, angle_mask
+from acl_jax.models import apply_batch, is_packed
 from acl_jax.train.state import TrainState
 
 AXIS = "data"
@@ -59,14 +60,17 @@ def example_ids(batch) -> jax.Array:
   """
   if "example_id" in batch:
     return batch["example_id"]
+  if is_packed(batch):
+    raise ValueError("A packed batch needs its examples' global ids as batch['example_id'] "
+                     "(the dataset index): its rows are not examples.")
   n = batch["input_ids"].shape[0]
   return lax.axis_index(AXIS) * n + jnp.arange(n)
 
 
 def _forward(model, params, batch, key, train):
+  """The model on a batch, one example a row or packed (`models.apply_batch`)."""
   rngs = {"dropout": key} if train else None
-  return model.apply({"params": params}, batch["input_ids"], batch["attention_mask"],
-                     batch.get("token_type_ids"), train=train, rngs=rngs,
+  return apply_batch(model, params, batch, train=train, rngs=rngs,
                      example_ids=example_ids(batch) if train else None)
 
 
