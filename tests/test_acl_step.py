@@ -15,7 +15,8 @@ def setup():
 
 
 @pytest.mark.parametrize("name,angle_params", [
-    ("acl", "all"), ("acl", "encoder"), ("acl", "top"), ("scl", "all"), ("scl", "top")])
+    ("acl", "all"), pytest.param("acl", "encoder", marks=pytest.mark.slow), ("acl", "top"),
+    ("scl", "all"), pytest.param("scl", "top", marks=pytest.mark.slow)])
 def test_gate_branches_match_ungated_gradients(setup, name, angle_params):
   """Threshold 180: always on == the ungated objective (ACL: CE + lam*ACL; SCL: (1-lam) CE +
   lam*SCL); threshold ~0: always off == CE alone, g = g_CE (SPEC §2.4), also for SCL's convex
