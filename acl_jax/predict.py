@@ -138,25 +138,6 @@ def softmax(logits: np.ndarray) -> np.ndarray:
   return e / e.sum(-1, keepdims=True)
 
 
-def make_packed_eval_step(model, mesh):
-  """`eval_step(params, packed batch) -> (logits [exits, N, K], feats [exits, N, d])`.
-
-  Every array of the batch (`data.make_packed_batch`: per-token [rows, seq], per-example [N])
-  is split over the data axis; each device runs its own rows and returns its own examples.
-  """
-  import jax  # pylint: disable=import-outside-toplevel
-  from jax.sharding import PartitionSpec as P  # pylint: disable=import-outside-toplevel
-  from acl_jax.models import bert  # pylint: disable=import-outside-toplevel
-  from acl_jax.train.step import AXIS  # pylint: disable=import-outside-toplevel
-
-  def per_device(params, batch):
-    logits, aux = bert.apply_batch(model, params, batch)
-    return logits, aux["feats"]
-
-  return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(AXIS)),
-                               out_specs=(P(None, AXIS), P(None, AXIS))))
-
-
 # The batch arrays an unpacked forward reads (a packed one adds `models.bert.PACKED_KEYS`).
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -183,8 +164,8 @@ class Predictor:
     self.boundaries = batching.bucket_boundaries(self.max_length, int(t.num_buckets))
     self.pad_id = run.tokenizer.pad_token_id or 0
     self.packing = batching.Packing(self.max_length, devices)
-    self._eval_step = (make_packed_eval_step(run.model, run.mesh) if packed
-                       else step_lib.make_eval_step(run.model, run.mesh))
+    # One eval step for both layouts: it reads a packed batch by its keys.
+    self._eval_step = step_lib.make_eval_step(run.model, run.mesh)
     self._shard = lambda b: step_lib.shard_batch(b, run.mesh)
     self._to_host = step_lib.to_host
     self._fast_params = None

@@ -395,7 +395,6 @@ import chex
 chex.set_n_cpu_devices(2)
 import jax
 import numpy as np
-from acl_jax import predict
 from acl_jax.data import batching
 from acl_jax.models.bert import PACKED_KEYS, Classifier, apply_batch, init_params
 from acl_jax.train import step as step_lib
@@ -409,7 +408,7 @@ mesh = step_lib.make_mesh()
 assert mesh.size == 2, mesh
 packed = batching.Packing(T.SEQ, 2).batch(cols, idx)
 inputs = {k: packed[k] for k in ("input_ids", "token_type_ids") + PACKED_KEYS}
-step = predict.make_packed_eval_step(model, mesh)
+step = step_lib.make_eval_step(model, mesh)
 logits, feats = step(step_lib.replicate(params, mesh), step_lib.shard_batch(inputs, mesh))
 want_logits, aux = apply_batch(model, params, batching.make_batch(cols, idx, T.SEQ))
 real = idx >= 0
