@@ -27,6 +27,8 @@ import fcntl
 import json
 import os
 
+from acl_jax import provenance  # light: no jax
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORDS = os.path.join(REPO, "results", "records")
 
@@ -50,16 +52,6 @@ def run_name(settings: dict) -> str:
 def parse_name(name: str) -> dict:
   """The settings a run name spells (`task=mr,method=acl,loss.lam=0.5,seed=1`), in order."""
   return dict(kv.split("=", 1) for kv in name.split(",") if kv)
-
-
-def _flatten(d: dict, prefix: str = "") -> dict:
-  out = {}
-  for k, v in d.items():
-    if isinstance(v, dict):
-      out.update(_flatten(v, f"{prefix}{k}."))
-    else:
-      out[f"{prefix}{k}"] = v
-  return out
 
 
 def _load(path: str):
@@ -100,7 +92,7 @@ def evals_of(workdir: str) -> list[dict]:
 
 
 def budget_of(config: dict | None, results: dict) -> dict:
-  flat = _flatten(config or {})
+  flat = provenance.flatten(config or {})
   out = {key: flat[path] for path, key in BUDGET_FIELDS if path in flat}
   train = results.get("train", {})
   if "final_step" in train:
