@@ -8,7 +8,7 @@ Token data is kept as "columns" (see `to_columns`): flat int32 arrays of all tok
 plus per-example offsets, so building a batch is a few vectorised gathers.
 """
 import dataclasses
-from typing import Iterator, Sequence, Union
+from typing import Any, Iterator, Sequence, Union
 
 import datasets
 import numpy as np
@@ -199,19 +199,27 @@ def train_batches(tok: Union[datasets.Dataset, Columns], global_batch_size: int,
     (step, batch) with batch as in `make_batch`, [global_batch_size // process_count] rows.
   """
   cols = to_columns(tok)
-  per_epoch = num_train_batches(len(cols["length"]), global_batch_size)
+  plan_of = lambda epoch: train_plan(cols["length"], global_batch_size, seed, epoch, boundaries,
+                                     shuffle_within=shuffle_within)
+  for step, (seq_len, idx) in _planned_steps(len(cols["length"]), global_batch_size, start_step,
+                                             plan_of):
+    yield step, make_batch(cols, process_slice(idx, process_index, process_count), seq_len,
+                           pad_id)
+
+
+def _planned_steps(n: int, global_batch_size: int, start_step: int, plan_of
+                   ) -> Iterator[tuple[int, Any]]:
+  """Endless (step, entry) from start_step: entry s % E of `plan_of(s // E)`, the epoch's
+  plan of E = num_train_batches batches, each plan computed once."""
+  per_epoch = num_train_batches(n, global_batch_size)
   if per_epoch == 0:
-    raise ValueError(f"{len(cols['length'])} examples make no full batch of "
-                     f"{global_batch_size}.")
+    raise ValueError(f"{n} examples make no full batch of {global_batch_size}.")
   step, plan, plan_epoch = start_step, None, None
   while True:
     epoch, pos = divmod(step, per_epoch)
     if epoch != plan_epoch:
-      plan, plan_epoch = train_plan(cols["length"], global_batch_size, seed, epoch,
-                                    boundaries, shuffle_within=shuffle_within), epoch
-    seq_len, idx = plan[pos]
-    yield step, make_batch(cols, process_slice(idx, process_index, process_count), seq_len,
-                           pad_id)
+      plan, plan_epoch = plan_of(epoch), epoch
+    yield step, plan[pos]
     step += 1
 
 
@@ -451,17 +459,10 @@ def packed_train_batches(tok: Union[datasets.Dataset, Columns], global_batch_siz
     global_batch_size // process_count examples in its devices' rows.
   """
   cols = to_columns(tok)
-  per_epoch = num_train_batches(len(cols["length"]), global_batch_size)
-  if per_epoch == 0:
-    raise ValueError(f"{len(cols['length'])} examples make no full batch of "
-                     f"{global_batch_size}.")
-  step, plan, plan_epoch = start_step, None, None
-  while True:
-    epoch, pos = divmod(step, per_epoch)
-    if epoch != plan_epoch:
-      plan, plan_epoch = random_plan(len(cols["length"]), global_batch_size, seed, epoch), epoch
-    yield step, packing.batch(cols, plan[pos], process_index, process_count, pad_id)
-    step += 1
+  n = len(cols["length"])
+  plan_of = lambda epoch: random_plan(n, global_batch_size, seed, epoch)
+  for step, idx in _planned_steps(n, global_batch_size, start_step, plan_of):
+    yield step, packing.batch(cols, idx, process_index, process_count, pad_id)
 
 
 def packed_eval_batches(tok: Union[datasets.Dataset, Columns], batch_size: int,
