@@ -26,10 +26,13 @@ Metrics are fractions (0.8123), as train.py writes them. Imports nothing heavy.
 import fcntl
 import json
 import os
-
-from acl_jax import provenance  # light: no jax
+import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:  # run as a script from scripts/ (report.py, sweep.py)
+  sys.path.insert(0, REPO)
+from acl_jax import provenance  # noqa: E402  (light: no jax)  pylint: disable=wrong-import-position
+
 RECORDS = os.path.join(REPO, "results", "records")
 
 # The config fields a row's budget states (dotted config path -> budget key).
