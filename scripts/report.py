@@ -685,11 +685,25 @@ def curve_figure(rows, axis, curves, path, title, baseline=None, logx=False, whi
   plt.close(fig)
 
 
-def per_exit_figure(rows, path, title):
+def _task_panels(rows, path, title, draw):
+  """One panel per multi-exit task with rows (SST-2, MR): `draw(ax, task)` fills its curves,
+  then every panel gets a grid and a legend, and the figure is saved to `path`."""
   plt = _plt()
   tasks = [t for t in ("sst2", "mr") if select(rows, t)]
   fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 3.8), squeeze=False)
   for ax, t in zip(axes[0], tasks):
+    draw(ax, t)
+    ax.set_ylabel(f"{specs.METRIC[t]} (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+  fig.suptitle(title, fontsize=10)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def per_exit_figure(rows, path, title):
+  def draw(ax, t):
     rs = select(rows, t)
     split = "test" if any(k.startswith("test/") for k in records.scores(rs[0])) else "dev"
     exits = exits_of(rs[0])
@@ -702,20 +716,11 @@ def per_exit_figure(rows, path, title):
                     capsize=2, label=LABELS[meth])
     ax.set_title(f"{TASK_NAMES[t]} ({split})", fontsize=10)
     ax.set_xlabel("exit (layer)")
-    ax.set_ylabel(f"{specs.METRIC[t]} (%)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-  fig.suptitle(title, fontsize=10)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  _task_panels(rows, path, title, draw)
 
 
 def quality_speed_figure(rows, path, title):
-  plt = _plt()
-  tasks = [t for t in ("sst2", "mr") if select(rows, t)]
-  fig, axes = plt.subplots(1, len(tasks), figsize=(5.5 * len(tasks), 3.8), squeeze=False)
-  for ax, t in zip(axes[0], tasks):
+  def draw(ax, t):
     for meth in specs.MULTI_EXIT:
       rs = [r for r in select(rows, t, meth) if r.get("early_exit", {}).get("entropy")]
       if not rs:
@@ -728,13 +733,7 @@ def quality_speed_figure(rows, path, title):
       ax.plot(xs, ys, marker="o", label=LABELS[meth])
     ax.set_title(f"{TASK_NAMES[t]} dev, entropy policy", fontsize=10)
     ax.set_xlabel("layer speed-up (6 / mean layers)")
-    ax.set_ylabel(f"{specs.METRIC[t]} (%)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-  fig.suptitle(title, fontsize=10)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  _task_panels(rows, path, title, draw)
 
 
 def angles_figure(rows, path):
