@@ -87,9 +87,10 @@ def base_config() -> ml_collections.ConfigDict:
   f("task.main_metric", "", "metric that selects checkpoints; \"\" = the task's own")
   f("task.max_length", 128, "longest token sequence, special tokens included; longer ones "
     "are truncated")
-  f("task.packing", False, "pack several examples into each row (block-diagonal attention, "
-    "positions per example; exact): fewer padding tokens per step. Training batches are then "
-    "drawn uniformly at random, not grouped by length")
+  f("task.packing", True, "pack several examples into each row (block-diagonal attention, "
+    "positions per example; exact): fewer padding tokens per step. Training batches are "
+    "drawn uniformly at random. False = one example a row, batches grouped by length "
+    "(task.num_buckets)")
   f("task.num_buckets", 4, "static sequence lengths for length bucketing (one compile each)")
   f("task.max_train_examples", 0, "0 = all; else a seeded subsample (stated in results)")
   f("task.max_eval_examples", 0, "0 = all; else the first n of a fixed shuffle of each eval "
