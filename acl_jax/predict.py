@@ -9,8 +9,9 @@ round-off on far fewer tokens. With `packed=False` it batches by length as `data
 does, sorting a chunk of inputs by token count into batches padded to the run's bucket lengths,
 with the run's eval step (`train.step.make_eval_step`). Either way the results come back in
 input order. With an exit policy, a multi-exit run stops each example at its own layer on the
-layer-skipping fast path (`exits.early_exit_predict`); that path stays unpacked, one text a row
-in length-sorted batches, since its rows leave the batch one by one.
+layer-skipping fast path (`exits.early_exit_batches`); that path stays unpacked, one text a
+row in length-sorted batches, since its rows leave one by one: the rows of a chunk's batches
+of one length are pooled, so the later layers still run in full blocks.
 
 `predict_file` reads CSV, TSV or JSONL (a file or stdin) with the run's text column(s) and
 writes one JSON line per input row, in input order:
@@ -233,10 +234,10 @@ class Predictor:
     n = len(cols["length"])
     layer = np.zeros((n,), np.int32)
     out = np.zeros((n, len(self.run.label_names)), np.float32)
-    for batch in self._batches(cols):
-      m, _, lg = exits.early_exit_predict(cfg, self._fast_params, batch["input_ids"],
-                                          batch["attention_mask"], batch["token_type_ids"],
-                                          policy, threshold, with_logits=True)
+    batches = list(self._batches(cols))
+    results = exits.early_exit_batches(cfg, self._fast_params, batches, policy, threshold,
+                                       block=self.batch_size, with_logits=True)
+    for batch, (m, _, lg) in zip(batches, results):
       keep = batch["index"] >= 0
       layer[batch["index"][keep]] = m[keep]
       out[batch["index"][keep]] = lg[keep]

@@ -1,5 +1,7 @@
 """Shared pytest set-up: offline hub, CPU only, slow tests opt-in, shared data optional."""
 import os
+import shutil
+import tempfile
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -15,6 +17,15 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
+  # One XLA compilation cache for the session, shared by the xdist workers and the training
+  # subprocesses they start: many tests compile the same tiny-model steps. Entries are keyed
+  # by the computation, the jax version and XLA_FLAGS, so a hit is the executable a fresh
+  # compile would give. Set ACL_JAX_TEST_JIT_CACHE=0 to compile everything afresh.
+  if (os.environ.get("ACL_JAX_TEST_JIT_CACHE", "1") != "0"
+      and "JAX_COMPILATION_CACHE_DIR" not in os.environ):
+    cache = tempfile.mkdtemp(prefix="acl-jax-test-jit-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = cache
+    config.add_cleanup(lambda: shutil.rmtree(cache, ignore_errors=True))
   config.addinivalue_line("markers", "slow: long test, skipped unless --runslow is given")
   config.addinivalue_line(
       "markers", "needs_shared_data: reads the corpora in ../shared/data; skipped without it")

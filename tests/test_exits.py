@@ -9,6 +9,7 @@ import pytest
 from acl_jax.exits import POLICIES, early_exit_predict, select_exit, sweep, write_table
 from acl_jax.exits import fast
 from acl_jax.models import Classifier, EncoderConfig, init_params
+from tests import numerics
 from tests.helpers import REPO, run_py
 
 CFG = EncoderConfig(vocab_size=100, hidden_size=32, num_layers=4, num_heads=4,
@@ -216,35 +217,70 @@ def test_fast_path_bounded_shapes_and_custom_buckets(model):
   assert fast.default_buckets(128) == (1, 2, 4, 8, 16) + tuple(range(32, 129, 16))
   assert all(v == 1 for v in fast.TRACES.values()), "a shape was traced twice"
   for policy in POLICIES:
-    steps = {k for k in fast.TRACES if k[:2] == ("step", policy)}
-    assert len(steps) <= len(buckets) * len(seqs)
-    assert {k[2] for k in steps} <= set(buckets)
-  gathers = {k for k in fast.TRACES if k[0] == "gather"}
-  assert len(gathers) <= len(buckets) ** 2 * len(seqs)
+    blocks = {k for k in fast.TRACES if k[:2] == ("block", policy)}
+    assert len(blocks) <= len(buckets) * len(seqs)
+    assert {k[2] for k in blocks} <= set(buckets) and {k[3] for k in blocks} <= {batch}
 
-  # a custom bucket tuple: same answers, only those sizes compiled
+  # custom buckets: same answers, only those sizes compiled; the largest is the block, the
+  # most rows one layer call takes, and may be smaller than the pool
   fast.TRACES.clear()
   ids, mask, tt = make_inputs(20, 7)
   logits = np.asarray(forward(params, ids, mask, tt))
-  for t in safe_thresholds(logits, "entropy", n=3)[:3]:
-    ref = jax.device_get(select_exit(logits, "entropy", t))
-    got = early_exit_predict(CFG, params, ids, mask, tt, "entropy", t, buckets=(24, 6))
-    np.testing.assert_array_equal(got[0], ref[0])
-    np.testing.assert_array_equal(got[1], ref[1])
-    # stats: padded rows run per layer, against what the real examples needed
+  for buckets in ((24, 6), (4, 8)):
+    for t in safe_thresholds(logits, "entropy", n=3)[:3]:
+      ref = jax.device_get(select_exit(logits, "entropy", t))
+      stats = {}
+      got = early_exit_predict(CFG, params, ids, mask, tt, "entropy", t, buckets=buckets,
+                               stats=stats)
+      np.testing.assert_array_equal(got[0], ref[0])
+      np.testing.assert_array_equal(got[1], ref[1])
+      # stats: rows run per layer, against what the real examples needed
+      assert stats["example_layers"] == int(ref[0].sum())
+      want, live, block = 0, 20, max(buckets)
+      for m in range(1, 5):  # full blocks of the live rows, then the smallest bucket >= the rest
+        want += live // block * block + (min(b for b in buckets if b >= live % block)
+                                         if live % block else 0)
+        live = int((ref[0] > m).sum())
+        if live == 0:
+          break
+      assert stats["row_layers"] == want
+  assert {k[2] for k in fast.TRACES if k[0] == "block"} <= {4, 6, 8, 24}
+
+
+def test_pooled_batches_equal_each_batch_alone(model):
+  """early_exit_batches pools rows by sequence length across batches (with their padding
+  rows) and runs the later layers in full blocks: each batch's answer is its own."""
+  params, forward = model
+  batches = []
+  for i, (b, seq) in enumerate([(8, SEQ), (8, 8), (8, SEQ), (5, SEQ), (8, 8)]):
+    ids, mask, tt = make_inputs(b, 300 + i, seq)
+    batches.append(dict(input_ids=ids, attention_mask=mask, token_type_ids=None if i == 1 else tt))
+  all_logits = [np.asarray(forward(params, b["input_ids"], b["attention_mask"],
+                                   b["token_type_ids"])) for b in batches]
+  thresholds = safe_thresholds(np.concatenate(all_logits, 1), "entropy", n=3)
+  for policy, t in [("entropy", thresholds[1]), ("patience", 1)]:
     stats = {}
-    early_exit_predict(CFG, params, ids, mask, tt, "entropy", t, buckets=(24, 6), stats=stats)
-    assert stats["example_layers"] == int(ref[0].sum())
-    want, live = 0, 20
-    for m in range(1, 5):  # the bucket a layer runs = smallest bucket >= examples still live
-      want += 24 if live > 6 else 6
-      live = int((ref[0] > m).sum())
-      if live == 0:
-        break
-    assert stats["row_layers"] == want
-  assert {k[2] for k in fast.TRACES if k[0] == "step"} <= {6, 24}
-  with pytest.raises(ValueError, match="largest bucket"):
-    early_exit_predict(CFG, params, ids, mask, tt, "entropy", 0.5, buckets=(4, 8))
+    got = fast.early_exit_batches(CFG, params, batches, policy, t, max_pool_rows=16,
+                                  stats=stats, with_logits=True)
+    assert len(got) == len(batches)
+    for b, lg, (layer, preds, logits) in zip(batches, all_logits, got):
+      ref_layer, ref_preds = jax.device_get(select_exit(lg, policy, t))
+      np.testing.assert_array_equal(layer, ref_layer)
+      np.testing.assert_array_equal(preds, ref_preds)
+      alone = early_exit_predict(CFG, params, b["input_ids"], b["attention_mask"],
+                                 b["token_type_ids"], policy, t, with_logits=True)
+      # the same layer arithmetic on the same rows, in calls of another row count (other
+      # matmul blocking): summation-order round-off of the hidden-size (32) sums, scaled to
+      # the logits' magnitude (tests/numerics.py)
+      numerics.assert_trees_close_f32(logits, alone[2], CFG.hidden_size)
+      numerics.assert_trees_close_f32(logits, lg[layer - 1, np.arange(len(layer))],
+                                      CFG.hidden_size)
+    assert stats["example_layers"] == sum(int(g[0].sum()) for g in got)
+    # blocks of 8 rows (the largest batch); pools of 16 and 5 rows of length 12 and one of 16
+    # of length 8: each pool's last block per layer runs at most 7 copies, over 4 layers
+    assert stats["example_layers"] <= stats["row_layers"] <= stats["example_layers"] + 3 * 4 * 7
+  assert fast.pool_size(5, 8, 1024) == 8 and fast.pool_size(17, 8, 1024) == 32
+  assert fast.pool_size(1000, 32, 1024) == 1024 and fast.pool_size(100, 32, 80) == 96
 
 
 # --- sweep, table and plot -------------------------------------------------------------------

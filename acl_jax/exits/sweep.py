@@ -1,8 +1,8 @@
 """Quality-speed sweeps of an early-exit policy over thresholds.
 
 For each threshold a row reports the metric, the mean number of layers run, the layer speed-up
-M / mean layers, and the measured wall-clock speed-up of `early_exit_predict` against the full
-model on the same batches. Batches are dicts of numpy arrays as `acl_jax.data` makes them
+M / mean layers, and the measured wall-clock speed-up of the fast path (`early_exit_batches`,
+the batches' rows pooled layer by layer) against the full model on the same batches. Batches are dicts of numpy arrays as `acl_jax.data` makes them
 (input_ids, attention_mask, token_type_ids?, labels, example_mask); rows with example_mask 0
 are padding and count in the timings (both paths run them) but not in metrics or mean layers.
 """
@@ -15,7 +15,7 @@ import jax
 import numpy as np
 
 from acl_jax.exits import policies
-from acl_jax.exits.fast import early_exit_predict
+from acl_jax.exits.fast import early_exit_batches
 from acl_jax.models.bert import Classifier
 from acl_jax.models.config import EncoderConfig
 from acl_jax.provenance import write_atomic
@@ -79,7 +79,7 @@ def sweep(cfg: EncoderConfig, params: Any, batches: Iterable[Mapping[str, np.nda
           labels: Optional[np.ndarray], policy: str, thresholds: Sequence[Any],
           metric_fn: Optional[Callable[[np.ndarray, np.ndarray], Any]] = None,
           full_forward_fn: Optional[Callable[[Any, Mapping[str, np.ndarray]], Any]] = None, *,
-          repeats: int = 3, buckets: Optional[Sequence[int]] = None) -> list[dict]:
+          repeats: int = 3, max_pool_rows: int = 1024) -> list[dict]:
   """Runs `policy` at every threshold and measures quality and speed.
 
   Args:
@@ -98,7 +98,8 @@ def sweep(cfg: EncoderConfig, params: Any, batches: Iterable[Mapping[str, np.nda
       `select_exit` decisions that the fast path is checked against.
     repeats: timed passes per measurement; the median is reported. 0 leaves the sweep
       untimed: time_fast_s, time_full_s and speedup are None.
-    buckets: passed to `early_exit_predict`.
+    max_pool_rows: passed to `early_exit_batches` (rows of one sequence length pooled on the
+      device; layer calls of one batch's rows).
 
   Returns:
     One dict per threshold: policy, threshold, metric, metrics and metric_name (when
@@ -139,9 +140,8 @@ def sweep(cfg: EncoderConfig, params: Any, batches: Iterable[Mapping[str, np.nda
   rows = []
   for t in thresholds:
     def run_fast(t=t, stats=None):
-      return [early_exit_predict(cfg, params, x["input_ids"], x["attention_mask"],
-                                 x.get("token_type_ids"), policy, t, buckets, stats=stats)
-              for x in inputs]
+      return early_exit_batches(cfg, params, inputs, policy, t, max_pool_rows=max_pool_rows,
+                                stats=stats)
 
     if repeats > 0:
       time_full, time_fast = _paired_times(run_full, run_fast, repeats)
