@@ -9,15 +9,17 @@ import functools
 
 import ml_collections
 
-# Method presets: loss-related overrides on top of the base config (SPEC §2 defaults).
+# Method presets: loss-related overrides on top of the base config (SPEC §2 defaults). A
+# preset without `lam` takes its loss family's SPEC lambda from the objective registry
+# (`acl_jax.train.objectives.LOSSES`), written into the config so that config.json states it.
 METHODS = {
     "ce": dict(name="ce"),
-    "scl": dict(name="scl", lam=0.9, tau=0.3),
-    "acl_embed": dict(name="acl_embed", lam=0.5, tau=0.3),
-    "acl": dict(name="acl_embed", lam=0.5, tau=0.3, gate=True),
-    "scl_grad": dict(name="scl", lam=0.9, tau=0.3, gate=True),
-    "gloss": dict(name="gloss", lam=0.8, sigma=0.667, sigma_mode="fixed"),
-    "gloss_sqrt": dict(name="gloss", lam=0.8, sigma_mode="sqrt"),
+    "scl": dict(name="scl", tau=0.3),
+    "acl_embed": dict(name="acl_embed", tau=0.3),
+    "acl": dict(name="acl_embed", tau=0.3, gate=True),
+    "scl_grad": dict(name="scl", tau=0.3, gate=True),
+    "gloss": dict(name="gloss", sigma=0.667, sigma_mode="fixed"),
+    "gloss_sqrt": dict(name="gloss", sigma_mode="sqrt"),
     "triplet": dict(name="triplet", lam=0.5),
     "cosine": dict(name="cosine", lam=0.5),
 }
@@ -226,17 +228,26 @@ def apply_args(c: ml_collections.ConfigDict, arg: str | None) -> ml_collections.
     if w == "runlocal":
       runlocal(c)
     elif w in METHODS:
-      c.loss.update(METHODS[w])
+      _apply_method(c.loss, w)
     elif w in MULTI_EXIT:
       c.model.exits = "all"
       c.multi_exit.update(MULTI_EXIT[w])
       if w == "acl_cl":
-        c.loss.update(METHODS["acl"])
+        _apply_method(c.loss, "acl")
     else:
       raise ValueError(f"Unknown config argument {w!r}; methods: {sorted(METHODS)}, "
                        f"multi-exit strategies: {sorted(MULTI_EXIT)}, or 'runlocal'.")
   c.lock()  # unknown --config.x overrides now fail instead of being silently added
   return c
+
+
+def _apply_method(loss: ml_collections.ConfigDict, method: str) -> None:
+  loss.update(METHODS[method])
+  if "lam" not in METHODS[method]:
+    from acl_jax.train import objectives  # pylint: disable=import-outside-toplevel
+    spec_lam = objectives.LOSSES[loss.name].lam
+    if spec_lam is not None:
+      loss.lam = spec_lam
 
 
 def runlocal(c: ml_collections.ConfigDict) -> None:
