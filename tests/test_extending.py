@@ -70,23 +70,24 @@ def test_prototype_loss_trains_single_exit_gated_and_multi_exit(strategy, gate):
   assert all(jax.tree.leaves(moved["encoder"]))  # every encoder leaf trained
 
 
-def test_prototype_loss_trains_data_parallel_on_two_devices(tiny_model_dir, tmp_path):
-  """Gated, alone and in ACL-CL, pairing over the gathered batch: 2 devices give 1 device's
-  losses, gate decisions and params to the float32 bound of test_device_invariance."""
+@pytest.mark.parametrize("tag", ["proto", pytest.param("proto_cl", marks=pytest.mark.slow)])
+def test_prototype_loss_trains_data_parallel_on_two_devices(tiny_model_dir, tmp_path, tag):
+  """Gated and pairing over the gathered batch: 2 devices give 1 device's losses, gate
+  decisions and params to the float32 bound of test_device_invariance. The loss in ACL-CL
+  (proto_cl) only with --runslow: two more training processes."""
   out = {}
   for n in (1, 2):
     path = str(tmp_path / f"dev{n}.npz")
     p = helpers.run_py(["-m", "tests.workers", "device_invariance", tiny_model_dir, str(n),
-                        path, "proto,proto_cl"], timeout=600)
+                        path, tag], timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     out[n] = dict(np.load(path))
-  for tag in ("proto", "proto_cl"):
-    np.testing.assert_allclose(out[2][f"{tag}/loss"], out[1][f"{tag}/loss"], rtol=RTOL)
-    np.testing.assert_array_equal(out[2][f"{tag}/gate/gate"], out[1][f"{tag}/gate/gate"])
-    for k, v in out[1].items():
-      if k.startswith(f"{tag}/params/"):
-        scale = np.max(np.abs(v))
-        np.testing.assert_allclose(out[2][k], v, rtol=RTOL, atol=RTOL * scale, err_msg=k)
+  np.testing.assert_allclose(out[2][f"{tag}/loss"], out[1][f"{tag}/loss"], rtol=RTOL)
+  np.testing.assert_array_equal(out[2][f"{tag}/gate/gate"], out[1][f"{tag}/gate/gate"])
+  for k, v in out[1].items():
+    if k.startswith(f"{tag}/params/"):
+      scale = np.max(np.abs(v))
+      np.testing.assert_allclose(out[2][k], v, rtol=RTOL, atol=RTOL * scale, err_msg=k)
 
 
 def test_margin_policy_on_the_reference_and_the_fast_path():
