@@ -27,6 +27,23 @@ def peak_rss_mib() -> float:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def cpu_busy(seconds: float = 3.0) -> float:
+  """Share of the machine's CPU time, over the next `seconds`, spent outside idle and iowait
+  (from /proc/stat; 0 where it cannot be read). Unlike the load average, it does not carry
+  the run that just ended into the next one's start."""
+  def sample():
+    with open("/proc/stat") as f:
+      v = [int(x) for x in f.readline().split()[1:]]
+    return sum(v), v[3] + v[4]
+  try:
+    total0, idle0 = sample()
+    time.sleep(seconds)
+    total1, idle1 = sample()
+  except (OSError, ValueError, IndexError):
+    return 0.0
+  return 1.0 - (idle1 - idle0) / max(total1 - total0, 1)
+
+
 def cpu_model() -> str:
   """The CPU's "model name" from /proc/cpuinfo ("unknown" where there is none)."""
   try:

@@ -1,12 +1,11 @@
 r"""The fine-tuning job a user would time: acl-jax's train.py against a plain HF PyTorch loop.
 
-Full run (MR 2 epochs and SST-2 1 epoch, seeds 0,1,2, both frameworks; estimated at 2.5
-hours on 2 quiet cores from the step times; resumable):
+Full run (MR 2 epochs and SST-2 1 epoch, seeds 0,1,2, both frameworks; about 3 hours on 2
+quiet cores: an MR pair of runs took 15 minutes, an SST-2 pair is estimated at 50; resumable):
   python benchmarks/vs_hf.py
-One seed (estimated at 45 minutes):
-  python benchmarks/vs_hf.py --seeds 0
-Quick check (seeded subsamples of MR and SST-2, one seed; 4.4 minutes measured on 2 shared
-cores, meant for under 3 on quiet ones):
+MR only, seeds 0,1,2 (about 45 minutes):
+  python benchmarks/vs_hf.py --tasks mr
+Quick check (seeded subsamples of MR and SST-2, one seed; 137 s measured on 2 quiet cores):
   python benchmarks/vs_hf.py --quick
 
 Each run is its own subprocess, started and timed by this script, one at a time. For each task
@@ -319,7 +318,8 @@ def one_run(args, name, task, framework, seed, tmp) -> dict:
     argv = base + ["--max_train", str(args.max_train), "--max_eval", str(args.max_eval),
                    "--epochs", str(task["epochs"]), "--torch_threads", str(args.torch_threads)]
   log_path = os.path.join(args.log_dir, f"{name}_{framework}_seed{seed}.log")
-  load = os.getloadavg()[0]  # above the core count: other jobs shared the CPU
+  load = os.getloadavg()[0]
+  busy = common.cpu_busy()  # other jobs' share of the CPU just before the run
   rc, wall, rss, cpu_s = run_child(argv, env, args.cpu_set, log_path)
   if rc != 0:
     with open(log_path) as f:
@@ -332,7 +332,8 @@ def one_run(args, name, task, framework, seed, tmp) -> dict:
     shutil.rmtree(os.path.join(tmp, f"run_{name}_{seed}"), ignore_errors=True)
   res = child["results"]
   return {"task": name, "framework": framework, "seed": seed, "wall_s": wall,
-          "cpu_s": cpu_s, "load_average_start": load, "peak_rss_mib": rss,
+          "cpu_s": cpu_s, "load_average_start": load, "cpu_busy_start": busy,
+          "peak_rss_mib": rss,
           "train_s": child["train_s"],
           "train_examples": child["train_examples"],
           "train_examples_per_s": child["train_examples"] / max(child["train_s"], 1e-9),
@@ -466,14 +467,12 @@ def main():
   print(f"\n{'QUICK MODE (subsampled, not the real job): ' if args.quick else ''}"
         f"{common.cpu_model()}, {time.perf_counter() - start:.0f} s this invocation\n")
   print(table(data))
-  loads = [r["load_average_start"] for r in data["runs"] if "load_average_start" in r]
-  cores = len(args.cpu_set or usable)
-  if loads and max(loads) > cores - 0.5:
+  busy = [r["cpu_busy_start"] for r in data["runs"] if "cpu_busy_start" in r]
+  if busy and max(busy) > 0.25:
     # Torch's OpenMP threads wait at every op for a thread the scheduler has parked, so a
     # shared CPU slows torch far more than XLA: such a table says nothing about the ratio.
-    print(f"\nWARNING: the 1-minute load average reached {max(loads):.1f} at the start of a "
-          f"run on {cores} cores: other jobs shared the CPU, so these timings (torch's most) "
-          "are not a comparison. Rerun on a quiet machine.")
+    print(f"\nWARNING: other processes used {100 * max(busy):.0f}% of the CPU just before a "
+          "run: these timings (torch's most) are not a comparison. Rerun on a quiet machine.")
   return None
 
 

@@ -6,15 +6,6 @@ import tempfile
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# The suite's models are tiny, so it spends most of its time in XLA:CPU's compiler: its
-# fast-compile preset (other LLVM passes, so other rounding: the tests' tolerances follow
-# from float32, not from one kernel) cuts that. ACL_JAX_TEST_FAST_COMPILE=0 compiles as
-# users' runs do; the golden runs' bit-exact check (ACL_JAX_GOLDEN_EXACT=1) always does.
-FAST_COMPILE = "--xla_cpu_opt_preset=CPU_OPT_PRESET_FAST_COMPILE"
-if (os.environ.get("ACL_JAX_TEST_FAST_COMPILE", "1") != "0"
-    and os.environ.get("ACL_JAX_GOLDEN_EXACT") != "1"
-    and "xla_cpu_opt_preset" not in os.environ.get("XLA_FLAGS", "")):
-  os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE}".strip()
 
 import pytest  # noqa: E402
 
