@@ -249,7 +249,10 @@ def test_fast_path_bounded_shapes_and_custom_buckets(model):
 
 def test_pooled_batches_equal_each_batch_alone(model):
   """early_exit_batches pools rows by sequence length across batches (with their padding
-  rows) and runs the later layers in full blocks: each batch's answer is its own."""
+  rows) and runs the later layers in full blocks: each batch's answer is its own.
+
+  Passes with XLA_FLAGS unset, --xla_cpu_experimental_ynn_fusion_type= (YNN off) and
+  --xla_cpu_experimental_ynn_fusion_type=+eltwise,+reduce."""
   params, forward = model
   batches = []
   for i, (b, seq) in enumerate([(8, SEQ), (8, 8), (8, SEQ), (5, SEQ), (8, 8)]):
