@@ -17,7 +17,7 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-  # One XLA compilation cache for the session, shared by the xdist workers and the training
+  # One XLA compilation cache per pytest run, shared by the xdist workers and the training
   # subprocesses they start: many tests compile the same tiny-model steps. Entries are keyed
   # by the computation, the jax version and XLA_FLAGS, so a hit is the executable a fresh
   # compile would give. Set ACL_JAX_TEST_JIT_CACHE=0 to compile everything afresh.
