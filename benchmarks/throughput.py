@@ -493,10 +493,12 @@ def main():
     raise SystemExit(f"Unknown shapes {unknown}; known: {sorted(all_shapes())}.")
   machine = common.machine_info(REPO)
   notes = []
-  if machine["load_average_start"][0] > 0.25 * machine["cpu_count"]:
-    notes.append(f"The machine was busy at the start (1-min load average "
-                 f"{machine['load_average_start'][0]:.2f} on {machine['cpu_count']} CPUs); "
-                 "timings are unreliable.")
+  # Other processes' CPU share just before the run (the load average would still carry a job
+  # that ended a minute ago).
+  machine["cpu_busy_start"] = common.cpu_busy()
+  if machine["cpu_busy_start"] > 0.25:
+    notes.append(f"The machine was busy at the start (other processes used "
+                 f"{machine['cpu_busy_start']:.0%} of its CPU time); timings are unreliable.")
     print("NOTE: " + notes[-1], file=sys.stderr)
   if machine["cpus_usable"] != args.torch_threads:
     notes.append(f"torch uses {args.torch_threads} threads but {machine['cpus_usable']} CPUs "

@@ -98,3 +98,46 @@ def test_eval_mode_is_deterministic_and_train_mode_drops():
   train = model.apply({"params": params}, ids, mask, train=True, rngs={"dropout": KEY},
                       example_ids=eids)[0]
   assert not np.allclose(np.asarray(train), np.asarray(eval_a), atol=1e-3)
+
+
+def test_written_out_threefry_gives_the_primitives_bits():
+  """Arrays of more than UNROLLED_ABOVE elements hash with the written-out rounds, the others
+  with jax's primitive; both must give jax's threefry2x32 bits, so no mask depends on the
+  size."""
+  from jax.extend.random import threefry2x32_p
+  from acl_jax.models import bert
+  rng = np.random.default_rng(0)
+  draw = lambda *shape: jnp.asarray(rng.integers(0, 2**32, shape, dtype=np.uint64), jnp.uint32)
+  for shape in [(bert.UNROLLED_ABOVE + 1,), (7, 3), (4, 3, 160, 160)]:
+    k, x0, x1 = draw(2), draw(*shape), draw(*shape)
+    want = jax.jit(lambda k, a, b: threefry2x32_p.bind(k[0], k[1], a, b)[0])(k, x0, x1)
+    got = jax.jit(lambda k, a, b: bert.threefry2x32(k[0], k[1], a, b))(k, x0, x1)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_a_train_step_is_the_same_with_either_hash(monkeypatch):
+  """The written-out rounds inside the jitted shard_map train step (device-varying counters,
+  replicated key words, a backward through the mask) give the primitive's step, which the
+  tiny models of the other tests use (their arrays are at most UNROLLED_ABOVE elements).
+
+  The masks are the same bits, so only XLA's fusion of the float ops around them can differ:
+  the gradients agree to the float32 summation bound of `numerics` over the batch's tokens
+  (seen: bit-identical on an Intel Xeon), where one moved mask would move them by order one,
+  and so does the loss (a moved mask: about 1e-3 relative).
+  """
+  from acl_jax.models import bert
+  from tests import numerics
+  from tests.acl_utils import capture_grads, config, setup_lib, step_lib, tiny_setup
+  model, params, batches = tiny_setup(num_batches=1, dropout=0.1)
+  mesh = step_lib.make_mesh(jax.devices()[:1])
+  out = {}
+  for name, size in (("loop", bert.UNROLLED_ABOVE), ("unrolled", 0)):
+    monkeypatch.setattr(bert, "UNROLLED_ABOVE", size)
+    tr = setup_lib.make_trainer(config("ce"), model, params, mesh, num_labels=3,
+                                total_steps=10, tx=capture_grads(), donate=False)
+    state, m = tr.train_step(tr.state, step_lib.shard_batch(batches[0], mesh))
+    out[name] = jax.device_get((state.opt_state, m["loss"]))
+  n = batches[0]["input_ids"].size
+  np.testing.assert_allclose(out["unrolled"][1], out["loop"][1],
+                             rtol=numerics.reassociation_rtol(n))
+  numerics.assert_trees_close_f32(out["unrolled"][0], out["loop"][0], n)

@@ -255,7 +255,9 @@ def split_order(key: jax.Array, example_ids: jax.Array) -> jax.Array:
   order of the ids that each example's hash fixes whatever its row."""
   k = jax.random.key_data(key).reshape(-1)
   ids = example_ids.astype(jnp.uint32)
-  zero = jnp.zeros_like(ids)  # gives the key words the ids' (device-varying) type, see bert._like
+  # Adding a zero taken from the ids gives the scalar key words the ids' device-varying type
+  # under shard_map, which the primitive's loop on CPU needs of all its operands.
+  zero = jnp.zeros_like(ids)
   score, _ = threefry2x32_p.bind(k[0] + zero[0], k[1] + zero[0], ids, zero)
   return jnp.argsort(score, stable=True)
 

@@ -142,13 +142,39 @@ def example_counters(example: jax.Array, width: int) -> tuple[jax.Array, jax.Arr
   return example.astype(jnp.uint32)[:, None], jnp.arange(width, dtype=jnp.uint32)[None, :]
 
 
-def _like(key: jax.Array, counter: jax.Array) -> tuple[jax.Array, jax.Array]:
-  """The key's two words, typed like the counter. Under `shard_map` the counter is
-  device-varying (example ids) and the key is not, and threefry's loop needs operands of one
-  type; adding a scalar zero taken from the counter gives the words that type and keeps them
-  scalars (full-size key words would triple the loop's carried state on CPU)."""
-  zero = counter.reshape(-1)[0] & jnp.uint32(0)
-  return key[0] + zero, key[1] + zero
+_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+
+
+# Arrays of more than this many elements hash with the written-out rounds, the others with
+# the primitive (see `threefry2x32`).
+UNROLLED_ABOVE = 1 << 18
+
+
+def threefry2x32(k0: jax.Array, k1: jax.Array, x0: jax.Array, x1: jax.Array) -> jax.Array:
+  """The first output word of Threefry-2x32 (20 rounds) of counters (x0, x1) under key
+  (k0, k1), scalar key words: bit for bit `jax.extend.random.threefry2x32_p`'s.
+
+  On CPU the primitive lowers to a rolled loop of five steps, each reading and writing the
+  whole state (for attention dropout, [batch, heads, q, k]). Above UNROLLED_ABOVE elements
+  the rounds are written out instead, so that XLA fuses the hash with the counters it reads
+  and the dropout it feeds into one elementwise pass: a MiniLM-L6 train step at B32 L64 took
+  0.90x the time (BENCHMARKS.md). The written-out form takes longer to compile, which only a
+  large array's run time repays (a tiny model's few steps do not), so smaller arrays keep the
+  loop. Both give the same bits, so the choice changes no mask.
+  """
+  if x0.size <= UNROLLED_ABOVE:
+    zero = x0.reshape(-1)[0] & jnp.uint32(0)  # key words typed like the (device-varying)
+    return threefry2x32_p.bind(k0 + zero, k1 + zero, x0, x1)[0]  # counters: the loop needs it
+  ks = (k0, k1, k0 ^ k1 ^ jnp.uint32(0x1BD11BDA))
+  x0, x1 = x0 + ks[0], x1 + ks[1]
+  for i in range(5):
+    for r in _ROTATIONS[i % 2]:
+      x0 = x0 + x1
+      x1 = (x1 << jnp.uint32(r)) | (x1 >> jnp.uint32(32 - r))
+      x1 = x0 ^ x1
+    x0 = x0 + ks[(i + 1) % 3]
+    x1 = x1 + ks[(i + 2) % 3] + jnp.uint32(i + 1)
+  return x0
 
 
 def _counters(drop: DropoutIndex | None, fn, *args):
@@ -179,7 +205,7 @@ class Dropout(nn.Module):
                        "DropoutIndex to the model (Classifier builds one from example_ids).")
     key = jax.random.key_data(self.make_rng("dropout")).reshape(-1)
     c0, c1 = (jnp.broadcast_to(c, x.shape) for c in counters)
-    bits, _ = threefry2x32_p.bind(*_like(key, c0), c0, c1)
+    bits = threefry2x32(key[0], key[1], c0, c1)
     threshold = min(int(round(self.rate * 2.0 ** 32)), 2 ** 32 - 1)
     scale = 2.0 ** 32 / (2.0 ** 32 - threshold)
     return jnp.where(bits >= jnp.uint32(threshold), x * jnp.asarray(scale, x.dtype),
