@@ -178,8 +178,9 @@ def test_one_exit_is_rejected():
 
 # --- fast path -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("pooling", ["cls", "mean"])
-@pytest.mark.parametrize("batch", [1, 7, 32])
+@pytest.mark.parametrize("batch,pooling", [
+    (1, "cls"), (32, "mean"), *[pytest.param(b, p, marks=pytest.mark.slow)
+                                for b, p in ((7, "cls"), (1, "mean"), (7, "mean"), (32, "cls"))]])
 def test_fast_path_equals_select_exit(model, batch, pooling):
   params, forward = model
   cfg = CFG.replace(exit_pooling=pooling)

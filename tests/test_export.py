@@ -170,9 +170,14 @@ def test_multi_exit_round_trip(family, head, tmp_path):
   assert not os.path.exists(os.path.join(out, hf_lib.EXITS_FILE))
 
 
+@pytest.mark.slow
 def test_export_cli_from_a_trained_workdir(tiny_model_dir, tmp_path, caplog):
   """train.py's workdir -> export.py -> transformers: the best checkpoint's probabilities,
-  the task's label names; LABEL_i without labels.json; refusal of a head HF lacks."""
+  the task's label names; LABEL_i without labels.json; refusal of a head HF lacks.
+
+  With --runslow (a training run of its own). By default test_predict exports a trained
+  multi-exit workdir (label names, the lower exits' heads), and the tests above check
+  exported probabilities against transformers'."""
   from acl_jax.train import checkpoint as ckpt_lib, loop, setup as setup_lib
   import ml_collections
   wd = str(tmp_path / "run")

@@ -1,6 +1,7 @@
 """The README's extension examples train through every path: the prototype-contrastive loss
 (`acl_jax/losses/prototype.py` plus one `objectives.LOSSES` entry) single exit, ungated and
-gated, in multi-exit ACL-CL, and data parallel on 2 fake devices; the `margin` exit policy
+gated and in multi-exit ACL-CL (data parallel on 1 and 2 fake devices: test_device_invariance's
+"proto" and, with --runslow, "proto_cl"); the `margin` exit policy
 (`acl_jax/exits/margin.py` plus one `policies.POLICIES` entry) on the reference and the
 layer-skipping fast path."""
 import jax
@@ -12,9 +13,8 @@ from acl_jax.exits import policies
 from acl_jax.losses.prototype import prototype_loss
 from acl_jax.train import setup as setup_lib, step as step_lib
 from configs import common
-from tests import helpers, numerics
+from tests import numerics
 from tests.acl_utils import tiny_setup
-from tests.test_device_invariance import RTOL
 
 
 def _reference(z, y, k, tau):
@@ -68,26 +68,6 @@ def test_prototype_loss_trains_single_exit_gated_and_multi_exit(strategy, gate):
     assert (m["gate/gate"] == 1.0) if gate else ("gate/gate" not in m)
   moved = jax.tree.map(lambda a, b: bool(np.any(a != b)), jax.device_get(state.params), params)
   assert all(jax.tree.leaves(moved["encoder"]))  # every encoder leaf trained
-
-
-@pytest.mark.parametrize("tag", ["proto", pytest.param("proto_cl", marks=pytest.mark.slow)])
-def test_prototype_loss_trains_data_parallel_on_two_devices(tiny_model_dir, tmp_path, tag):
-  """Gated and pairing over the gathered batch: 2 devices give 1 device's losses, gate
-  decisions and params to the float32 bound of test_device_invariance. The loss in ACL-CL
-  (proto_cl) only with --runslow: two more training processes."""
-  out = {}
-  for n in (1, 2):
-    path = str(tmp_path / f"dev{n}.npz")
-    p = helpers.run_py(["-m", "tests.workers", "device_invariance", tiny_model_dir, str(n),
-                        path, tag], timeout=600)
-    assert p.returncode == 0, p.stderr[-3000:]
-    out[n] = dict(np.load(path))
-  np.testing.assert_allclose(out[2][f"{tag}/loss"], out[1][f"{tag}/loss"], rtol=RTOL)
-  np.testing.assert_array_equal(out[2][f"{tag}/gate/gate"], out[1][f"{tag}/gate/gate"])
-  for k, v in out[1].items():
-    if k.startswith(f"{tag}/params/"):
-      scale = np.max(np.abs(v))
-      np.testing.assert_allclose(out[2][k], v, rtol=RTOL, atol=RTOL * scale, err_msg=k)
 
 
 def test_margin_policy_on_the_reference_and_the_fast_path():

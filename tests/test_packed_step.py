@@ -37,8 +37,11 @@ def _step(model, params, batch, method, **loss):
   return jax.device_get(state.opt_state), {k: float(v) for k, v in jax.device_get(m).items()}
 
 
-@pytest.mark.parametrize("method,loss", [("ce", {}), ("acl", {"gate_threshold": 180.0}),
-                                         ("gloss", {})])
+# By default the gated ACL step (two grads, the gate, the pmean); CE and G-Loss with --runslow
+# (test_packing checks every objective's loss and gradients packed, G-Loss with dropout on).
+@pytest.mark.parametrize("method,loss", [
+    pytest.param("ce", {}, marks=pytest.mark.slow), ("acl", {"gate_threshold": 180.0}),
+    pytest.param("gloss", {}, marks=pytest.mark.slow)])
 def test_packed_step_equals_unpacked_step(packed_setup, method, loss):
   model, params, (unpacked, packed) = packed_setup
   g_u, m_u = _step(model, params, unpacked, method, **loss)
@@ -63,6 +66,7 @@ def test_packed_batch_without_example_ids_is_refused(packed_setup):
     _step(model, params, packed, "ce")
 
 
+@pytest.mark.slow  # packing is the default: every training test of the loop runs it packed
 def test_loop_trains_and_evaluates_packed(tiny_model_dir, tmp_path):
   wd = str(tmp_path / "packed")
   p = helpers.run_py(["train.py", "--config", "configs/quickstart.py:runlocal", "--workdir", wd,
