@@ -164,6 +164,19 @@ def test_bad_policy_or_threshold(model, policy, threshold, match):
     early_exit_predict(CFG, model[0], ids, mask, None, policy, threshold)
 
 
+def test_bad_inputs_name_the_call_and_the_batch(model):
+  ids, mask, _ = make_inputs(2, 0)
+  with pytest.raises(ValueError, match=r"early_exit_predict got an empty batch"):
+    early_exit_predict(CFG, model[0], ids[:0], mask[:0], None, "entropy", 0.5)
+  with pytest.raises(ValueError, match=r"early_exit_predict: input_ids and attention_mask"):
+    early_exit_predict(CFG, model[0], ids, mask[:, :-1], None, "entropy", 0.5)
+  from acl_jax.exits import early_exit_batches
+  batches = [{"input_ids": ids, "attention_mask": mask},
+             {"input_ids": ids[:0], "attention_mask": mask[:0]}]
+  with pytest.raises(ValueError, match=r"early_exit_batches \(batch 1\) got an empty batch"):
+    early_exit_batches(CFG, model[0], batches, "entropy", 0.5)
+
+
 def test_one_exit_is_rejected():
   msg = r"early-exit needs a model trained with exits='all' \(this checkpoint has one exit\)"
   with pytest.raises(ValueError, match=msg):

@@ -105,14 +105,16 @@ def _exit_params(cfg: EncoderConfig, params: Any):
   return params["encoder"]["embeddings"], layers, heads
 
 
-def _check_inputs(input_ids, attention_mask) -> tuple[np.ndarray, np.ndarray]:
+def _check_inputs(input_ids, attention_mask, where: str = "early_exit_predict"
+                  ) -> tuple[np.ndarray, np.ndarray]:
+  """The inputs as arrays; `where` (the caller, and which batch) goes into the messages."""
   input_ids = np.asarray(input_ids)
   attention_mask = np.asarray(attention_mask)
   if input_ids.ndim != 2 or attention_mask.shape != input_ids.shape:
-    raise ValueError(f"input_ids and attention_mask must both be [batch, seq]; got "
+    raise ValueError(f"{where}: input_ids and attention_mask must both be [batch, seq]; got "
                      f"{input_ids.shape} and {attention_mask.shape}.")
   if input_ids.shape[0] == 0:
-    raise ValueError("early_exit_predict got an empty batch.")
+    raise ValueError(f"{where} got an empty batch; leave it out.")
   return input_ids, attention_mask
 
 
@@ -239,7 +241,8 @@ def early_exit_batches(cfg: EncoderConfig, params: Any,
   """
   threshold = policies.check_threshold(policy, threshold)
   exit_params = _exit_params(cfg, params)
-  checked = [_check_inputs(b["input_ids"], b["attention_mask"]) for b in batches]
+  checked = [_check_inputs(b["input_ids"], b["attention_mask"], f"early_exit_batches (batch {i})")
+             for i, b in enumerate(batches)]
   if not checked:
     return []
   block = block or max(ids.shape[0] for ids, _ in checked)
