@@ -12,10 +12,14 @@ NOISY = ("absl", "orbax", "jax", "datasets", "httpx", "urllib3", "filelock")
 
 
 def setup(stream=sys.stdout, level: int = logging.INFO) -> None:
-  """INFO (by default) for acl_jax on `stream`, WARNING for the NOISY libraries."""
+  """INFO (by default) for acl_jax on `stream`, WARNING for the NOISY libraries.
+
+  Under absl's `app.run` (train.py, eval.py) the root logger already holds absl's handler, and
+  absl's verbosity sets the root level: this handler replaces it (`force`), and the root level
+  is set after absl's, so that INFO lines such as "Resumed from ..." are shown.
+  """
   logging.basicConfig(level=level, stream=stream,
-                      format="%(asctime)s %(levelname)s %(message)s")
-  logging.getLogger().setLevel(level)
+                      format="%(asctime)s %(levelname)s %(message)s", force=True)
   for name in NOISY:
     logging.getLogger(name).setLevel(logging.WARNING)
   try:
@@ -23,3 +27,4 @@ def setup(stream=sys.stdout, level: int = logging.INFO) -> None:
     absl_logging.set_verbosity(absl_logging.WARNING)
   except ImportError:
     pass
+  logging.getLogger().setLevel(level)
