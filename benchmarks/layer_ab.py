@@ -10,14 +10,16 @@ batch and dropout keys), so every change is measured alone against the model as 
   scale_q: the softmax scale 1/sqrt(head_dim) applied to q ([b, s, h]) instead of the scores
     ([b, heads, s, s]);
   gelu_erf: exact GELU as 0.5 x (1 + erf(x / sqrt 2)) instead of jax.nn.gelu's erfc form;
-  threefry_loop: dropout bits from `jax.extend.random.threefry2x32_p`, which XLA:CPU runs as a
-    rolled loop over the whole array, instead of the model's written-out rounds (same bits).
+  threefry_loop: dropout bits from `jax.extend.random.threefry2x32_p` for every array
+    (`bert.UNROLLED_ABOVE` raised past any size), which XLA:CPU runs as a rolled loop over the
+    whole array, instead of the model's written-out rounds (same bits).
 After compiling, timed repetitions alternate between the variants; prints medians, the ratio
 to `model` and each step's loss (the variants compute the same function, so the losses agree
 to float32 round-off), and writes them to benchmarks/results/layer_ab_L<seq>.json.
 """
 import argparse
 import contextlib
+import functools
 import os
 import sys
 import time
@@ -25,7 +27,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def _variant_classes():
+def _variant_attention():
   import flax.linen as nn  # pylint: disable=import-outside-toplevel
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
@@ -44,15 +46,27 @@ def _variant_classes():
       b3 = bias.astype(x.dtype).reshape(3, self.heads, h // self.heads)
       return [jnp.einsum("bsh,hnd->bsnd", x, k3[:, i]) + b3[i] for i in range(3)]
 
-  class SplitAttention(bert.SelfAttention):
+  class VariantAttention(bert.SelfAttention):
+    """`bert.SelfAttention` with the QKV projection as three dots (`split_qkv`) or the
+    softmax scale applied to q (`scale_q`); everything else as the model has it."""
+    split_qkv: bool = False
+    scale_q: bool = False
+
     @nn.compact
     def __call__(self, x, bias, train, drop=None):
       cfg = self.cfg
       b, s, h = x.shape
       heads, head_dim = cfg.num_heads, h // cfg.num_heads
-      q, k, v = SplitQKV(heads, name="qkv")(x)
+      if self.split_qkv:
+        q, k, v = SplitQKV(heads, name="qkv")(x)
+      else:
+        qkv = bert._dense(cfg, 3 * h, "qkv")(x).reshape(b, s, 3, heads, head_dim)
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+      scale = head_dim ** -0.5
+      if self.scale_q:
+        q = q * scale
       scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
-      probs = jax.nn.softmax(scores * (head_dim ** -0.5) + bias, axis=-1)
+      probs = jax.nn.softmax((scores if self.scale_q else scores * scale) + bias, axis=-1)
       probs = bert.Dropout(cfg.attention_dropout)(
           probs, bert._counters(drop, bert.attention_counters, heads,
                                 cfg.max_position_embeddings), deterministic=not train)
@@ -62,34 +76,7 @@ def _variant_classes():
           deterministic=not train)
       return bert._layer_norm(cfg)(x + out)
 
-  class ScaleQAttention(bert.SelfAttention):
-    @nn.compact
-    def __call__(self, x, bias, train, drop=None):
-      cfg = self.cfg
-      b, s, h = x.shape
-      heads, head_dim = cfg.num_heads, h // cfg.num_heads
-      qkv = bert._dense(cfg, 3 * h, "qkv")(x).reshape(b, s, 3, heads, head_dim)
-      q, k, v = qkv[:, :, 0] * (head_dim ** -0.5), qkv[:, :, 1], qkv[:, :, 2]
-      scores = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32)
-      probs = jax.nn.softmax(scores + bias, axis=-1)
-      probs = bert.Dropout(cfg.attention_dropout)(
-          probs, bert._counters(drop, bert.attention_counters, heads,
-                                cfg.max_position_embeddings), deterministic=not train)
-      ctx = jnp.einsum("bhqk,bkhd->bqhd", probs.astype(v.dtype), v).reshape(b, s, h)
-      out = bert.Dropout(cfg.hidden_dropout)(
-          bert._dense(cfg, h, "out")(ctx), bert._counters(drop, bert.token_counters, h),
-          deterministic=not train)
-      return bert._layer_norm(cfg)(x + out)
-
-  return SplitAttention, ScaleQAttention
-
-
-def _threefry_primitive(k0, k1, x0, x1):
-  """jax's threefry2x32 primitive, its key words typed like the (device-varying) counters."""
-  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
-  from jax.extend.random import threefry2x32_p  # pylint: disable=import-outside-toplevel
-  zero = x0.reshape(-1)[0] & jnp.uint32(0)
-  return threefry2x32_p.bind(k0 + zero, k1 + zero, x0, x1)[0]
+  return VariantAttention
 
 
 @contextlib.contextmanager
@@ -97,21 +84,19 @@ def _patched(name: str):
   """The bert module with variant `name` in place (traced inside this context)."""
   import jax  # pylint: disable=import-outside-toplevel
   from acl_jax.models import bert  # pylint: disable=import-outside-toplevel
-  attention, gelu, hash_fn = bert.SelfAttention, bert.ACTIVATIONS["gelu"], bert.threefry2x32
-  split, scale_q = _variant_classes()
-  if name == "split_qkv":
-    bert.SelfAttention = split
-  elif name == "scale_q":
-    bert.SelfAttention = scale_q
+  attention, gelu, unrolled_above = (bert.SelfAttention, bert.ACTIVATIONS["gelu"],
+                                     bert.UNROLLED_ABOVE)
+  if name in ("split_qkv", "scale_q"):
+    bert.SelfAttention = functools.partial(_variant_attention(), **{name: True})
   elif name == "gelu_erf":
     bert.ACTIVATIONS["gelu"] = lambda x: 0.5 * x * (1.0 + jax.lax.erf(x * 2 ** -0.5))
-  elif name == "threefry_loop":
-    bert.threefry2x32 = _threefry_primitive
+  elif name == "threefry_loop":  # every array hashes with the primitive
+    bert.UNROLLED_ABOVE = float("inf")
   try:
     yield
   finally:
     bert.SelfAttention, bert.ACTIVATIONS["gelu"] = attention, gelu
-    bert.threefry2x32 = hash_fn
+    bert.UNROLLED_ABOVE = unrolled_above
 
 
 VARIANTS = ("model", "threefry_loop", "split_qkv", "scale_q", "gelu_erf")
