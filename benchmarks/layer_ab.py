@@ -11,8 +11,8 @@ batch and dropout keys), so every change is measured alone against the model as 
     ([b, heads, s, s]);
   gelu_erf: exact GELU as 0.5 x (1 + erf(x / sqrt 2)) instead of jax.nn.gelu's erfc form;
   threefry_loop: dropout bits from `jax.extend.random.threefry2x32_p` for every array
-    (`bert.UNROLLED_ABOVE` raised past any size), which XLA:CPU runs as a rolled loop over the
-    whole array, instead of the model's written-out rounds (same bits).
+    (`threefry.UNROLLED_ABOVE` raised past any size), which XLA:CPU runs as a rolled loop over
+    the whole array, instead of the model's written-out rounds (same bits).
 After compiling, timed repetitions alternate between the variants; prints medians, the ratio
 to `model` and each step's loss (the variants compute the same function, so the losses agree
 to float32 round-off), and writes them to benchmarks/results/layer_ab_L<seq>.json.
@@ -83,20 +83,21 @@ def _variant_attention():
 def _patched(name: str):
   """The bert module with variant `name` in place (traced inside this context)."""
   import jax  # pylint: disable=import-outside-toplevel
+  from acl_jax import threefry  # pylint: disable=import-outside-toplevel
   from acl_jax.models import bert  # pylint: disable=import-outside-toplevel
   attention, gelu, unrolled_above = (bert.SelfAttention, bert.ACTIVATIONS["gelu"],
-                                     bert.UNROLLED_ABOVE)
+                                     threefry.UNROLLED_ABOVE)
   if name in ("split_qkv", "scale_q"):
     bert.SelfAttention = functools.partial(_variant_attention(), **{name: True})
   elif name == "gelu_erf":
     bert.ACTIVATIONS["gelu"] = lambda x: 0.5 * x * (1.0 + jax.lax.erf(x * 2 ** -0.5))
   elif name == "threefry_loop":  # every array hashes with the primitive
-    bert.UNROLLED_ABOVE = float("inf")
+    threefry.UNROLLED_ABOVE = float("inf")
   try:
     yield
   finally:
     bert.SelfAttention, bert.ACTIVATIONS["gelu"] = attention, gelu
-    bert.UNROLLED_ABOVE = unrolled_above
+    threefry.UNROLLED_ABOVE = unrolled_above
 
 
 VARIANTS = ("model", "threefry_loop", "split_qkv", "scale_q", "gelu_erf")

@@ -105,13 +105,13 @@ def test_written_out_threefry_gives_the_primitives_bits():
   with jax's primitive; both must give jax's threefry2x32 bits, so no mask depends on the
   size."""
   from jax.extend.random import threefry2x32_p
-  from acl_jax.models import bert
+  from acl_jax import threefry
   rng = np.random.default_rng(0)
   draw = lambda *shape: jnp.asarray(rng.integers(0, 2**32, shape, dtype=np.uint64), jnp.uint32)
-  for shape in [(bert.UNROLLED_ABOVE + 1,), (7, 3), (4, 3, 160, 160)]:
+  for shape in [(threefry.UNROLLED_ABOVE + 1,), (7, 3), (4, 3, 160, 160)]:
     k, x0, x1 = draw(2), draw(*shape), draw(*shape)
     want = jax.jit(lambda k, a, b: threefry2x32_p.bind(k[0], k[1], a, b)[0])(k, x0, x1)
-    got = jax.jit(lambda k, a, b: bert.threefry2x32(k[0], k[1], a, b))(k, x0, x1)
+    got = jax.jit(lambda k, a, b: threefry.threefry2x32(k[0], k[1], a, b))(k, x0, x1)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
@@ -125,14 +125,14 @@ def test_a_train_step_is_the_same_with_either_hash(monkeypatch):
   (seen: bit-identical on an Intel Xeon), where one moved mask would move them by order one,
   and so does the loss (a moved mask: about 1e-3 relative).
   """
-  from acl_jax.models import bert
+  from acl_jax import threefry
   from tests import numerics
   from tests.acl_utils import capture_grads, config, setup_lib, step_lib, tiny_setup
   model, params, batches = tiny_setup(num_batches=1, dropout=0.1)
   mesh = step_lib.make_mesh(jax.devices()[:1])
   out = {}
-  for name, size in (("loop", bert.UNROLLED_ABOVE), ("unrolled", 0)):
-    monkeypatch.setattr(bert, "UNROLLED_ABOVE", size)
+  for name, size in (("loop", threefry.UNROLLED_ABOVE), ("unrolled", 0)):
+    monkeypatch.setattr(threefry, "UNROLLED_ABOVE", size)
     tr = setup_lib.make_trainer(config("ce"), model, params, mesh, num_labels=3,
                                 total_steps=10, tx=capture_grads(), donate=False)
     state, m = tr.train_step(tr.state, step_lib.shard_batch(batches[0], mesh))

@@ -5,9 +5,9 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.extend.random import threefry2x32_p
 
 from acl_jax.losses.contrastive import safe_normalize
+from acl_jax.threefry import threefry2x32
 
 GLOSS_FORMS = ("clean", "official")
 # Weight floor on off-diagonal edges, relative to the strongest edge (see `propagate`).
@@ -255,10 +255,7 @@ def split_order(key: jax.Array, example_ids: jax.Array) -> jax.Array:
   order of the ids that each example's hash fixes whatever its row."""
   k = jax.random.key_data(key).reshape(-1)
   ids = example_ids.astype(jnp.uint32)
-  # Adding a zero taken from the ids gives the scalar key words the ids' device-varying type
-  # under shard_map, which the primitive's loop on CPU needs of all its operands.
-  zero = jnp.zeros_like(ids)
-  score, _ = threefry2x32_p.bind(k[0] + zero[0], k[1] + zero[0], ids, zero)
+  score = threefry2x32(k[0], k[1], ids, jnp.zeros_like(ids))
   return jnp.argsort(score, stable=True)
 
 

@@ -21,9 +21,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.extend.random import threefry2x32_p
 
 from acl_jax.models.config import EncoderConfig
+from acl_jax.threefry import threefry2x32
 
 _INIT = nn.initializers.normal(stddev=0.02)
 _NEG_INF = -1e9  # additive mask; finite so fully-masked rows stay NaN-free
@@ -140,41 +140,6 @@ def attention_counters(index: DropoutIndex, heads: int, stride: int
 def example_counters(example: jax.Array, width: int) -> tuple[jax.Array, jax.Array]:
   """Counter words of a [batch, width] per-example activation (an exit head's input)."""
   return example.astype(jnp.uint32)[:, None], jnp.arange(width, dtype=jnp.uint32)[None, :]
-
-
-_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
-
-
-# Arrays of more than this many elements hash with the written-out rounds, the others with
-# the primitive (see `threefry2x32`).
-UNROLLED_ABOVE = 1 << 18
-
-
-def threefry2x32(k0: jax.Array, k1: jax.Array, x0: jax.Array, x1: jax.Array) -> jax.Array:
-  """The first output word of Threefry-2x32 (20 rounds) of counters (x0, x1) under key
-  (k0, k1), scalar key words: bit for bit `jax.extend.random.threefry2x32_p`'s.
-
-  On CPU the primitive lowers to a rolled loop of five steps, each reading and writing the
-  whole state (for attention dropout, [batch, heads, q, k]). Above UNROLLED_ABOVE elements
-  the rounds are written out instead, so that XLA fuses the hash with the counters it reads
-  and the dropout it feeds into one elementwise pass: a MiniLM-L6 train step at B32 L64 took
-  0.90x the time (BENCHMARKS.md). The written-out form takes longer to compile, which only a
-  large array's run time repays (a tiny model's few steps do not), so smaller arrays keep the
-  loop. Both give the same bits, so the choice changes no mask.
-  """
-  if x0.size <= UNROLLED_ABOVE:
-    zero = x0.reshape(-1)[0] & jnp.uint32(0)  # key words typed like the (device-varying)
-    return threefry2x32_p.bind(k0 + zero, k1 + zero, x0, x1)[0]  # counters: the loop needs it
-  ks = (k0, k1, k0 ^ k1 ^ jnp.uint32(0x1BD11BDA))
-  x0, x1 = x0 + ks[0], x1 + ks[1]
-  for i in range(5):
-    for r in _ROTATIONS[i % 2]:
-      x0 = x0 + x1
-      x1 = (x1 << jnp.uint32(r)) | (x1 >> jnp.uint32(32 - r))
-      x1 = x0 ^ x1
-    x0 = x0 + ks[(i + 1) % 3]
-    x1 = x1 + ks[(i + 2) % 3] + jnp.uint32(i + 1)
-  return x0
 
 
 def _counters(drop: DropoutIndex | None, fn, *args):
@@ -531,6 +496,13 @@ def label_embeddings(params: Any, exit_layer: int) -> jax.Array:
 
 
 def init_params(cfg: EncoderConfig, key: jax.Array, seq_len: int = 8) -> Any:
-  """Randomly initialised params for `Classifier(cfg)`."""
-  ids = jnp.zeros((1, seq_len), jnp.int32)
-  return Classifier(cfg).init(key, ids, jnp.ones_like(ids))["params"]
+  """Randomly initialised params for `Classifier(cfg)` (one jitted program per config)."""
+  return _jitted_init(cfg, seq_len)(key)
+
+
+@functools.lru_cache(maxsize=16)
+def _jitted_init(cfg: EncoderConfig, seq_len: int):
+  def init(key):
+    ids = jnp.zeros((1, seq_len), jnp.int32)
+    return Classifier(cfg).init(key, ids, jnp.ones_like(ids))["params"]
+  return jax.jit(init)
