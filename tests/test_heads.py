@@ -119,6 +119,23 @@ def test_pretrained_bert_pooler_seeds_a_bert_pooler_head(tmp_path):
   np.testing.assert_array_equal(params["exit_2"]["pooler"]["kernel"], sd["pooler.dense.weight"].T)
 
 
+def test_new_heads_are_the_seeded_init_and_the_encoder_the_checkpoint(tmp_path):
+  """Loading initialises only what the checkpoint lacks (every exit head here), with the
+  values `bert.init_params` gives for the seed; every encoder leaf is the checkpoint's."""
+  torch.manual_seed(0)
+  transformers.BertModel(transformers.BertConfig(**TINY)).save_pretrained(str(tmp_path))
+  model, params, _ = acl_jax.load_pretrained(str(tmp_path), 3, exits="all", seed=7,
+                                             with_tokenizer=False)
+  init = bert.init_params(model.cfg, jax.random.key(7))
+  for exit_name in ("exit_1", "exit_2"):
+    jax.tree.map(np.testing.assert_array_equal, params[exit_name], init[exit_name])
+  sd = hf_lib.read_state_dict(str(tmp_path))
+  np.testing.assert_array_equal(params["encoder"]["layer_1"]["mlp"]["fc2"]["kernel"],
+                                sd["encoder.layer.1.output.dense.weight"].T)
+  assert not np.array_equal(params["encoder"]["layer_1"]["mlp"]["fc2"]["kernel"],
+                            init["encoder"]["layer_1"]["mlp"]["fc2"]["kernel"])
+
+
 def test_non_sequence_classifier_weights_are_not_a_head(tmp_path, caplog):
   torch.manual_seed(0)
   model = transformers.BertForTokenClassification(transformers.BertConfig(**TINY, num_labels=5))

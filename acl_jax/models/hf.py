@@ -5,11 +5,13 @@ A hub id is fetched with `huggingface_hub` when online; offline it fails at once
 sequence-classification head loads into the final exit (`checkpoint_head`, `resolve_head`);
 `hf_state_dict` and `head_state_dict` invert the mapping for acl_jax/export.py.
 """
+import functools
 import logging
 import os
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from acl_jax.models import bert
@@ -338,22 +340,45 @@ def read_exit_heads(folder: str, cfg: EncoderConfig) -> dict[str, Any]:
   return out
 
 
-def merge_params(init: Any, loaded: Any) -> Any:
-  """Overwrites `init` leaves with `loaded` ones (same tree paths), checking shapes."""
+def merge_params(shapes: Any, loaded: Any, fresh: dict) -> Any:
+  """The params tree of `shapes` (ShapeDtypeStructs): `loaded` leaves (same tree paths,
+  shapes checked) where it has them, else `fresh[keystr(path)]`."""
   flat_loaded = {jax.tree_util.keystr(p): v
                  for p, v in jax.tree_util.tree_leaves_with_path(loaded) if v is not None}
 
   def pick(path, x):
     key = jax.tree_util.keystr(path)
     if key not in flat_loaded:
-      return x
+      return fresh[key]
     v = flat_loaded[key]
     if v.shape != x.shape:
       raise ValueError(f"Checkpoint tensor for {key} has shape {v.shape}, model expects "
                        f"{x.shape}; config.json and the weights disagree.")
-    return np.asarray(v, dtype=x.dtype)
+    return jnp.asarray(np.asarray(v, dtype=x.dtype))
 
-  return jax.tree_util.tree_map_with_path(pick, init)
+  return jax.tree_util.tree_map_with_path(pick, shapes)
+
+
+def init_missing(cfg, key: jax.Array, loaded: Any) -> tuple[Any, dict]:
+  """(the params' shapes, a seeded init of the leaves `loaded` lacks, by keystr path).
+
+  Only those leaves (the new heads) are computed: the init is traced for its shapes alone,
+  and jitted returning the missing leaves, so XLA drops the rest. Loading a checkpoint thus
+  never materialises a random copy of the encoder beside the loaded one. The values are
+  `bert.init_params`'s for the same key.
+  """
+  have = {jax.tree_util.keystr(p)
+          for p, v in jax.tree_util.tree_leaves_with_path(loaded) if v is not None}
+  shapes = jax.eval_shape(functools.partial(bert.init_params, cfg), key)
+  missing = {jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(shapes)
+             } - have
+  if not missing:
+    return shapes, {}
+
+  def fresh(k):
+    return {name: v for p, v in jax.tree_util.tree_leaves_with_path(bert.init_params(cfg, k))
+            if (name := jax.tree_util.keystr(p)) in missing}
+  return shapes, jax.jit(fresh)(key)
 
 
 def load_tokenizer(folder: str):
@@ -442,7 +467,7 @@ def load_pretrained(name_or_path: str, num_labels: int, exits: str = "last", *,
   if cfg.exits == "all" and not ignore_head:
     loaded.update(read_exit_heads(folder, cfg))
   model = bert.Classifier(cfg)
-  params = merge_params(bert.init_params(cfg, jax.random.key(seed)), loaded)
-  params = jax.tree.map(jax.numpy.asarray, params)
+  shapes, fresh = init_missing(cfg, jax.random.key(seed), loaded)
+  params = merge_params(shapes, loaded, fresh)
   tok = load_tokenizer(folder) if with_tokenizer else None
   return model, params, tok
