@@ -37,11 +37,14 @@ def replicate(tree: Any, mesh) -> Any:
   sharding = NamedSharding(mesh, P())
 
   def put(x):
-    x = np.asarray(x) if not isinstance(x, jax.Array) else x
     if isinstance(x, jax.Array) and x.sharding == sharding:
       return x
     host = np.asarray(x)
-    return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+    placed = jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+    # On CPU the callback's buffers can alias the host memory, which a step that donates its
+    # state cannot reuse: its first call would then allocate a second state beside the temp
+    # block. A copy into buffers XLA owns lets every call, the first too, write in place.
+    return jax.device_put(placed, sharding, may_alias=False)
   return jax.tree.map(put, tree)
 
 
