@@ -72,7 +72,7 @@ def test_the_donating_step_writes_the_replicated_state_in_place(source):
   """`step.replicate` places the state in buffers XLA owns, so the donating train step
   writes its outputs into them from the first call on. On CPU, buffers made from host memory
   alias it and cannot be donated: the first step then allocated a second state beside the
-  temp block (MiniLM-L6 B32 L64: 2070 MiB peak RSS against 1676, BENCHMARKS.md)."""
+  temp block (BENCHMARKS.md, "Where the memory goes")."""
   import jax
   from acl_jax.train import setup as setup_lib, step as step_lib
   from tests.acl_utils import config, tiny_setup

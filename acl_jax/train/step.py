@@ -108,8 +108,8 @@ def release_compiler_memory() -> None:
   to the operating system (glibc's `malloc_trim`).
 
   glibc keeps freed memory for reuse, but a step's activations are one large block that it
-  maps afresh, so the compiler's few hundred freed MiB stayed resident beside it: MiniLM-L6's
-  CE step at B32 L64 peaked at 1714 MiB RSS, and 1528 MiB with the memory returned after the
+  maps afresh, so the compiler's freed memory stayed resident beside it: MiniLM-L6's CE step
+  at B32 L64 peaked at 1690 MiB RSS, and at 1542 MiB with that memory returned after the
   compile (BENCHMARKS.md). Registered once per process; a no-op without glibc.
   """
   global _trim_listener
