@@ -6,7 +6,8 @@ Prints, after each stage, the process's resident set (current and peak, from /pr
 `ru_maxrss`) and the bytes of the jax arrays alive: the imports; `load_pretrained`; the
 train step's set-up (`benchmarks.common.minilm_ce_step`, which loads the weights again and
 builds the TrainState); the step's compile, with XLA's own accounting of its buffers
-(`memory_analysis`: arguments, outputs, the temp block it allocates per call); and 3 steps.
+(`memory_analysis`: arguments, outputs, the temp block it allocates per call); and 3 steps,
+with each step's minor page faults and system CPU time.
 Memory is not time: other jobs on the machine do not change these numbers.
 """
 import argparse
@@ -64,14 +65,22 @@ def main():
   rows.append(snapshot("step compiled"))
   print(f"XLA buffers of the step, MiB: {xla}")
   del compiled
+  faults, system_s = [], []
   for _ in range(3):
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
     state, _ = fn(state, batch)
-  jax.block_until_ready(state)
+    jax.block_until_ready(state)
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    faults.append(r1.ru_minflt - r0.ru_minflt)
+    system_s.append(round(r1.ru_stime - r0.ru_stime, 3))
   rows.append(snapshot("3 steps"))
+  print(f"minor page faults per step: {faults}; system CPU s per step: {system_s}")
   info = common.machine_info(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   out = a.out or os.path.join("benchmarks", "results", f"memory_breakdown_L{a.seq}.json")
   common.write_json(out, {"command": common.command_line(), "machine": info, "stages": rows,
-                          "xla_step_buffers_mib": xla})
+                          "xla_step_buffers_mib": xla, "minor_faults_per_step": faults,
+                          "system_cpu_s_per_step": system_s,
+                          "glibc_tunables": os.environ.get("GLIBC_TUNABLES", "")})
   print(f"wrote {out}")
 
 
