@@ -340,45 +340,39 @@ def read_exit_heads(folder: str, cfg: EncoderConfig) -> dict[str, Any]:
   return out
 
 
-def merge_params(shapes: Any, loaded: Any, fresh: dict) -> Any:
-  """The params tree of `shapes` (ShapeDtypeStructs): `loaded` leaves (same tree paths,
-  shapes checked) where it has them, else `fresh[keystr(path)]`."""
-  flat_loaded = {jax.tree_util.keystr(p): v
-                 for p, v in jax.tree_util.tree_leaves_with_path(loaded) if v is not None}
+def _by_path(tree: Any) -> dict:
+  """A pytree's leaves by their `keystr` path."""
+  return {jax.tree_util.keystr(p): v for p, v in jax.tree_util.tree_leaves_with_path(tree)}
+
+
+def merge_params(cfg: EncoderConfig, key: jax.Array, loaded: Any) -> Any:
+  """The params of `Classifier(cfg)`: `loaded`'s tensors where it has them (same tree paths,
+  shapes checked), and `bert.init_params(cfg, key)`'s values for the rest (the new heads).
+
+  Only the missing leaves are computed: the init is traced for its shapes alone, and jitted
+  returning just those leaves, so XLA drops the rest. Loading a checkpoint thus never
+  materialises a random copy of the encoder beside the loaded one.
+  """
+  flat_loaded = {k: v for k, v in _by_path(loaded).items() if v is not None}
+  shapes = jax.eval_shape(functools.partial(bert.init_params, cfg), key)
+  missing = _by_path(shapes).keys() - flat_loaded.keys()
+  fresh = {}
+  if missing:
+    new_leaves = lambda k: {name: v for name, v in _by_path(bert.init_params(cfg, k)).items()
+                            if name in missing}
+    fresh = jax.jit(new_leaves)(key)
 
   def pick(path, x):
-    key = jax.tree_util.keystr(path)
-    if key not in flat_loaded:
-      return fresh[key]
-    v = flat_loaded[key]
+    name = jax.tree_util.keystr(path)
+    if name not in flat_loaded:
+      return fresh[name]
+    v = flat_loaded[name]
     if v.shape != x.shape:
-      raise ValueError(f"Checkpoint tensor for {key} has shape {v.shape}, model expects "
+      raise ValueError(f"Checkpoint tensor for {name} has shape {v.shape}, model expects "
                        f"{x.shape}; config.json and the weights disagree.")
     return jnp.asarray(np.asarray(v, dtype=x.dtype))
 
   return jax.tree_util.tree_map_with_path(pick, shapes)
-
-
-def init_missing(cfg, key: jax.Array, loaded: Any) -> tuple[Any, dict]:
-  """(the params' shapes, a seeded init of the leaves `loaded` lacks, by keystr path).
-
-  Only those leaves (the new heads) are computed: the init is traced for its shapes alone,
-  and jitted returning the missing leaves, so XLA drops the rest. Loading a checkpoint thus
-  never materialises a random copy of the encoder beside the loaded one. The values are
-  `bert.init_params`'s for the same key.
-  """
-  have = {jax.tree_util.keystr(p)
-          for p, v in jax.tree_util.tree_leaves_with_path(loaded) if v is not None}
-  shapes = jax.eval_shape(functools.partial(bert.init_params, cfg), key)
-  missing = {jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_leaves_with_path(shapes)
-             } - have
-  if not missing:
-    return shapes, {}
-
-  def fresh(k):
-    return {name: v for p, v in jax.tree_util.tree_leaves_with_path(bert.init_params(cfg, k))
-            if (name := jax.tree_util.keystr(p)) in missing}
-  return shapes, jax.jit(fresh)(key)
 
 
 def load_tokenizer(folder: str):
@@ -467,7 +461,6 @@ def load_pretrained(name_or_path: str, num_labels: int, exits: str = "last", *,
   if cfg.exits == "all" and not ignore_head:
     loaded.update(read_exit_heads(folder, cfg))
   model = bert.Classifier(cfg)
-  shapes, fresh = init_missing(cfg, jax.random.key(seed), loaded)
-  params = merge_params(shapes, loaded, fresh)
+  params = merge_params(cfg, jax.random.key(seed), loaded)
   tok = load_tokenizer(folder) if with_tokenizer else None
   return model, params, tok

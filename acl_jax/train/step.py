@@ -89,7 +89,7 @@ def _gate_metrics(info, objective):
 
 # jax's event after each XLA backend compile (jax._src.dispatch.BACKEND_COMPILE_EVENT).
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
-_trim_listener = None
+_trim_registered = False
 
 
 def _malloc_trim():
@@ -112,14 +112,14 @@ def release_compiler_memory() -> None:
   at B32 L64 peaked at 1690 MiB RSS, and at 1542 MiB with that memory returned after the
   compile (BENCHMARKS.md). Registered once per process; a no-op without glibc.
   """
-  global _trim_listener
-  if _trim_listener is not None or _TRIM is None:
+  global _trim_registered
+  if _trim_registered or _TRIM is None:
     return
 
   def listener(event, _duration, **_):
     if event == _COMPILE_EVENT:
       _TRIM(0)
-  _trim_listener = listener
+  _trim_registered = True
   jax.monitoring.register_event_duration_secs_listener(listener)
 
 
