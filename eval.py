@@ -93,8 +93,9 @@ def per_class_table(split: str, rows: dict) -> str:
 
 def main(argv):
   del argv
-  from acl_jax import logs  # pylint: disable=import-outside-toplevel
+  from acl_jax import host_heap, logs  # pylint: disable=import-outside-toplevel
   logs.setup()
+  host_heap.keep_step_memory()  # before any JAX computation
   from acl_jax import evaluate, provenance  # pylint: disable=import-outside-toplevel
   workdirs = _WORKDIR.value
   if _POLICY.value:

@@ -47,8 +47,9 @@ def _threshold():
 
 def main(argv):
   del argv
-  from acl_jax import logs, predict  # pylint: disable=import-outside-toplevel
+  from acl_jax import host_heap, logs, predict  # pylint: disable=import-outside-toplevel
   logs.setup(stream=sys.stderr)  # stdout may carry the predictions
+  host_heap.keep_step_memory()  # before any JAX computation
   threshold = None
   if _POLICY.value:
     threshold = _threshold()

@@ -75,8 +75,9 @@ def main(argv):
     print(_configs.print_config(_CONFIG.value, f"# {name}: every field, its value and what it "
                                 "does; set one with --config.FIELD=VALUE"))
     return 0
-  from acl_jax import logs  # pylint: disable=import-outside-toplevel
+  from acl_jax import host_heap, logs  # pylint: disable=import-outside-toplevel
   logs.setup()
+  host_heap.keep_step_memory()  # before any JAX computation
   init_distributed()
   from acl_jax.train import loop  # pylint: disable=import-outside-toplevel
   results = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)

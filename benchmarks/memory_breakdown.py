@@ -41,6 +41,8 @@ def main():
   p.add_argument("--out", default=None)
   a = p.parse_args()
   rows = [snapshot("python + numpy")]
+  from acl_jax import host_heap
+  kept = host_heap.keep_step_memory()  # as train.py does
   import jax
   import flax  # noqa: F401  pylint: disable=unused-import
   import optax  # noqa: F401  pylint: disable=unused-import
@@ -80,7 +82,8 @@ def main():
   common.write_json(out, {"command": common.command_line(), "machine": info, "stages": rows,
                           "xla_step_buffers_mib": xla, "minor_faults_per_step": faults,
                           "system_cpu_s_per_step": system_s,
-                          "glibc_tunables": os.environ.get("GLIBC_TUNABLES", "")})
+                          "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
+                          "keep_step_memory": kept})
   print(f"wrote {out}")
 
 

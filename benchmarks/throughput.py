@@ -145,6 +145,8 @@ def _cache_size(jitted) -> int:
 
 def jax_worker(args, chan: common.Channel) -> None:
   """Warms up our train step on one shape, then serves timed repetitions."""
+  from acl_jax import host_heap
+  kept = host_heap.keep_step_memory()  # as train.py does
   import jax
   from acl_jax.train import step as step_lib
   rss_import = common.peak_rss_mib()
@@ -166,7 +168,8 @@ def jax_worker(args, chan: common.Channel) -> None:
   compiled = _cache_size(train_step)
   chan.send(ready=True, n_params=int(n_params), first_step_s=compile_s, warmup_s=warm_s,
             devices=jax.device_count(), backend=jax.default_backend(),
-            xla_flags=os.environ.get("XLA_FLAGS", ""), rss_after_import_mib=rss_import)
+            xla_flags=os.environ.get("XLA_FLAGS", ""), rss_after_import_mib=rss_import,
+            keep_step_memory=kept)
   serve(chan, steps, lambda: {"recompiled": _cache_size(train_step) != compiled})
 
 

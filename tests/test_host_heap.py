@@ -1,0 +1,83 @@
+"""acl_jax.host_heap: a CPU step reuses its temp block instead of faulting it in afresh."""
+import json
+
+import pytest
+
+from acl_jax import host_heap
+from tests import helpers
+
+# A program whose temp block holds three 64 MiB arrays, counted by its minor page faults per
+# call once warm. Prints JSON. (Elementwise ops and a scan: XLA:CPU's dot kernels fault in
+# their own scratch memory, which no heap setting reaches.)
+_PROBE = r"""
+import json, os, resource, sys
+from acl_jax import host_heap
+kept = host_heap.keep_step_memory()
+import jax, jax.numpy as jnp
+f = jax.jit(lambda x: (jnp.cumsum(jnp.sin(x), axis=0) * jnp.cos(x)[::-1]).sum())
+x = jnp.ones((4096, 4096), jnp.float32)
+temp = f.lower(x).compile().memory_analysis().temp_size_in_bytes
+for _ in range(2):
+  f(x).block_until_ready()
+faults = []
+for _ in range(3):
+  before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+  f(x).block_until_ready()
+  faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(json.dumps({"kept": kept, "temp_pages": temp // os.sysconf("SC_PAGE_SIZE"),
+                  "faults": faults}))
+"""
+
+
+def _probe(**env):
+  out = helpers.run_py(["-c", _PROBE], timeout=180, **env)
+  assert out.returncode == 0, out.stderr[-3000:]
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _thp_always() -> bool:
+  try:
+    with open("/sys/kernel/mm/transparent_hugepage/enabled") as f:
+      return "[always]" in f.read()
+  except OSError:
+    return False
+
+
+@pytest.mark.skipif(host_heap._glibc() is None, reason="needs glibc (mallopt)")
+def test_a_warm_step_does_not_fault_its_temp_block_in_again():
+  """With the settings, a warm call faults in under a tenth of its temp block's pages (it
+  reuses the last call's memory). Without them (ACL_JAX_KEEP_STEP_MEMORY=0), every call
+  faults in at least half of them again, unless the kernel backs every mapping with huge
+  pages anyway (transparent_hugepage=always), where that half is not checked."""
+  kept = _probe()
+  assert kept["kept"] is True
+  assert kept["temp_pages"] >= (100 << 20) // 4096, kept  # the probe's block is large
+  assert max(kept["faults"]) < kept["temp_pages"] / 10, kept
+  default = _probe(ACL_JAX_KEEP_STEP_MEMORY="0")
+  assert default["kept"] is False
+  if not _thp_always():
+    assert min(default["faults"]) > default["temp_pages"] / 2, default
+
+
+def test_nothing_changes_once_the_backends_have_started(monkeypatch):
+  """Called after JAX's first computation, it applies nothing: the dispatch mode is fixed
+  by then, and the heap settings alone would not make the block reusable."""
+  import jax
+  jax.devices()
+  calls = []
+
+  class FakeLibc:
+    def mallopt(self, *args):
+      calls.append(args)
+      return 1
+  monkeypatch.setattr(host_heap, "_glibc", FakeLibc)
+  monkeypatch.setattr(host_heap, "accelerator_expected", lambda: False)
+  assert host_heap.keep_step_memory() is False
+  assert not calls
+
+
+@pytest.mark.parametrize("platforms,expected", [("cpu", False), ("cuda,cpu", True),
+                                                ("tpu", True), (" cpu , cuda", False)])
+def test_accelerator_expected_follows_jax_platforms(monkeypatch, platforms, expected):
+  monkeypatch.setenv("JAX_PLATFORMS", platforms)
+  assert host_heap.accelerator_expected() is expected
