@@ -85,4 +85,5 @@ def keep_step_memory() -> bool:
   if not (libc.mallopt(_M_MMAP_MAX, 0) and libc.mallopt(_M_TRIM_THRESHOLD, _INT_MAX)):
     raise RuntimeError("glibc's mallopt refused M_MMAP_MAX=0 or M_TRIM_THRESHOLD; set "
                        f"{ENV}=0 to run with the C library's defaults.")
+  log.info("CPU steps reuse their working memory (acl_jax.host_heap; %s=0 turns it off).", ENV)
   return True
