@@ -40,9 +40,9 @@ def main():
   p.add_argument("--batch", type=int, default=32)
   p.add_argument("--out", default=None)
   a = p.parse_args()
-  rows = [snapshot("python + numpy")]
   from acl_jax import host_heap
-  kept = host_heap.keep_step_memory()  # as train.py does
+  kept = host_heap.keep_step_memory()  # as train.py does; before snapshot starts JAX
+  rows = [snapshot("python + numpy")]
   import jax
   import flax  # noqa: F401  pylint: disable=unused-import
   import optax  # noqa: F401  pylint: disable=unused-import
