@@ -106,6 +106,24 @@ def test_every_compile_hands_the_compilers_freed_memory_back(monkeypatch):
   assert calls and set(calls) == {0}
 
 
+def test_each_evaluation_is_bracketed_by_heap_trims(tiny_model_dir, tmp_path, monkeypatch):
+  """The loop hands the heap's free memory back before an evaluation (the train step's
+  temp block, which acl_jax.host_heap keeps) and after it and its saves, so their buffers
+  and the next step's block are never resident at once."""
+  from acl_jax import evaluate as eval_lib
+  from acl_jax.train import loop, step as step_lib
+  events, evaluate = [], eval_lib.evaluate
+
+  def recorded(*a, **kw):
+    events.append("eval")
+    return evaluate(*a, **kw)
+  monkeypatch.setattr(step_lib, "trim_heap", lambda: events.append("trim"))
+  monkeypatch.setattr(eval_lib, "evaluate", recorded)
+  loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir), str(tmp_path / "run"))
+  first = events.index("eval")
+  assert events[first - 1:first + 2] == ["trim", "eval", "trim"], events
+
+
 def test_merge_results_keeps_other_splits_and_drops_stale_ones():
   from acl_jax.evaluate import merge_results
   old = {"checkpoint_step": 6, "dev": {"a": 1}, "test": {"a": 2}, "train": {"final_step": 6}}

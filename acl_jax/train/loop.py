@@ -203,6 +203,11 @@ def train_and_evaluate(config, workdir: str) -> dict:
     eval_now = done % eval_every == 0 or done == total
     if not (log_now or eval_now or done % ckpt_every == 0):
       continue
+    # With the step's memory kept (acl_jax.host_heap), the heap holds its free temp block:
+    # handed back before evaluation and saves allocate, and what they free after them.
+    heavy = eval_now or done % ckpt_every == 0
+    if heavy:
+      step_lib.trim_heap()
     # Host sync: raises on a non-finite step before anything is evaluated or saved.
     new, count = sums.fetch()
     logged = {k: logged.get(k, 0.0) + v for k, v in new.items()}
@@ -241,6 +246,8 @@ def train_and_evaluate(config, workdir: str) -> dict:
         ls.early_stopped_at = done
     if done % ckpt_every == 0 or done == total or stopped:
       save_latest(state, done)
+    if heavy:
+      step_lib.trim_heap()
   if bar is not None:
     bar.close()
   writer.close()

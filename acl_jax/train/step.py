@@ -103,6 +103,13 @@ def _malloc_trim():
 _TRIM = _malloc_trim()
 
 
+def trim_heap() -> None:
+  """Hands the heap's free memory back to the operating system now (glibc's `malloc_trim`;
+  a no-op without glibc)."""
+  if _TRIM is not None:
+    _TRIM(0)
+
+
 def release_compiler_memory() -> None:
   """After every XLA compile in this process, hands the heap memory the compiler freed back
   to the operating system (glibc's `malloc_trim`).
