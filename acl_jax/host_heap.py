@@ -15,6 +15,9 @@ faults and 0.4-0.6 s of system CPU per step on 2 cores (BENCHMARKS.md, "Page fau
   allocate its block while the last one was still held, and the heap would keep both.
   The train loop's host work between steps (packing the next batch: about 0.5 ms) no longer
   overlaps the step.
+A small allocation between two steps can still split the freed block, and the next step
+then maps a new one (its pages faulted in once, the old block kept as free heap). The train
+loop trims the heap around each evaluation and save, which hands such memory back.
 
 train.py, eval.py and predict.py call it first. It must run before JAX starts its backends,
 and it does nothing (returning False) when they have started, off glibc, where JAX would pick

@@ -6,7 +6,7 @@ import pytest
 from acl_jax import host_heap
 from tests import helpers
 
-# A program whose temp block holds three 64 MiB arrays, counted by its minor page faults per
+# A program whose temp block holds three 36 MiB arrays, counted by its minor page faults per
 # call once warm. Prints JSON. (Elementwise ops and a scan: XLA:CPU's dot kernels fault in
 # their own scratch memory, which no heap setting reaches.)
 _PROBE = r"""
@@ -15,12 +15,12 @@ from acl_jax import host_heap
 kept = host_heap.keep_step_memory()
 import jax, jax.numpy as jnp
 f = jax.jit(lambda x: (jnp.cumsum(jnp.sin(x), axis=0) * jnp.cos(x)[::-1]).sum())
-x = jnp.ones((4096, 4096), jnp.float32)
+x = jnp.ones((3072, 3072), jnp.float32)
 temp = f.lower(x).compile().memory_analysis().temp_size_in_bytes
 for _ in range(2):
   f(x).block_until_ready()
 faults = []
-for _ in range(3):
+for _ in range(5):
   before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
   f(x).block_until_ready()
   faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
@@ -46,13 +46,15 @@ def _thp_always() -> bool:
 @pytest.mark.skipif(host_heap._glibc() is None, reason="needs glibc (mallopt)")
 def test_a_warm_step_does_not_fault_its_temp_block_in_again():
   """With the settings, a warm call faults in under a tenth of its temp block's pages (it
-  reuses the last call's memory). Without them (ACL_JAX_KEEP_STEP_MEMORY=0), every call
-  faults in at least half of them again, unless the kernel backs every mapping with huge
-  pages anyway (transparent_hugepage=always), where that half is not checked."""
+  reuses the last call's memory): the median of 5 calls, since a small allocation between
+  calls can split the freed block, and the next call then maps a new one. Without them
+  (ACL_JAX_KEEP_STEP_MEMORY=0), every call faults in at least half of them again, unless
+  the kernel backs every mapping with huge pages anyway (transparent_hugepage=always),
+  where that half is not checked."""
   kept = _probe()
   assert kept["kept"] is True
-  assert kept["temp_pages"] >= (100 << 20) // 4096, kept  # the probe's block is large
-  assert max(kept["faults"]) < kept["temp_pages"] / 10, kept
+  assert kept["temp_pages"] >= (64 << 20) // 4096, kept  # the probe's block is large
+  assert sorted(kept["faults"])[2] < kept["temp_pages"] / 10, kept
   default = _probe(ACL_JAX_KEEP_STEP_MEMORY="0")
   assert default["kept"] is False
   if not _thp_always():
