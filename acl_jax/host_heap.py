@@ -40,7 +40,7 @@ _INT_MAX = 2 ** 31 - 1
 log = logging.getLogger(__name__)
 
 
-def _glibc():
+def glibc():
   """The C library if it is glibc (it has mallopt and gnu_get_libc_version), else None."""
   if not sys.platform.startswith("linux"):
     return None
@@ -75,7 +75,7 @@ def keep_step_memory() -> bool:
   the settings were applied."""
   if os.environ.get(ENV, "1") == "0":
     return False
-  libc = _glibc()
+  libc = glibc()
   if libc is None or accelerator_expected():
     return False
   import jax  # pylint: disable=import-outside-toplevel

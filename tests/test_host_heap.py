@@ -43,7 +43,7 @@ def _thp_always() -> bool:
     return False
 
 
-@pytest.mark.skipif(host_heap._glibc() is None, reason="needs glibc (mallopt)")
+@pytest.mark.skipif(host_heap.glibc() is None, reason="needs glibc (mallopt)")
 def test_a_warm_step_does_not_fault_its_temp_block_in_again():
   """With the settings, a warm call faults in under a tenth of its temp block's pages (it
   reuses the last call's memory): the median of 5 calls, since a small allocation between
@@ -72,7 +72,7 @@ def test_nothing_changes_once_the_backends_have_started(monkeypatch):
     def mallopt(self, *args):
       calls.append(args)
       return 1
-  monkeypatch.setattr(host_heap, "_glibc", FakeLibc)
+  monkeypatch.setattr(host_heap, "glibc", FakeLibc)
   monkeypatch.setattr(host_heap, "accelerator_expected", lambda: False)
   assert host_heap.keep_step_memory() is False
   assert not calls

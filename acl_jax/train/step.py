@@ -5,8 +5,6 @@ and mapped with `jax.shard_map` under `jax.jit` on a 1-D mesh. The same code run
 on N fake CPU devices and across processes (`jax.distributed`), where the mesh spans every
 process's devices and each process feeds its own slice of the global batch.
 """
-import ctypes
-import ctypes.util
 from typing import Any
 
 import jax
@@ -16,6 +14,7 @@ import optax
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from acl_jax import host_heap
 from acl_jax.losses import angle_gate, angle_mask
 from acl_jax.models import apply_batch, is_packed
 from acl_jax.train.state import TrainState
@@ -92,15 +91,7 @@ _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 _trim_registered = False
 
 
-def _malloc_trim():
-  """glibc's malloc_trim, or None where the C library has none."""
-  try:
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-  except (OSError, AttributeError):
-    return None
-
-
-_TRIM = _malloc_trim()
+_TRIM = getattr(host_heap.glibc(), "malloc_trim", None)  # None without glibc
 
 
 def trim_heap() -> None:
@@ -125,7 +116,7 @@ def release_compiler_memory() -> None:
 
   def listener(event, _duration, **_):
     if event == _COMPILE_EVENT:
-      _TRIM(0)
+      trim_heap()
   _trim_registered = True
   jax.monitoring.register_event_duration_secs_listener(listener)
 
