@@ -33,7 +33,11 @@ if REPO not in sys.path:  # run as a script from scripts/ (report.py, sweep.py)
   sys.path.insert(0, REPO)
 from acl_jax import provenance  # noqa: E402  (light: no jax)  pylint: disable=wrong-import-position
 
-RECORDS = os.path.join(REPO, "results", "records")
+# ACL_JAX_RECORDS points a sweep running from another checkout (a worktree pinned to a
+# commit) at the records of the tree they are committed from.
+RECORDS = os.environ.get("ACL_JAX_RECORDS") or os.path.join(REPO, "results", "records")
+# A run folder's machine time, written by scripts/sweep.py: {"seconds", "attempts", "workers"}.
+RUN_TIME = "sweep_time.json"
 
 # The config fields a row's budget states (dotted config path -> budget key).
 BUDGET_FIELDS = (("num_steps", "num_steps"), ("num_epochs", "num_epochs"),
@@ -152,9 +156,24 @@ def row_from_run(workdir: str, sweep: str, settings: dict, config: str = "",
   if early:
     row["early_exit"] = early
     row["timed_on"] = machine()  # the sweep runs eval.py's timed passes here
+  spent = _load(os.path.join(workdir, RUN_TIME))
+  if spent:  # wall seconds of train.py and the post steps, all attempts; on this machine
+    row["seconds"] = round(spent["seconds"], 1)
+    row["workers"] = spent.get("workers", 1)
+    row["timed_on"] = machine()
   row["train"] = train
   row["code"] = code
   return row
+
+
+def add_time(workdir: str, seconds: float, workers: int = 1, attempt: bool = False) -> None:
+  """Adds `seconds` of machine time to the run folder's RUN_TIME record."""
+  path = os.path.join(workdir, RUN_TIME)
+  spent = _load(path) or {"seconds": 0.0, "attempts": 0}
+  spent["seconds"] += seconds
+  spent["attempts"] += int(attempt)
+  spent["workers"] = workers
+  provenance.write_atomic(path, json.dumps(spent))
 
 
 def read(path: str) -> list[dict]:

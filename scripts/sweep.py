@@ -58,6 +58,8 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 
@@ -66,6 +68,7 @@ sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from acl_jax import provenance  # noqa: E402  (light: no jax)  pylint: disable=wrong-import-position
 import records  # noqa: E402  pylint: disable=wrong-import-position
+import stages  # noqa: E402  pylint: disable=wrong-import-position
 import sweeps as sweep_specs  # noqa: E402  pylint: disable=wrong-import-position
 
 run_name = records.run_name
@@ -156,44 +159,10 @@ def jobs_of_args(args) -> list[Job]:
               os.path.join(args.root, run_name(s)), sweep) for s in plan(args)]
 
 
-def lr_picks(rows: list[dict]) -> dict[str, str]:
-  """{task: the lr of LR_GRID with CE's best mean dev score} from the lr_pick record, for the
-  tasks whose grid is complete (every lr on every seed of the sweep)."""
-  spec = sweep_specs.SWEEPS.get("lr_pick")
-  out = {}
-  for arm in spec.arms if spec else ():
-    scores = {}
-    for lr in sweep_specs.LR_GRID:
-      vals = [sweep_specs.select_score(r) for r in rows
-              if r["task"] == arm.task and r["overrides"].get("optim.lr") == lr]
-      if len(vals) < len(arm.seeds):
-        break
-      scores[lr] = float(np.mean(vals))
-    else:
-      out[arm.task] = max(sweep_specs.LR_GRID, key=lambda lr, s=scores: s[lr])
-  return out
-
-
-def jobs_of_sweep(name: str, root: str, picks: dict | None = None) -> list[Job]:
-  """The runs of a named sweep (scripts/sweeps.py). `optim.lr=@lr_pick` becomes the task's
-  pick (picks), or stays a placeholder where lr_pick is not complete."""
-  spec = sweep_specs.SWEEPS[name]
-  jobs = []
-  for arm in spec.arms:
-    sets = list(arm.set)
-    if picks is not None and arm.task in picks:
-      sets = [f"optim.lr={picks[arm.task]}" if kv == f"optim.lr={sweep_specs.LR_PICK}" else kv
-              for kv in sets]
-    for key, values in arm.grid:
-      check_grid(key, list(values))
-    axes = [[("method", m) for m in arm.methods]]
-    axes += [[(k, v) for v in values] for k, values in arm.grid]
-    axes.append([("seed", str(s)) for s in arm.seeds])
-    for combo in itertools.product(*axes):
-      s = {"task": arm.task, **dict(combo)}
-      jobs.append(Job(s, f"{arm.config}:{arm.task},{s['method']}", sorted(sets),
-                      os.path.join(root, run_name(s)), name, spec.early_exit, spec.latest))
-  return jobs
+def job_of(run: stages.Run, root: str) -> Job:
+  """The Job of a protocol run (scripts/stages.py), its workdir under root/<record>/."""
+  return Job(dict(run.settings), run.config, list(run.sets),
+             os.path.join(root, run.sweep, run.name), run.sweep, run.early_exit, run.latest)
 
 
 # Each run's record of what the sweep asked of it beyond its name (config and --set flags),
@@ -284,7 +253,7 @@ def has_weights(workdir: str) -> bool:
               or provenance.checkpoint_steps(workdir, "ckpt"))
 
 
-def post_steps(job: Job, env: dict) -> int:
+def post_steps(job: Job, env: dict, prefix=(), workers: int = 1) -> int:
   """eval.py after training, as the sweep asks: the early-exit sweep on dev (timed on seed 0,
   untimed on the others) and the final weights' scores. Returns the first failing exit code."""
   wd, ev = job.workdir, [sys.executable, os.path.join(REPO, "eval.py"), "--workdir", job.workdir]
@@ -299,8 +268,11 @@ def post_steps(job: Job, env: dict) -> int:
     if not has_weights(wd):
       print(f"  {wd} has no checkpoints left for: {' '.join(cmd[2:])}", flush=True)
       return 1
+    t0 = time.time()
     with open(os.path.join(wd, "eval.log"), "a") as log:
-      rc = subprocess.call(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
+      rc = subprocess.call(list(prefix) + cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                           env=env)
+    records.add_time(wd, time.time() - t0, workers)
     if rc:
       print(f"  eval FAILED (exit {rc}); see {os.path.join(wd, 'eval.log')}", flush=True)
       return rc
@@ -320,7 +292,7 @@ def primary(extra: list[str]) -> bool | None:
 
 
 def finish(job: Job, env: dict, record: str | None, keep_checkpoints: bool,
-           extra: list[str] = ()) -> int:
+           extra: list[str] = (), prefix=(), workers: int = 1) -> int:
   """A finished run's post steps, its row in the record, then (named sweeps) its checkpoints
   removed. Returns non-zero when a post step failed (the row is then not written). On a
   multi-host job only process 0 does this (`primary`)."""
@@ -333,7 +305,7 @@ def finish(job: Job, env: dict, record: str | None, keep_checkpoints: bool,
       print(f"  {job.name}: give each host --process_id so that process 0 runs the "
             "evaluations this sweep asks for; recorded without them.", flush=True)
       job = dataclasses.replace(job, early_exit="", latest="")
-  rc = post_steps(job, env)
+  rc = post_steps(job, env, prefix, workers)
   if rc or not record:
     return rc
   row = records.row_from_run(job.workdir, job.sweep, job.record_settings, job.config, job.set)
@@ -346,7 +318,10 @@ def finish(job: Job, env: dict, record: str | None, keep_checkpoints: bool,
 
 
 def run_jobs(jobs: list[Job], args, record: str | None = None,
-             keep_checkpoints: bool = True) -> None:
+             keep_checkpoints: bool = True, prefix=(), workers: int = 1) -> None:
+  """Trains each job unless recorded (here or, the same run, in another record), resuming a
+  part-trained one; `prefix` goes before each command (e.g. taskset), and each run's wall
+  seconds go to its folder's time record (`records.add_time`)."""
   env = child_env(args)
   os.makedirs(args.root, exist_ok=True)
   done = {r["run"] for r in records.read(record)} if record else set()
@@ -358,11 +333,7 @@ def run_jobs(jobs: list[Job], args, record: str | None = None,
       print(f"{tag} done (recorded): {job.name}", flush=True)
       continue
     problem = None
-    if any(sweep_specs.LR_PICK in kv for kv in job.set) and not args.dry_run:
-      problem = (f"{job.name} trains at the lr that the lr_pick sweep picks for "
-                 f"{job.settings.get('task')}, which lr_pick has not finished: run "
-                 "`scripts/sweep.py --sweep lr_pick` first.")
-    elif os.path.islink(wd) and not os.path.exists(wd):
+    if os.path.islink(wd) and not os.path.exists(wd):
       problem = (f"{wd} is a link to a missing run ({os.readlink(wd)}); remove the link to "
                  "train this run here.")
     elif changed := changed_args(wd, want):
@@ -375,7 +346,8 @@ def run_jobs(jobs: list[Job], args, record: str | None = None,
       continue
     if provenance.run_finished(wd):
       print(f"{tag} done: {wd}", flush=True)
-      failed = not args.dry_run and finish(job, env, record, keep_checkpoints, args.extra)
+      failed = not args.dry_run and finish(job, env, record, keep_checkpoints, args.extra,
+                                           prefix, workers)
       if failed and not args.keep_going:
         raise SystemExit(1)
       continue
@@ -395,10 +367,13 @@ def run_jobs(jobs: list[Job], args, record: str | None = None,
     os.makedirs(wd, exist_ok=True)
     provenance.write_atomic(os.path.join(wd, RUN_ARGS), json.dumps(want, indent=2))
     log_path = os.path.join(wd, log_name(args.extra))
+    t0 = time.time()
     with open(log_path, "a") as log:
-      rc = subprocess.call(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
+      rc = subprocess.call(list(prefix) + cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                           env=env)
+    records.add_time(wd, time.time() - t0, workers, attempt=True)
     if rc == 0 and provenance.run_finished(wd):
-      rc = finish(job, env, record, keep_checkpoints, args.extra)
+      rc = finish(job, env, record, keep_checkpoints, args.extra, prefix, workers)
     if rc != 0:
       print(f"  FAILED (exit {rc}); see {log_path}", flush=True)
       if not args.keep_going:
@@ -422,40 +397,151 @@ def _read(root: str, results: str = "results.json") -> list[tuple[dict, dict]]:
   return out
 
 
-def status(names: list[str], root_of, show_runs: bool) -> str:
-  """Markdown: per named sweep, runs recorded (here, or the same run in another sweep's
-  record) / finished but unrecorded / part-trained / not started, and the estimated CPU time
-  of what is left (scripts/sweeps.py's cost model); with show_runs, the runs still to
-  train."""
-  picks = lr_picks(records.read(records.path_of("lr_pick")))
-  lines = ["| sweep | runs | recorded | finished, not recorded | part-trained | not started "
-           "| left (CPU h, upper bound) |", "|---|---|---|---|---|---|---|"]
-  todo = []
-  for name in names:
-    jobs = jobs_of_sweep(name, root_of(name), picks)
-    done = {r["run"] for r in records.read(records.path_of(name))}
-    elsewhere = recorded_elsewhere(name)
-    counts, left = [0, 0, 0, 0], 0.0
-    for job in jobs:
-      if job.name in done or identity(job.config, job.set, job.settings) in elsewhere:
-        counts[0] += 1
-        continue
-      if provenance.run_finished(job.workdir):
-        counts[1] += 1
-        continue
-      counts[2 if provenance.checkpoint_steps(job.workdir) else 3] += 1
-      left += sweep_specs.run_seconds(job.settings["task"], job.settings["method"], job.set)
-      todo.append(job)
-    lines.append(f"| {name} | {len(jobs)} | " + " | ".join(map(str, counts))
-                 + f" | {left / 3600:.1f} |")
+def measured_rates(rows: dict[str, list[dict]]) -> dict[tuple[str, str], float]:
+  """{(task, method): mean machine seconds per epoch} over the recorded runs that measured
+  their time (a reused row is the same run, counted once)."""
+  acc = {}
+  for rs in rows.values():
+    for r in rs:
+      epochs = r.get("budget", {}).get("num_epochs")
+      if "seconds" in r and not r.get("reused_from") and epochs:
+        acc.setdefault((r["task"], r["method"]), []).append(r["seconds"] / epochs)
+  return {k: float(np.mean(v)) for k, v in acc.items()}
+
+
+def stage_runs(stage: int, rows: dict) -> tuple[list[stages.Run], list[stages.Run], dict]:
+  """(runs still to train, every run known to be needed, what each task waits on)."""
+  d = stages.decisions(rows)
+  if stage == 1:
+    return d.ready, d.planned, d.waiting
+  planned = stages.later_stage_runs(stage, d.tasks)
+  done = {(r["sweep"], r["run"]) for rs in rows.values() for r in rs}
+  return [r for r in planned if (r.sweep, r.name) not in done], planned, {}
+
+
+def _hours(seconds: float) -> str:
+  return f"{seconds / 3600:.1f}"
+
+
+def status(rows: dict, show_runs: bool = False) -> str:
+  """Markdown: per stage, the runs recorded and their measured machine-hours (of this 2-core
+  machine: wall time, one run at a time), the runs known to be left and their estimate from
+  the recorded run times (scripts/sweeps.py's cost model), and what waits on what."""
+  rates = measured_rates(rows)
+  own = {1: (sweep_specs.LR, sweep_specs.BUDGET, sweep_specs.GATE, sweep_specs.STAGE_SWEEP[1]),
+         2: (sweep_specs.STAGE_SWEEP[2],), 3: (sweep_specs.STAGE_SWEEP[3],)}
+  lines = ["| stage | runs recorded | machine-h recorded | runs left (known now) | machine-h left "
+           "(estimate) | whole stage, machine-h (estimate) |", "|---|---|---|---|---|---|"]
+  est_of = lambda runs: sum(sweep_specs.estimate_seconds(r.task, r.method, r.epochs, rates)
+                            for r in runs)
+  first, second = stages.whole_stage1(stages.decisions(rows).tasks)
+  whole = {1: f"{_hours(est_of(first))} (first look), {_hours(est_of(first + second))} "
+              "(every second look)"}
+  out_runs, notes = [], []
+  for stage in sweep_specs.STAGES:
+    recorded = [r for name in own[stage] for r in rows.get(name, []) if not r.get("reused_from")]
+    spent = sum(r.get("seconds", 0.0) for r in recorded)
+    ready, _, waiting = stage_runs(stage, rows)
+    est = [sweep_specs.estimate_seconds(r.task, r.method, r.epochs, rates) for r in ready]
+    if stage > 1:
+      whole[stage] = _hours(est_of(stages.later_stage_runs(stage, {})))
+    lines.append(f"| {stage} | {len(recorded)} | {_hours(spent)} | {len(ready)} | "
+                 f"{_hours(sum(est))} | {whole[stage]} |")
+    if show_runs:
+      out_runs += [f"- stage {stage}, {r.sweep}: {r.name} (~{e / 60:.0f} min)"
+                   for r, e in zip(ready, est)]
+    notes += [f"- stage {stage}, {t}: waits on {w}" for t, w in waiting.items()]
   out = "\n".join(lines) + "\n"
-  if show_runs and todo:
-    out += "\nStill to train:\n" + "\n".join(f"- {j.sweep}: {j.name}" for j in todo) + "\n"
-  waiting = sorted({t for name in names for a in sweep_specs.SWEEPS[name].arms
-                    if sweep_specs.LR_PICK in " ".join(a.set) for t in [a.task]} - set(picks))
-  if waiting:
-    out += ("\nWaiting for lr_pick (no lr picked yet): " + ", ".join(waiting) + "\n")
+  if notes:
+    out += ("\nRuns that gates have not yet asked for (a task's comparisons wait on its lr, "
+            "anchor and budget checks; second looks on the first):\n" + "\n".join(notes) + "\n")
+  if out_runs:
+    out += "\nStill to train, in order:\n" + "\n".join(out_runs) + "\n"
   return out
+
+
+def parse_until(text: str) -> float | None:
+  """--until: a time of day (HH:MM, the next such time) or seconds from now; None if empty."""
+  if not text:
+    return None
+  if ":" in text:
+    hh, mm = (int(x) for x in text.split(":"))
+    now = time.localtime()
+    t = time.mktime((now.tm_year, now.tm_mon, now.tm_mday, hh, mm, 0, 0, 0, -1))
+    return t if t > time.time() else t + 86400
+  return time.time() + float(text)
+
+
+def run_stage(stage: int, args) -> None:
+  """Trains a stage's runs as the protocol's gates release them, on `args.workers` workers
+  (each pinned to its own cores with taskset when there are several), planning again after
+  every run. With `--until`, a run starts only if its estimate ends before then."""
+  deadline = parse_until(args.until)
+  root = args.root = os.path.abspath(args.root or os.path.join(REPO, "runs", "sweeps"))
+  if args.dry_run:
+    rows = records.read_all()
+    ready, _, waiting = stage_runs(stage, rows)
+    rates = measured_rates(rows)
+    for run in ready:
+      est = sweep_specs.estimate_seconds(run.task, run.method, run.epochs, rates)
+      print(f"{run.sweep}: {run.name} (~{est / 60:.0f} min): {' '.join(run.sets)}")
+    for task, what in waiting.items():
+      print(f"{task}: waits on {what}")
+    return
+  lock, running, failed = threading.Lock(), {}, set()
+  cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(2))
+  cpus = sorted(cpus)
+  per = max(1, len(cpus) // args.workers)
+
+  def next_job():
+    with lock:
+      rows = records.read_all()
+      ready, _, _ = stage_runs(stage, rows)
+      rates = measured_rates(rows)
+      for run in ready:
+        job = job_of(run, root)
+        ident = identity(job.config, job.set, job.settings)
+        if ident in running or job.name in failed:
+          continue
+        est = sweep_specs.estimate_seconds(run.task, run.method, run.epochs, rates)
+        if deadline is not None and time.time() + 1.15 * est > deadline:
+          continue
+        running[ident] = job.name
+        return job, ident, est
+      return None
+
+  def worker(i: int):
+    prefix = ["taskset", "-c", ",".join(map(str, cpus[i * per:(i + 1) * per]))] if (
+        args.workers > 1) else []
+    while True:
+      nxt = next_job()
+      if nxt is None:
+        with lock:
+          busy = bool(running)
+        if not busy:
+          return
+        time.sleep(20)  # another worker's run may release new ones
+        continue
+      job, ident, est = nxt
+      print(f"[worker {i}] {job.sweep}: {job.name} (estimate {est / 60:.0f} min)", flush=True)
+      try:
+        run_jobs([job], args, records.path_of(job.sweep), keep_checkpoints=args.keep_checkpoints,
+                 prefix=prefix, workers=args.workers)
+      except SystemExit as e:
+        print(f"[worker {i}] {job.name} FAILED ({e}); not retried by this process", flush=True)
+        with lock:
+          failed.add(job.name)
+      finally:
+        with lock:
+          running.pop(ident, None)
+
+  threads = [threading.Thread(target=worker, args=(i,)) for i in range(args.workers)]
+  for t in threads:
+    t.start()
+    time.sleep(5)
+  for t in threads:
+    t.join()
+  print(status(records.read_all()), flush=True)
 
 
 def flat_config(workdir: str) -> dict:
@@ -602,16 +688,23 @@ def main(argv=None):
   extra = argv[argv.index("--") + 1:] if "--" in argv else []
   argv = argv[:argv.index("--")] if "--" in argv else argv
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--sweep", default="", help="comma list of sweeps named in scripts/sweeps.py")
-  p.add_argument("--status", nargs="*", default=None, metavar="SWEEP",
-                 help="what is done and left of the named sweeps (default: all) and the CPU "
-                 "time left; naming sweeps also lists their runs still to train")
-  p.add_argument("--root", default="", help="folder holding one workdir per run (default for "
-                 "a named sweep: runs/sweeps/<sweep>)")
+  p.add_argument("--stage", type=int, default=0, choices=sorted(sweep_specs.STAGES),
+                 help="train the protocol's stage (scripts/sweeps.py) as its gates release runs")
+  p.add_argument("--status", action="store_true",
+                 help="every stage's recorded runs and machine-hours, what is left and what "
+                 "waits on what")
+  p.add_argument("--runs", action="store_true", help="with --status: list the runs left")
+  p.add_argument("--workers", type=int, default=1,
+                 help="--stage: runs at a time, each pinned to its share of the cores")
+  p.add_argument("--until", default="",
+                 help="--stage: start a run only if its estimate ends before then (HH:MM, or "
+                 "seconds from now)")
+  p.add_argument("--root", default="", help="folder holding one workdir per run (--stage: "
+                 "one folder per record under it; default runs/sweeps)")
   p.add_argument("--record", default="", help="ad hoc: the record file finished runs are "
                  "appended to (a named sweep's is results/records/<sweep>.jsonl)")
   p.add_argument("--keep_checkpoints", action="store_true",
-                 help="a named sweep keeps each run's checkpoints after writing its row")
+                 help="--stage keeps each run's checkpoints after writing its row")
   p.add_argument("--config", help="config file with its task argument, e.g. configs/glue.py:rte")
   p.add_argument("--methods", default="", help="comma list of method presets")
   p.add_argument("--grid", action="append", help="key=v1,v2 (repeatable): a grid axis")
@@ -627,31 +720,15 @@ def main(argv=None):
   args = p.parse_args(argv)
   check_extra(extra)
   args.extra = extra
-  root_of = lambda name: os.path.abspath(args.root or os.path.join(REPO, "runs", "sweeps", name))
-  if args.status is not None or args.sweep:
-    names = (args.status or list(sweep_specs.SWEEPS)) if args.status is not None else (
-        args.sweep.split(","))
-    unknown = [n for n in names if n not in sweep_specs.SWEEPS]
-    if unknown:
-      pilots = [n for n in unknown if n in sweep_specs.PILOTS]
-      raise SystemExit(f"Unknown sweep(s) {unknown}"
-                       + (f" ({pilots}: records of earlier runs, not trained here)"
-                          if pilots else "")
-                       + f"; scripts/sweeps.py names {sorted(sweep_specs.SWEEPS)}.")
-    if args.status is not None:
-      print(status(names, root_of, show_runs=bool(args.status)))
-      return
-    if args.root and len(names) > 1:
-      raise SystemExit("--root with several sweeps would mix their runs; give one sweep.")
-    picks = lr_picks(records.read(records.path_of("lr_pick")))
-    for name in names:
-      args.root = root_of(name)
-      run_jobs(jobs_of_sweep(name, args.root, picks), args, records.path_of(name),
-               keep_checkpoints=args.keep_checkpoints)
+  if args.status:
+    print(status(records.read_all(), show_runs=args.runs))
+    return
+  if args.stage:
+    run_stage(args.stage, args)
     return
   if not args.root:
-    raise SystemExit("Give --sweep NAME (scripts/sweeps.py), or --root and --config for an "
-                     "ad-hoc sweep.")
+    raise SystemExit("Give --stage N (scripts/sweeps.py's protocol), --status, or --root and "
+                     "--config for an ad-hoc sweep.")
   # train.py runs with cwd=REPO: an absolute root keeps its workdirs where this process
   # looks for finished runs, whatever the caller's working directory.
   args.root = os.path.abspath(args.root)

@@ -1,196 +1,329 @@
-r"""The sweeps behind RESULTS.md: what each trains, at which budget and on how many seeds.
+r"""The protocol behind RESULTS.md's verdicts, fixed before the runs it judges.
 
-  python scripts/sweep.py --status                  # every sweep: done, remaining, compute
-  nohup python scripts/sweep.py --sweep lr_pick > runs/lr_pick.log 2>&1 &
-  nohup python scripts/sweep.py --sweep glue > runs/glue.log 2>&1 &
+  python scripts/sweep.py --status                      # every stage: done, left, machine-hours
+  nohup nice -n 19 python scripts/sweep.py --stage 1 > runs/stage1.log 2>&1 &
 
-Each sweep is a list of arms (one task, some methods, an optional grid, seeds). A run's
-record row goes to results/records/<sweep>.jsonl when it finishes; scripts/report.py builds
-RESULTS.md's tables from those files. Records named `pilot_*` (PILOTS) hold
-short-budget runs: their rows keep their own budgets, and sweep.py does not train them.
+Everything a verdict depends on is stated here, as data, and RESULTS.md's protocol section
+says the same in words (tests/test_records.py checks that the two agree where they can). A
+change after the first comparison run is a deviation: it goes in DEVIATIONS with its reason,
+and RESULTS.md lists it.
 
-The protocol, stated once here and in RESULTS.md:
-- One learning rate per task, from LR_GRID, picked by CE's mean dev score over the seeds of
-  the `lr_pick` sweep and used for every method (`optim.lr=@lr_pick` below). Run lr_pick
-  first; the other sweeps refuse to start a task whose pick is not complete.
-- GLUE (the ACL protocol): CoLA, MRPC and RTE 3 epochs, SST-2 1 epoch; dev is evaluated once
-  per epoch and the number reported is the final checkpoint's (the last evaluation): the
-  labelled dev set cannot both select a checkpoint and score it without optimism.
-- TextGCN (the G-Loss protocol): up to 10 epochs, early-stopped on dev macro-F1 (a seeded
-  10% of train) with patience 3; the selected checkpoint is scored on test; class-balanced CE
-  (`loss.class_weights=balanced`), as the G-Loss reference runs use.
+The protocol, in order:
+1. **Budgets.** Each task trains a fixed number of epochs (TASKS), the lr schedule spans
+   exactly those epochs, there is no early stopping, and the final weights are scored: dev for
+   GLUE, test for the TextGCN corpora (`eval.py --checkpoint latest`). Dev is evaluated once
+   per epoch to show the curve; it selects nothing.
+2. **Learning rate, per task, from CE alone.** CE seed 0 at each rate of LR_GRID; the better
+   final dev score picks the task's rate for every method, with ties (within LR_TIE points)
+   going to LR_PREFERRED. Where CE at that rate then misses its anchor (below it by more than
+   the task's margin), CE also trains at LR_HIGH, which replaces the pick only when better by
+   more than LR_TIE. LR_FROM names tasks that take another task's rate.
+3. **Anchors.** CE against a stated anchor before any comparison is read (ANCHORS): MR
+   against HF PyTorch at the same settings (BENCHMARKS' `vs_hf` runs, imported as records),
+   GLUE against the published MiniLM-L6-H384 dev scores, read as upper bounds (the packaged
+   checkpoint is that model after sentence-embedding training). A gap larger than the margin
+   is explained in RESULTS.md before the task's comparisons are read.
+4. **Budget check.** CE seed 0 at twice the task's epochs (at the picked rate). If it beats the
+   budget's CE seed 0 by more than BUDGET_GAIN points, the task's epochs double for every
+   method (and that run becomes CE's seed 0).
+5. **Seeds and looks.** Seeds LOOK_SEEDS[0] first; a comparison still undecided then adds
+   LOOK_SEEDS[1] (both of its methods), and is decided at that second look for good. Each look
+   decides on a DECIDE_LEVEL paired t-interval (the two looks split a 5% error between them);
+   DESCRIBE_LEVEL intervals are reported as description.
+6. **Verdicts** (`verdict`). The paired difference, method minus baseline, seed by seed in
+   points (MCC x100 on CoLA). "matches or beats" (non-inferiority) needs the interval's lower
+   end above minus the task's margin; "beats" (superiority) needs it above zero; an interval
+   wholly below (minus the margin, or zero) reads "worse". Otherwise the report says "any
+   effect lies in [a, b]" and the smallest effect the seeds could resolve (the interval's
+   half-width): an effect below it is not called false, only unresolved.
+
+Stages 2 and 3 are fixed here too (STAGES); each starts when the one before is recorded.
 """
 import dataclasses
 import math
 
-LR_GRID = ("2e-5", "5e-5")
-LR_PICK = "@lr_pick"  # resolved per task from the lr_pick sweep's record (scripts/sweep.py)
-
 GLUE_DATA = "task.data_dir=../shared/data/glue"
 TEXTGCN_DATA = "task.data_dir=../shared/data"
 
-# Per task: its config file and the fixed overrides of its protocol (budget and data).
-PROTOCOL = {
-    # One epoch of SST-2 is 2,105 steps: dev every 500 shows whether the curve has flattened.
-    "sst2": ("configs/glue.py", (GLUE_DATA, "task.max_length=64", "num_epochs=1",
-                                 "eval_every=500")),
-    "cola": ("configs/glue.py", (GLUE_DATA, "task.max_length=64", "num_epochs=3",
-                                 "eval_every=0")),
-    "mrpc": ("configs/glue.py", (GLUE_DATA, "task.max_length=128", "num_epochs=3",
-                                 "eval_every=0")),
-    "rte": ("configs/glue.py", (GLUE_DATA, "task.max_length=128", "num_epochs=3",
-                                "eval_every=0")),
-}
-for _t, _len in (("mr", 64), ("r8", 128), ("r52", 128), ("ohsumed", 128), ("20ng", 128)):
-  PROTOCOL[_t] = ("configs/textgcn.py", (TEXTGCN_DATA, f"task.max_length={_len}",
-                                         "num_epochs=10", "early_stop_patience=3",
-                                         "eval_every=0", "loss.class_weights=balanced"))
 
-GLUE = ("sst2", "cola", "mrpc", "rte")
-TEXTGCN = ("mr", "r8")
-TEXTGCN_MORE = ("r52", "ohsumed", "20ng")
-# The headline pairs (ACL against CE and CE+SCL, G-Loss against CE) get 5 seeds, the rest 3.
-HEADLINE = ("ce", "scl", "acl", "gloss")
-OTHERS = ("acl_embed", "scl_grad", "gloss_sqrt", "triplet", "cosine")
-SEEDS5, SEEDS3 = (0, 1, 2, 3, 4), (0, 1, 2)
+@dataclasses.dataclass(frozen=True)
+class Task:
+  """One task's protocol: its config, budget, scored split and metric, and margin."""
+  name: str
+  label: str
+  config: str
+  max_length: int
+  epochs: int
+  metric: str  # the metric scored (and the lr pick's, on dev)
+  scored: str  # the split the final weights are scored on: "dev" (GLUE) or "test"
+  margin: float = 1.0  # non-inferiority margin, in points of the metric (MCC x100)
+  unit: float = 1.0  # points per "point" of the rules: 2 for MCC (LR_TIE, BUDGET_GAIN)
+  train_size: int = 0  # training examples (TextGCN: after the seeded 10% dev split)
+
+  @property
+  def family(self) -> str:
+    return "glue" if self.config == "configs/glue.py" else "textgcn"
+
+  @property
+  def sets(self) -> tuple[str, ...]:
+    """The fixed overrides of every run of the task, but the lr and epochs."""
+    if self.family == "glue":
+      return (GLUE_DATA, f"task.max_length={self.max_length}", "eval_every=0")
+    return (TEXTGCN_DATA, f"task.max_length={self.max_length}", "eval_every=0",
+            "early_stop_patience=0", "loss.class_weights=balanced")
+
+
+def _t(name, label, config, length, epochs, metric, scored, margin=1.0, unit=1.0, size=0):
+  return Task(name, label, config, length, epochs, metric, scored, margin, unit, size)
+
+
+TASKS = {t.name: t for t in (
+    _t("rte", "RTE", "configs/glue.py", 128, 3, "accuracy", "dev", 2.0, size=2490),
+    _t("mrpc", "MRPC", "configs/glue.py", 128, 3, "f1", "dev", 1.0, size=3668),
+    _t("cola", "CoLA", "configs/glue.py", 64, 3, "mcc", "dev", 3.0, 2.0, size=8551),
+    _t("sst2", "SST-2", "configs/glue.py", 64, 1, "accuracy", "dev", 1.0, size=67349),
+    # MR at 64 tokens: 8 of its 10,662 reviews are longer.
+    _t("mr", "MR", "configs/textgcn.py", 64, 3, "accuracy", "test", 1.0, size=6397),
+    _t("r8", "R8", "configs/textgcn.py", 128, 3, "accuracy", "test", 1.0, size=4937),
+    _t("r52", "R52", "configs/textgcn.py", 128, 3, "accuracy", "test", 1.0, size=5879),
+    _t("ohsumed", "Ohsumed", "configs/textgcn.py", 128, 3, "accuracy", "test", 1.0,
+       size=3021),
+    _t("20ng", "20NG", "configs/textgcn.py", 128, 3, "accuracy", "test", 1.0, size=10183),
+)}
+
+LR_GRID = ("2e-5", "5e-5")
+LR_PREFERRED = "5e-5"
+LR_HIGH = "1e-4"
+LR_TIE = 0.5  # points (x unit)
+LR_FROM = {"r52": "r8", "ohsumed": "r8", "20ng": "r8"}
+BUDGET_GAIN = 1.5  # points (x unit)
+LOOK_SEEDS = ((0, 1, 2), (3, 4))
+DECIDE_LEVEL = 0.975
+DESCRIBE_LEVEL = 0.95
+
+# Anchors for CE (points). GLUE: microsoft/unilm minilm/README.md, MiniLM-L6xH384 dev
+# (upper bounds here). MR: HF transformers + PyTorch at the same settings (anchor_mr_hf).
+ANCHORS = {"cola": 47.5, "mrpc": 88.9, "rte": 68.8, "sst2": 91.5}
+ANCHOR_SOURCE = "MiniLM-L6xH384 dev, microsoft/unilm minilm/README.md (an upper bound)"
+HF_ANCHOR = ("anchor_mr_hf", "MR: CE against HF PyTorch, 2 epochs, L64, B32, lr 5e-5, final "
+             "weights on test (benchmarks/vs_hf.py)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+  """One claim's test on one task: `method` against `baseline`, paired by seed."""
+  claim: str  # key of CLAIMS
+  task: str
+  method: str
+  baseline: str
+  kind: str  # "noninferior" (matches or beats) or "superior" (beats)
+  extra: tuple[str, ...] = ()  # overrides both arms share beyond the task's protocol
+
+
+CLAIMS = {
+    "acl": "ACL matches or beats CE and CE+SCL on GLUE (5 of 7 tasks, BERT)",
+    "gloss": "CE+G-Loss beats CE (TextGCN corpora: DistilBERT; SST-2: BERT-base)",
+    "sst2_order": "On SST-2, CE+G-Loss beats CE+SCL, which beats CE (BERT-base)",
+    "grad": "ACL-Grad's gate improves CE+SCL where it acts",
+}
+
+STAGE1_GLUE = ("rte", "mrpc", "cola", "sst2")
+GATE_TASKS = ("rte", "cola")  # CE+SCL against CE+SCL+Grad
+STAGE1 = tuple(
+    [Comparison("acl", t, "acl", b, "noninferior") for t in STAGE1_GLUE for b in ("ce", "scl")]
+    + [Comparison("gloss", t, "gloss", "ce", "superior") for t in ("mr", "r8", "sst2")]
+    + [Comparison("sst2_order", "sst2", "gloss", "scl", "superior"),
+       Comparison("sst2_order", "sst2", "scl", "ce", "superior")]
+    + [Comparison("grad", t, "scl_grad", "scl", "superior") for t in GATE_TASKS])
+
+# Why ACL's gate never acted in the pilots (on >= 99% of steps): the label embeddings are both
+# CE's classifier and ACL's anchors, so the two gradients may agree there by construction and
+# dominate the angle over all parameters. ACL at the preset (the claim's method) trains
+# either way; this diagnostic, seed 0 at the task's budget, measures the angle over the encoder
+# alone, before the ACL arms' second backward passes are spent.
+GATE_DIAGNOSTIC = (("rte", "acl", (("loss.angle_params", "encoder"),)),
+                   ("mrpc", "acl", (("loss.angle_params", "encoder"),)))
+
+# The records (results/records/<name>.jsonl) of each kind of run.
+LR, BUDGET, GATE = "lr", "budget", "gate_diagnostic"
+STAGE_SWEEP = {1: "stage1", 2: "stage2", 3: "stage3"}
 
 
 @dataclasses.dataclass(frozen=True)
 class Arm:
-  """One task's runs: every method x grid point x seed."""
+  """Stage 2 and 3 runs: methods x grid x seeds on one task, at its protocol."""
   task: str
   methods: tuple[str, ...]
-  seeds: tuple[int, ...]
+  seeds: tuple[int, ...] = LOOK_SEEDS[0]
   grid: tuple[tuple[str, tuple[str, ...]], ...] = ()
-  extra: tuple[str, ...] = ()  # overrides beyond the task's protocol
-  protocol: bool = True  # False: `extra` replaces the protocol's budget (the HF check)
-
-  @property
-  def config(self) -> str:
-    return PROTOCOL[self.task][0]
-
-  @property
-  def set(self) -> tuple[str, ...]:
-    base = PROTOCOL[self.task][1] if self.protocol else (PROTOCOL[self.task][1][0],)
-    keys = {kv.partition("=")[0] for kv in self.extra}
-    lr = () if "optim.lr" in keys or any(k == "optim.lr" for k, _ in self.grid) else (
-        f"optim.lr={LR_PICK}",)
-    return tuple(kv for kv in base if kv.partition("=")[0] not in keys) + self.extra + lr
+  extra: tuple[str, ...] = ()
 
 
-@dataclasses.dataclass(frozen=True)
-class Sweep:
-  about: str
-  arms: tuple[Arm, ...]
-  early_exit: str = ""  # entropy thresholds of eval.py's early-exit sweep on dev, run after
-  latest: str = ""  # splits scored with the final weights (eval.py --checkpoint latest)
+MULTI_EXIT_EXTRA = ("model.exit_pooling=mean", "optim.head_lr_mult=20")
+EXIT_THRESHOLDS = "0.05,0.1,0.2,0.3,0.4,0.5,0.6"
+LAMBDAS = ("0.1", "0.3", "0.5", "0.7", "0.9")
 
-
-def _arms(tasks, methods, seeds, **kw):
-  return tuple(Arm(t, tuple(methods), tuple(seeds), **kw) for t in tasks)
-
-
-MULTI_EXIT = ("jt", "2st", "alt", "kd", "acl_cl")
-ME_EXTRA = ("model.exit_pooling=mean", "optim.head_lr_mult=20")
-
-SWEEPS = {
-    "lr_pick": Sweep(
-        "CE at each lr of the grid on every task; picks each task's lr",
-        _arms(GLUE + TEXTGCN + TEXTGCN_MORE, ["ce"], SEEDS3,
-              grid=(("optim.lr", LR_GRID),))),
-    "glue": Sweep(
-        "single-exit methods on GLUE (the ACL protocol)",
-        _arms(GLUE, HEADLINE, SEEDS5) + _arms(GLUE, OTHERS, SEEDS3)),
-    "textgcn": Sweep(
-        "single-exit methods on MR and R8 (the G-Loss protocol)",
-        _arms(TEXTGCN, HEADLINE, SEEDS5) + _arms(TEXTGCN, OTHERS, SEEDS3)),
-    "textgcn_more": Sweep(
-        "CE against CE+G-Loss on R52, Ohsumed and 20NG",
-        _arms(TEXTGCN_MORE, ["ce", "gloss"], SEEDS3)),
-    "lambda_mr": Sweep(
-        "lambda sensitivity on MR: CE+SCL against ACL, and SCL in ACL's additive form",
-        (Arm("mr", ("scl", "acl"), SEEDS3, grid=(("loss.lam", ("0.1", "0.3", "0.5", "0.7",
-                                                               "0.9")),)),
-         Arm("mr", ("scl",), SEEDS3, grid=(("loss.lam", ("0.1", "0.3", "0.5", "0.7", "0.9")),
-                                           ("loss.combine", ("additive",)))))),
-    "gloss_ablation_mr": Sweep(
-        "G-Loss gamma_keep and sigma on MR, one axis at a time around the preset",
-        (Arm("mr", ("gloss",), SEEDS3, grid=(("loss.gamma_keep", ("0.3", "0.5", "0.7",
-                                                                   "0.9")),)),
-         Arm("mr", ("gloss",), SEEDS3, grid=(("loss.sigma", ("0.1", "0.3", "0.667", "1.5",
-                                                              "5.0")),)))),
-    "multi_exit": Sweep(
-        "multi-exit strategies on SST-2 and MR (mean-pooled exits), with early-exit curves",
-        _arms(("sst2", "mr"), MULTI_EXIT, SEEDS3, extra=ME_EXTRA),
-        early_exit="0.05,0.1,0.2,0.3,0.4,0.5,0.6"),
-    "hf_baseline_mr": Sweep(
-        "CE on MR as the HF PyTorch baseline trains it: 2 epochs, L64, B32, lr 5e-5, final "
-        "weights on test",
-        (Arm("mr", ("ce",), SEEDS3, protocol=False,
-             extra=("task.max_length=64", "num_epochs=2", "early_stop_patience=0",
-                    "eval_every=0", "batch_size=32", "optim.lr=5e-5")),),
-        latest="test"),
+STAGES = {
+    1: "the headline pairs, and the gate where it acts",
+    2: "multi-exit on SST-2 with early-exit curves; lambda robustness with a seed-noise floor; "
+       "G-Loss gamma_keep on MR; R52",
+    3: "the remaining methods and ablations; Ohsumed; then 20NG",
 }
+STAGE2 = (
+    Arm("sst2", ("jt", "kd", "acl_cl"), extra=MULTI_EXIT_EXTRA),
+    # lambda robustness: the seed-noise floor is the spread over seeds at each lambda.
+    Arm("mrpc", ("scl", "acl"), grid=(("loss.lam", LAMBDAS),)),
+    Arm("mr", ("gloss",), grid=(("loss.gamma_keep", ("0.3", "0.5", "0.9")),)),
+    Arm("r52", ("ce", "gloss")),
+)
+STAGE3 = (
+    Arm("rte", ("acl_embed", "gloss_sqrt", "triplet", "cosine")),
+    Arm("mrpc", ("acl_embed", "gloss_sqrt", "triplet", "cosine")),
+    Arm("cola", ("acl_embed", "gloss_sqrt", "triplet", "cosine")),
+    Arm("mr", ("acl_embed", "scl", "acl", "gloss_sqrt", "triplet", "cosine")),
+    Arm("sst2", ("2st", "alt"), extra=MULTI_EXIT_EXTRA),
+    Arm("mr", ("gloss",), grid=(("loss.sigma", ("0.1", "0.3", "1.5", "5.0")),)),
+    Arm("ohsumed", ("ce", "gloss")),
+    Arm("20ng", ("ce", "gloss")),
+)
 
-# Grid values that are a method's preset (configs/common.py METHODS; gamma_keep's SPEC default
-# 0.7): a grid point at one trains the same run as the preset, so scripts/sweep.py takes it
-# from another sweep's record (e.g. lambda_mr's CE+SCL at 0.9 is textgcn's CE+SCL) instead of
-# training it twice. tests/test_sweep.py checks these against the presets.
+# Grid values that are a method's preset (configs/common.py METHODS): such a grid point is the
+# preset run itself, taken from its record instead of trained twice.
 PRESETS = {("scl", "loss.lam"): "0.9", ("acl", "loss.lam"): "0.5",
            ("gloss", "loss.gamma_keep"): "0.7", ("gloss", "loss.sigma"): "0.667"}
+
+# Later changes to the above, each with its reason: (what changed, why).
+DEVIATIONS: tuple[tuple[str, str], ...] = ()
 
 # Earlier runs at 200-300 steps, kept as records (RESULTS.md labels them short-budget pilots).
 PILOTS = ("pilot_glue", "pilot_single_mr", "pilot_lambda_mr", "pilot_gloss_ablation_mr",
           "pilot_multi_exit", "pilot_grad_conflict")
 
-# ---- compute estimate -------------------------------------------------------------------
-# Training examples per task (after the seeded 10% dev split of the TextGCN corpora).
-TRAIN_SIZE = {"sst2": 67349, "cola": 8551, "mrpc": 3668, "rte": 2490, "mr": 6397, "r8": 4937,
-              "r52": 5879, "ohsumed": 3021, "20ng": 10183}
-# Seconds per B32 step of MiniLM-L6 on 2 cores of the development machine's Intel(R) Xeon(R)
-# Processor at L64: about 1 s on an otherwise idle machine (BENCHMARKS.md's CE steps measure
-# 1.2-1.7 s with other jobs running). L128 costs 2.1x L64, the ratio measured there on that
-# CPU (keyed dropout, 3.663 s / 1.721 s). Length bucketing makes short sentences cheaper than
-# their max length, and packing is expected to cut both further.
-STEP_S = {64: 1.0, 128: 2.1}
-# Methods whose step takes extra backward passes (BENCHMARKS.md): ACL-Grad's two gradients,
-# gated ACL-CL's three.
-METHOD_COST = {"acl": 1.52, "scl_grad": 1.52, "acl_cl": 2.12}
-
-
-def _value(sets, key, default=None):
-  for kv in sets:
-    k, _, v = kv.partition("=")
-    if k == key:
-      return v
-  return default
-
-
-def run_steps(task: str, sets) -> int:
-  """Upper bound on a run's train steps: its epochs (early stopping may end it sooner)."""
-  batch = int(_value(sets, "batch_size", 32))
-  return int(_value(sets, "num_epochs", 3)) * math.ceil(TRAIN_SIZE[task] / batch)
-
-
-def run_seconds(task: str, method: str, sets) -> float:
-  length = int(_value(sets, "task.max_length", 128))
-  per_step = STEP_S[64 if length <= 64 else 128] * METHOD_COST.get(method, 1.0)
-  return run_steps(task, sets) * per_step
-
 
 # ---- what a run scores --------------------------------------------------------------------
-# The metric each task reports (GLUE: its own; the TextGCN corpora: accuracy, as the G-Loss
-# paper) and the dev metric that picks its lr (TextGCN: the macro-F1 that early stopping and
-# checkpoint selection use).
-METRIC = {"sst2": "accuracy", "cola": "mcc", "mrpc": "f1", "rte": "accuracy"}
-GLUE_TASKS = tuple(METRIC)
-for _t in ("mr", "r8", "r52", "ohsumed", "20ng"):
-  METRIC[_t] = "accuracy"
+def points(task: str, value: float) -> float:
+  """A metric fraction in the protocol's points (x100: accuracy and F1 in %, MCC x100)."""
+  del task
+  return 100.0 * value
 
 
-def select_score(row: dict) -> float:
-  """A row's dev score for picking the lr: GLUE's last dev evaluation (the final checkpoint),
-  a TextGCN corpus's dev macro-F1 at the selected checkpoint."""
-  if row["task"] in GLUE_TASKS:
-    return row["evals"][-1]["dev"][METRIC[row["task"]]]
-  return row["final"]["dev"]["macro_f1"]
+def dev_score(row: dict) -> float | None:
+  """The final weights' dev score (the last dev evaluation), in points: the lr pick's and the
+  budget check's number, and GLUE's reported one."""
+  if not row.get("evals"):
+    return None
+  metric = TASKS[row["task"]].metric
+  value = row["evals"][-1]["dev"].get(metric)
+  return None if value is None else points(row["task"], value)
+
+
+def score(row: dict) -> float | None:
+  """The number a run reports, in points: the final weights on the task's scored split."""
+  task = TASKS[row["task"]]
+  if task.scored == "dev":
+    return dev_score(row)
+  value = row.get("latest", {}).get(task.scored, {}).get(task.metric)
+  return None if value is None else points(task.name, value)
+
+
+# ---- the rules ----------------------------------------------------------------------------
+def pick_lr(scores: dict[str, float], unit: float = 1.0) -> str:
+  """The better of LR_GRID by final dev score; within LR_TIE (x unit) points, LR_PREFERRED."""
+  a, b = (scores[lr] for lr in LR_GRID)
+  if abs(a - b) <= LR_TIE * unit:
+    return LR_PREFERRED
+  return LR_GRID[0] if a > b else LR_GRID[1]
+
+
+def misses_anchor(task: str, ce_score: float) -> bool:
+  """CE below its published anchor by more than the task's margin (GLUE only)."""
+  anchor = ANCHORS.get(task)
+  return anchor is not None and ce_score < anchor - TASKS[task].margin
+
+
+def take_high(pick_score: float, high_score: float, unit: float = 1.0) -> bool:
+  return high_score > pick_score + LR_TIE * unit
+
+
+def budget_doubles(base: float, doubled: float, unit: float = 1.0) -> bool:
+  return doubled - base > BUDGET_GAIN * unit
+
+
+def t_quantile(level: float, df: int) -> float:
+  from scipy import stats  # pylint: disable=import-outside-toplevel
+  return float(stats.t.ppf(0.5 + level / 2, df))
+
+
+def interval(diffs, level: float) -> tuple[float, float, float]:
+  """(mean, low, high) of the paired differences' two-sided t-interval at `level`."""
+  n = len(diffs)
+  mean = sum(diffs) / n
+  if n < 2:
+    return mean, -math.inf, math.inf
+  sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
+  half = t_quantile(level, n - 1) * sd / math.sqrt(n)
+  return mean, mean - half, mean + half
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+  word: str  # "beats", "matches or beats", "worse", "undecided", "inconclusive"
+  mean: float
+  decide: tuple[float, float]  # DECIDE_LEVEL interval
+  describe: tuple[float, float]  # DESCRIBE_LEVEL interval
+  n: int
+  ahead: int  # seeds on which the method was ahead
+  look: int  # 1 or 2
+
+  @property
+  def resolvable(self) -> float:
+    """The smallest effect these seeds could have told from zero: the half-width."""
+    return (self.decide[1] - self.decide[0]) / 2
+
+  @property
+  def final(self) -> bool:
+    return self.word != "undecided"
+
+
+def verdict(diffs, kind: str, margin: float, look: int) -> Verdict:
+  """The verdict of a comparison's paired differences (points) at look 1 or 2."""
+  mean, lo, hi = interval(diffs, DECIDE_LEVEL)
+  _, dlo, dhi = interval(diffs, DESCRIBE_LEVEL)
+  floor = -margin if kind == "noninferior" else 0.0
+  if lo > 0:
+    word = "beats"
+  elif lo > floor:
+    word = "matches or beats"
+  elif hi < floor:
+    word = "worse"
+  else:
+    word = "undecided" if look == 1 else "inconclusive"
+  return Verdict(word, mean, (lo, hi), (dlo, dhi), len(diffs), sum(d > 0 for d in diffs),
+                 look)
+
+
+# ---- the cost model -----------------------------------------------------------------------
+# Seconds per CE epoch on this 2-core machine before any run of the task is recorded, from
+# BENCHMARKS' packed step times and a packing simulation on the real train sets; recorded run
+# times replace them (`estimate_seconds`). STARTUP: model, data and compiles, per process.
+PRIOR_EPOCH_S = {"rte": 110, "mrpc": 110, "cola": 90, "sst2": 800, "mr": 140, "r8": 420,
+                 "r52": 500, "ohsumed": 260, "20ng": 870}
+STARTUP_S = 60
+# Step cost of each method relative to CE (BENCHMARKS: extra backward passes).
+METHOD_COST = {"acl": 1.52, "scl_grad": 1.52, "acl_cl": 2.12, "jt": 1.05, "kd": 1.1,
+               "2st": 1.05, "alt": 1.05}
+
+
+def estimate_seconds(task: str, method: str, epochs: int, measured: dict | None = None) -> float:
+  """A run's machine seconds: the task's measured seconds per epoch for this method (from
+  `measured`: {(task, method): seconds per epoch}), else its CE rate times the method's cost,
+  else the prior."""
+  measured = measured or {}
+  cost = METHOD_COST.get(method, 1.0)
+  if (task, method) in measured:
+    per_epoch = measured[(task, method)]
+  elif (task, "ce") in measured:
+    per_epoch = measured[(task, "ce")] * cost
+  else:
+    per_epoch = PRIOR_EPOCH_S[task] * cost + STARTUP_S / max(epochs, 1)
+  return per_epoch * epochs

@@ -238,64 +238,103 @@ def test_a_finished_unrecorded_run_is_recorded_not_retrained(tmp_path, monkeypat
   assert len(calls) == 1 and [r["seed"] for r in records.read(str(rec))] == [0]
 
 
-def test_named_sweeps_resolve_the_lr_pick_and_take_runs_other_sweeps_recorded(
-    tmp_path, monkeypatch, capsys):
-  """`optim.lr=@lr_pick` waits for the lr_pick sweep and then becomes CE's best lr on dev;
-  a run another record already holds (same config, overrides and seed) is not trained."""
-  records, sweeps = sweep.records, sweep.sweep_specs
+def test_protocol_rules():
+  """The lr pick, anchor, budget and verdict rules of scripts/sweeps.py, at their edges."""
+  p = sweep.sweep_specs
+  assert p.pick_lr({"2e-5": 60.0, "5e-5": 59.6}) == "5e-5"  # within 0.5 points: 5e-5
+  assert p.pick_lr({"2e-5": 60.0, "5e-5": 59.4}) == "2e-5"
+  assert p.pick_lr({"2e-5": 30.0, "5e-5": 29.2}, unit=2.0) == "5e-5"  # MCC: 1 point
+  assert p.misses_anchor("rte", 66.7) and not p.misses_anchor("rte", 66.9)  # 68.8 - 2
+  assert not p.misses_anchor("mr", 0.0)  # no published anchor
+  assert p.budget_doubles(50.0, 51.6) and not p.budget_doubles(50.0, 51.4)
+  assert not p.budget_doubles(30.0, 32.9, unit=2.0)
+  # diffs 1.0, 1.1, 0.9: sd 0.1, half-width t(0.9875, 2) * 0.1 / sqrt(3) = 0.358
+  v = p.verdict([1.0, 1.1, 0.9], "superior", 1.0, 1)
+  assert v.word == "beats" and v.decide[0] == pytest.approx(1 - 0.3582, abs=1e-3)
+  assert v.describe[0] > v.decide[0] and v.ahead == 3 and v.final
+  assert p.verdict([-0.5, 0.5, 0.0], "noninferior", 3.0, 1).word == "matches or beats"
+  assert p.verdict([-0.5, 0.5, 0.0], "superior", 3.0, 1).word == "undecided"
+  assert p.verdict([-0.5, 0.5, 0.0], "superior", 3.0, 2).word == "inconclusive"
+  assert p.verdict([-5.0, -5.1, -4.9], "noninferior", 1.0, 1).word == "worse"
+  assert p.verdict([-1.0, -1.1, -0.9], "noninferior", 2.0, 1).word == "matches or beats"
+
+
+def _fake_protocol_train(calls, scores):
+  """subprocess.call standing in for train.py under the protocol: the final dev accuracy
+  comes from scores(method, lr, epochs, seed)."""
+  def call(cmd, **kw):
+    del kw
+    flag = lambda name, default=None: next(
+        (c.split("=", 1)[1] for c in cmd if c.startswith(f"--config.{name}=")), default)
+    wd = cmd[cmd.index("--workdir") + 1]
+    method = cmd[cmd.index("--config") + 1].rpartition(",")[2]
+    acc = scores(method, flag("optim.lr"), int(flag("num_epochs")), int(flag("seed")))
+    os.makedirs(os.path.join(wd, "ckpt", "9"))
+    with open(os.path.join(wd, "config.json"), "w") as f:
+      json.dump({"num_epochs": int(flag("num_epochs")), "optim": {"lr": float(flag("optim.lr"))}},
+                f)
+    with open(os.path.join(wd, "metrics.jsonl"), "w") as f:
+      f.write(json.dumps({"step": 9, "kind": "dev", "accuracy": acc}) + "\n")
+    with open(os.path.join(wd, "results.json"), "w") as f:
+      json.dump({"checkpoint_step": 9, "train": {"final_step": 9}, "dev": {"accuracy": acc}}, f)
+    calls.append((method, flag("optim.lr"), flag("num_epochs"), flag("seed")))
+    return 0
+  return call
+
+
+def test_stage_gates_release_runs_in_order(tmp_path, monkeypatch, capsys):
+  """The lr grid, then 1e-4 (CE missed its anchor), then the budget check, then the first
+  look; an undecided comparison adds seeds 3-4 and is decided at the second look. CE seed 0
+  at the picked lr and budget is the lr grid's run, taken from its record."""
+  records, p = sweep.records, sweep.sweep_specs
   monkeypatch.setattr(records, "RECORDS", str(tmp_path / "records"))
-  monkeypatch.setattr(sweeps, "SWEEPS", {
-      "lr_pick": sweeps.Sweep("lr", (sweeps.Arm("rte", ("ce",), (0, 1),
-                                                grid=(("optim.lr", sweeps.LR_GRID),)),)),
-      "main": sweeps.Sweep("main", (sweeps.Arm("rte", ("ce", "acl"), (0,)),))})
-  jobs = sweep.jobs_of_sweep("main", str(tmp_path / "m"), sweep.lr_picks([]))
-  assert [j.name for j in jobs] == ["task=rte,method=ce,seed=0", "task=rte,method=acl,seed=0"]
-  assert "optim.lr=@lr_pick" in jobs[0].set
-  args = _args(tmp_path, root=str(tmp_path / "m"), dry_run=False)
-  with pytest.raises(SystemExit):
-    sweep.run_jobs(jobs, args, records.path_of("main"))
-  assert "run `scripts/sweep.py --sweep lr_pick` first" in capsys.readouterr().out
-  # lr_pick done: CE's dev accuracy is higher at 5e-5 (seed means 0.70 against 0.65)
-  pick_jobs = sweep.jobs_of_sweep("lr_pick", str(tmp_path / "p"))
-  for job, acc in zip(pick_jobs, (0.6, 0.7, 0.7, 0.7)):  # 2e-5 seeds 0,1; 5e-5 seeds 0,1
-    row = {"sweep": "lr_pick", "run": job.name, "task": "rte", "method": "ce",
-           "seed": int(job.settings["seed"]), "overrides": {"optim.lr": job.settings["optim.lr"]},
-           "config": job.config, "set": job.set, "evals": [{"step": 1, "dev": {"accuracy": acc}}],
-           "final": {}, "budget": {}}
-    records.append(records.path_of("lr_pick"), row)
-  picks = sweep.lr_picks(records.read(records.path_of("lr_pick")))
-  assert picks == {"rte": "5e-5"}
-  jobs = sweep.jobs_of_sweep("main", str(tmp_path / "m"), picks)
-  assert "optim.lr=5e-5" in jobs[0].set and not any("@" in kv for kv in jobs[0].set)
+  monkeypatch.setattr(p, "STAGE1", (p.Comparison("acl", "rte", "acl", "ce", "noninferior"),))
+  monkeypatch.setattr(p, "GATE_DIAGNOSTIC", ())
+  noise = {0: 1.0, 1: -1.0, 2: 0.0, 3: 1.0, 4: -1.0}  # ACL - CE, points, by seed
+
+  def scores(method, lr, epochs, seed):
+    ce = {"2e-5": 55.0, "5e-5": 55.2, "1e-4": 60.0}[lr] + (0.5 if epochs == 6 else 0) + seed
+    return (ce + (noise[seed] if method == "acl" else 0.0)) / 100
+
   calls = []
-  monkeypatch.setattr(sweep.subprocess, "call", _fake_train(calls))
-  sweep.run_jobs(jobs, args, records.path_of("main"), keep_checkpoints=False)
-  # CE seed 0 at 5e-5 is lr_pick's run: taken from its record; only ACL trains
-  assert len(calls) == 1 and "configs/glue.py:rte,acl" in calls[0]
-  rows = records.read(records.path_of("main"))
-  assert [(r["run"], r.get("reused_from")) for r in rows] == [
-      ("task=rte,method=ce,seed=0", "lr_pick"), ("task=rte,method=acl,seed=0", None)]
-  assert rows[0]["overrides"] == {} and "optim.lr=5e-5" in rows[0]["set"]  # as main runs it
-  assert not os.path.exists(tmp_path / "m" / "task=rte,method=acl,seed=0" / "ckpt")
-  status = sweep.status(["lr_pick", "main"], lambda n: str(tmp_path / n), show_runs=True)
-  assert "| lr_pick | 4 | 4 | 0 | 0 | 0 | 0.0 |" in status
-  assert "| main | 2 | 2 | 0 | 0 | 0 | 0.0 |" in status
+  monkeypatch.setattr(sweep.subprocess, "call", _fake_protocol_train(calls, scores))
+  args = _args(tmp_path, root=str(tmp_path / "runs"), dry_run=False, workers=1, until="",
+               keep_checkpoints=False, compile_cache="none")
+  sweep.run_stage(1, args)
+  assert calls[:4] == [("ce", "2e-5", "3", "0"), ("ce", "5e-5", "3", "0"),
+                       ("ce", "1e-4", "3", "0"), ("ce", "1e-4", "6", "0")]
+  # the first look (ACL seed 0, CE and ACL seeds 1-2), then the second (seeds 3-4)
+  assert calls[4:] == [("acl", "1e-4", "3", s) for s in "0"] + [
+      (m, "1e-4", "3", s) for s in "12" for m in ("ce", "acl")] + [
+      (m, "1e-4", "3", s) for s in "34" for m in ("ce", "acl")]
+  rows = records.read_all()
+  assert [r.get("reused_from") for r in rows["stage1"]][0] == "lr"
+  assert all(r["seconds"] >= 0 and r["timed_on"] for r in rows["lr"])
+  d = sweep.stages.decisions(rows)
+  st = d.tasks["rte"]
+  assert (st.lr, st.anchor_missed, st.epochs) == ("1e-4", True, 3)
+  (v,) = d.verdicts.values()
+  assert (v.look, v.n, v.word) == (2, 5, "matches or beats") and not d.ready
+  out = sweep.status(rows)
+  assert "| 1 | 13 |" in out  # 4 gate runs, 9 comparison runs: CE seed 0 is the lr run
+  capsys.readouterr()
 
 
-def test_status_lists_what_is_left_with_its_compute(tmp_path, monkeypatch):
-  records, sweeps = sweep.records, sweep.sweep_specs
+def test_a_stage_run_starts_only_if_it_ends_before_until(tmp_path, monkeypatch, capsys):
+  records, p = sweep.records, sweep.sweep_specs
   monkeypatch.setattr(records, "RECORDS", str(tmp_path / "records"))
-  monkeypatch.setattr(sweeps, "SWEEPS", {"s": sweeps.Sweep("s", (sweeps.Arm(
-      "mrpc", ("ce", "acl"), (0, 1), extra=("optim.lr=5e-5",)),))})
-  part = tmp_path / "s" / "task=mrpc,method=ce,seed=1" / "ckpt" / "40"
-  part.mkdir(parents=True)
-  out = sweep.status(["s"], lambda n: str(tmp_path / n), show_runs=True)
-  # MRPC: 3 epochs of ceil(3668 / 32) = 115 steps at L128; ACL-Grad 1.52x CE's step
-  hours = 2 * 345 * sweeps.STEP_S[128] * (1 + 1.52) / 3600
-  assert f"| s | 4 | 0 | 0 | 1 | 3 | {hours:.1f} |" in out
-  assert "- s: task=mrpc,method=acl,seed=1" in out
-  with pytest.raises(SystemExit, match="records of earlier runs, not trained here"):
-    sweep.main(["--sweep", "pilot_glue"])
+  calls = []
+  monkeypatch.setattr(sweep.subprocess, "call", _fake_protocol_train(calls, lambda *a: 0.5))
+  monkeypatch.setattr(p, "PRIOR_EPOCH_S", {k: 600 for k in p.PRIOR_EPOCH_S})
+  args = _args(tmp_path, root=str(tmp_path / "runs"), dry_run=False, workers=1, until="600",
+               keep_checkpoints=False, compile_cache="none")
+  sweep.run_stage(1, args)  # every lr run is estimated at 11 min or more: none starts
+  assert not calls
+  args.dry_run = True
+  sweep.run_stage(1, args)
+  out = capsys.readouterr().out
+  assert "lr: task=rte,method=ce,optim.lr=2e-5,seed=0 (~31 min)" in out
+  assert "rte: waits on the lr grid" in out
 
 
 def test_preset_grid_points_are_the_presets():

@@ -1,0 +1,253 @@
+r"""What the protocol (scripts/sweeps.py) asks to train next, given the records so far.
+
+`plan(stage, rows)` walks each task through the protocol's gates in order (lr grid, the
+anchor's extra lr, the budget check, then the comparisons' first and second looks) and returns
+the runs each gate needs: `ready` ones (their inputs are recorded) in the order to train them,
+and what still waits on what. scripts/sweep.py trains the ready runs and plans again after each;
+scripts/report.py reads the same decisions (`decisions`) to state them. Imports nothing heavy.
+"""
+import dataclasses
+
+import sweeps as P
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One planned run: its record (sweep), settings (its name, in order) and fixed overrides."""
+  sweep: str
+  settings: tuple[tuple[str, str], ...]  # (("task", t), ("method", m), ..., ("seed", s))
+  sets: tuple[str, ...]
+  latest: str = ""  # the split scored with the final weights (eval.py --checkpoint latest)
+  early_exit: str = ""  # entropy thresholds of eval.py's early-exit sweep on dev
+
+  @property
+  def name(self) -> str:
+    return ",".join(f"{k}={v}" for k, v in self.settings)
+
+  @property
+  def task(self) -> str:
+    return dict(self.settings)["task"]
+
+  @property
+  def method(self) -> str:
+    return dict(self.settings)["method"]
+
+  @property
+  def config(self) -> str:
+    return f"{P.TASKS[self.task].config}:{self.task},{self.method}"
+
+  @property
+  def epochs(self) -> int:
+    for kv in (*self.sets, *(f"{k}={v}" for k, v in self.settings)):
+      k, _, v = kv.partition("=")
+      if k == "num_epochs":
+        return int(v)
+    return P.TASKS[self.task].epochs
+
+
+@dataclasses.dataclass
+class TaskState:
+  """A task's decisions so far (None: not yet decided) and what it waits on."""
+  task: str
+  lr_scores: dict = dataclasses.field(default_factory=dict)  # lr -> CE seed 0 dev score
+  lr: str | None = None
+  anchor_missed: bool | None = None
+  high_score: float | None = None
+  base_score: float | None = None  # CE seed 0 at the budget, at the picked lr (dev)
+  doubled_score: float | None = None
+  epochs: int | None = None
+  waiting: str = ""
+
+
+def _run(sweep, task, method, seed, sets, extra_settings=()) -> Run:
+  t = P.TASKS[task]
+  settings = (("task", task), ("method", method), *extra_settings, ("seed", str(seed)))
+  return Run(sweep, settings, tuple(sorted(t.sets + tuple(sets))),
+             latest=t.scored if t.scored != "dev" else "")
+
+
+def _index(rows: dict[str, list[dict]]) -> dict[tuple[str, str], dict]:
+  return {(sweep, r["run"]): r for sweep, rs in rows.items() for r in rs}
+
+
+def lr_run(task: str, lr: str) -> Run:
+  return _run(P.LR, task, "ce", 0, (f"num_epochs={P.TASKS[task].epochs}",),
+              (("optim.lr", lr),))
+
+
+def budget_run(task: str, lr: str) -> Run:
+  return _run(P.BUDGET, task, "ce", 0, (f"optim.lr={lr}",),
+              (("num_epochs", str(2 * P.TASKS[task].epochs)),))
+
+
+def method_run(sweep: str, st: TaskState, method: str, seed: int, extra=(),
+               extra_settings=(), early_exit="") -> Run:
+  run = _run(sweep, st.task, method, seed, (f"optim.lr={st.lr}", f"num_epochs={st.epochs}",
+                                            *extra), extra_settings)
+  return dataclasses.replace(run, early_exit=early_exit)
+
+
+def task_state(task: str, idx: dict, states: dict) -> tuple[TaskState, list[Run]]:
+  """The task's lr, anchor and budget decisions from the records, and the runs the next
+  undecided one needs."""
+  st, t = TaskState(task), P.TASKS[task]
+  if task in P.LR_FROM:
+    src = states.get(P.LR_FROM[task])
+    if src is None or src.lr is None:
+      st.waiting = f"the lr of {P.LR_FROM[task]}"
+      return st, []
+    st.lr, st.anchor_missed = src.lr, False
+  else:
+    need = []
+    for lr in P.LR_GRID:
+      row = idx.get((P.LR, lr_run(task, lr).name))
+      if row is None:
+        need.append(lr_run(task, lr))
+      else:
+        st.lr_scores[lr] = P.dev_score(row)
+    if need:
+      st.waiting = "the lr grid"
+      return st, need
+    pick = P.pick_lr(st.lr_scores, t.unit)
+    st.anchor_missed = P.misses_anchor(task, st.lr_scores[pick])
+    if st.anchor_missed:
+      row = idx.get((P.LR, lr_run(task, P.LR_HIGH).name))
+      if row is None:
+        st.waiting = f"CE at lr {P.LR_HIGH} (CE missed its anchor)"
+        return st, [lr_run(task, P.LR_HIGH)]
+      st.high_score = P.dev_score(row)
+      if P.take_high(st.lr_scores[pick], st.high_score, t.unit):
+        pick = P.LR_HIGH
+    st.lr = pick
+  base = idx.get((P.LR, lr_run(task, st.lr).name))
+  doubled = idx.get((P.BUDGET, budget_run(task, st.lr).name))
+  need = [r for r, row in ((lr_run(task, st.lr), base), (budget_run(task, st.lr), doubled))
+          if row is None]
+  if need:
+    st.waiting = "the budget check"
+    return st, need
+  st.base_score, st.doubled_score = P.dev_score(base), P.dev_score(doubled)
+  st.epochs = 2 * t.epochs if P.budget_doubles(st.base_score, st.doubled_score, t.unit) else (
+      t.epochs)
+  return st, []
+
+
+def comparison_rows(idx: dict, st: TaskState, comp: P.Comparison, seeds) -> tuple[list, list]:
+  """(rows of method, rows of baseline) for the seeds, None where not recorded."""
+  def rows(method):
+    return [idx.get((P.STAGE_SWEEP[1], method_run(P.STAGE_SWEEP[1], st, method, s, comp.extra).name)) for s in seeds]
+  return rows(comp.method), rows(comp.baseline)
+
+
+def diffs(a_rows, b_rows) -> list[float]:
+  return [P.score(a) - P.score(b) for a, b in zip(a_rows, b_rows)]
+
+
+@dataclasses.dataclass
+class Decisions:
+  """Stage 1's state: per task its decisions, per comparison its verdict so far."""
+  tasks: dict[str, TaskState]
+  verdicts: dict[P.Comparison, P.Verdict]
+  ready: list[Run]
+  waiting: dict[str, str]  # task -> what it waits on
+  planned: list[Run]  # every run known to be needed (ready or not, recorded or not)
+
+
+def _comparison_runs(st: TaskState, comps, seeds) -> list[Run]:
+  methods = []
+  for c in comps:
+    for m in (c.baseline, c.method):
+      if m not in methods:
+        methods.append(m)
+  return [method_run(P.STAGE_SWEEP[1], st, m, s) for s in seeds for m in methods]
+
+
+def decisions(rows: dict[str, list[dict]]) -> Decisions:
+  """Walks stage 1's gates for every task (scripts/sweeps.py's STAGE1 and its diagnostics)."""
+  idx = _index(rows)
+  done = set(idx)
+  states, ready, waiting, planned, verdicts = {}, [], {}, [], {}
+  order = list(dict.fromkeys([c.task for c in P.STAGE1]))
+  for task in order:
+    st, need = task_state(task, idx, states)
+    states[task] = st
+    planned += need
+    if need or st.epochs is None:
+      ready += need
+      waiting[task] = st.waiting
+      continue
+    comps = [c for c in P.STAGE1 if c.task == task]
+    runs = [method_run(P.GATE, st, m, 0, extra_settings=settings)
+            for t, m, settings in P.GATE_DIAGNOSTIC if t == task]
+    runs += _comparison_runs(st, comps, P.LOOK_SEEDS[0])
+    second = []
+    for c in comps:
+      a, b = comparison_rows(idx, st, c, P.LOOK_SEEDS[0])
+      if None in a or None in b:
+        continue
+      v = P.verdict(diffs(a, b), c.kind, P.TASKS[task].margin, 1)
+      if v.final:
+        verdicts[c] = v
+        continue
+      second.append(c)
+      a2, b2 = comparison_rows(idx, st, c, P.LOOK_SEEDS[0] + P.LOOK_SEEDS[1])
+      if None not in a2 and None not in b2:
+        verdicts[c] = P.verdict(diffs(a2, b2), c.kind, P.TASKS[task].margin, 2)
+      else:
+        verdicts[c] = v
+    runs += _comparison_runs(st, second, P.LOOK_SEEDS[1])
+    runs = list(dict.fromkeys(runs))
+    planned += runs
+    ready += [r for r in runs if (r.sweep, r.name) not in done]
+  return Decisions(states, verdicts, ready, waiting, planned)
+
+
+def later_stage_runs(stage: int, states: dict[str, TaskState]) -> list[Run]:
+  """Stage 2 or 3's runs at each task's picked lr and budget (tasks not yet decided in stage
+  1 at their protocol's lr grid default and budget, for the estimate)."""
+  arms = P.STAGE2 if stage == 2 else P.STAGE3
+  out = []
+  for arm in arms:
+    st = states.get(arm.task) or states.get(P.LR_FROM.get(arm.task, ""))
+    lr = st.lr if st is not None and st.lr else P.LR_PREFERRED
+    epochs = (st.epochs if st is not None and st.task == arm.task and st.epochs
+              else P.TASKS[arm.task].epochs)
+    base = TaskState(arm.task, lr=lr, epochs=epochs)
+    grids = [[]]
+    for key, values in arm.grid:
+      grids = [g + [(key, v)] for g in grids for v in values]
+    for seed in arm.seeds:
+      for m in arm.methods:
+        for g in grids:
+          early = P.EXIT_THRESHOLDS if m in ("jt", "kd", "acl_cl", "2st", "alt") else ""
+          out.append(method_run(P.STAGE_SWEEP[stage], base, m, seed, arm.extra, tuple(g),
+                                early))
+  for task in dict.fromkeys(a.task for a in arms):  # lr and budget runs of tasks new here
+    if task not in states:
+      src = states.get(P.LR_FROM.get(task, ""))
+      lr = src.lr if src is not None and src.lr else P.LR_PREFERRED
+      out = [lr_run(task, lr), budget_run(task, lr)] + out
+  return out
+
+
+def whole_stage1(states: dict[str, TaskState] | None = None) -> tuple[list[Run], list[Run]]:
+  """Every run stage 1 can need, for the estimate: (through the first look, the second looks
+  of every comparison). Undecided tasks are taken at LR_PREFERRED, their protocol's budget,
+  with the anchor's extra lr on GLUE; CE seed 0 at the budget is the lr grid's run."""
+  states = states or {}
+  first, second = [], []
+  for task in dict.fromkeys(c.task for c in P.STAGE1):
+    st = states.get(task)
+    lr = st.lr if st is not None and st.lr else P.LR_PREFERRED
+    epochs = st.epochs if st is not None and st.epochs else P.TASKS[task].epochs
+    first += [lr_run(task, x) for x in P.LR_GRID]
+    if task in P.ANCHORS:
+      first.append(lr_run(task, P.LR_HIGH))
+    first.append(budget_run(task, lr))
+    s = TaskState(task, lr=lr, epochs=epochs)
+    first += [method_run(P.GATE, s, m, 0, extra_settings=x) for t, m, x in P.GATE_DIAGNOSTIC
+              if t == task]
+    comps = [c for c in P.STAGE1 if c.task == task]
+    first += [r for r in _comparison_runs(s, comps, P.LOOK_SEEDS[0])
+              if not (r.method == "ce" and dict(r.settings)["seed"] == "0")]
+    second += _comparison_runs(s, comps, P.LOOK_SEEDS[1])
+  return first, second
