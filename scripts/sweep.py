@@ -397,6 +397,12 @@ def _read(root: str, results: str = "results.json") -> list[tuple[dict, dict]]:
   return out
 
 
+def machine_seconds(row: dict) -> float:
+  """A recorded run's seconds of the whole machine: its wall time over the runs that shared
+  the machine with it (`--workers`)."""
+  return row.get("seconds", 0.0) / row.get("workers", 1)
+
+
 def measured_rates(rows: dict[str, list[dict]]) -> dict[tuple[str, str], float]:
   """{(task, method): mean machine seconds per epoch} over the recorded runs that measured
   their time (a reused row is the same run, counted once)."""
@@ -405,18 +411,70 @@ def measured_rates(rows: dict[str, list[dict]]) -> dict[tuple[str, str], float]:
     for r in rs:
       epochs = r.get("budget", {}).get("num_epochs")
       if "seconds" in r and not r.get("reused_from") and epochs:
-        acc.setdefault((r["task"], r["method"]), []).append(r["seconds"] / epochs)
+        acc.setdefault((r["task"], r["method"]), []).append(machine_seconds(r) / epochs)
   return {k: float(np.mean(v)) for k, v in acc.items()}
 
 
-def stage_runs(stage: int, rows: dict) -> tuple[list[stages.Run], list[stages.Run], dict]:
-  """(runs still to train, every run known to be needed, what each task waits on)."""
+def stage_runs(stage: int, rows: dict) -> tuple[list[stages.Run], dict]:
+  """(the stage's runs still to train, known now; what each task waits on)."""
   d = stages.decisions(rows)
   if stage == 1:
-    return d.ready, d.planned, d.waiting
-  planned = stages.later_stage_runs(stage, d.tasks)
+    return d.ready, d.waiting
   done = {(r["sweep"], r["run"]) for rs in rows.values() for r in rs}
-  return [r for r in planned if (r.sweep, r.name) not in done], planned, {}
+  return [r for r in stages.later_stage_runs(stage, d.tasks) if (r.sweep, r.name) not in done], {}
+
+
+def first_stage() -> dict[str, int]:
+  """Each task's first stage: its lr and budget runs count there."""
+  out = {c.task: 1 for c in sweep_specs.STAGE1}
+  for stage, arms in ((2, sweep_specs.STAGE2), (3, sweep_specs.STAGE3)):
+    for arm in arms:
+      out.setdefault(arm.task, stage)
+  return out
+
+
+def stage_of_row(record: str, row: dict, first: dict[str, int]) -> int | None:
+  """The stage a recorded run belongs to: its record's, or for lr and budget runs its task's."""
+  if record in (sweep_specs.LR, sweep_specs.BUDGET):
+    return first.get(row.get("task"))
+  if record == sweep_specs.GATE:
+    return 1
+  return next((s for s, name in sweep_specs.STAGE_SWEEP.items() if name == record), None)
+
+
+@dataclasses.dataclass
+class StageTotals:
+  """A stage's recorded runs (each once), their machine seconds, the runs known to be left
+  and the whole stage's runs (stage 1: through the first looks, and with every second look)."""
+  recorded: list
+  seconds: float
+  untimed: int
+  left: list
+  left_s: float
+  whole: list  # [(what, runs, machine seconds)]
+  waiting: dict
+
+
+def stage_totals(rows: dict) -> dict[int, StageTotals]:
+  rates = measured_rates(rows)
+  est = lambda runs: sum(sweep_specs.estimate_seconds(r.task, r.method, r.epochs, rates)
+                         for r in runs)
+  d = stages.decisions(rows)
+  first, second = stages.whole_stage1(d.tasks)
+  whole = {1: [("first looks", first, est(first)),
+               ("every second look", first + second, est(first + second))]}
+  for s in (2, 3):
+    runs = stages.later_stage_runs(s, d.tasks)
+    whole[s] = [("all", runs, est(runs))]
+  of_task, out = first_stage(), {}
+  for stage in sweep_specs.STAGES:
+    done = [r for name, rs in rows.items() for r in rs
+            if stage_of_row(name, r, of_task) == stage and not r.get("reused_from")]
+    left, waiting = stage_runs(stage, rows)
+    out[stage] = StageTotals(done, sum(machine_seconds(r) for r in done),
+                             sum("seconds" not in r for r in done), left, est(left),
+                             whole[stage], waiting)
+  return out
 
 
 def _hours(seconds: float) -> str:
@@ -425,32 +483,21 @@ def _hours(seconds: float) -> str:
 
 def status(rows: dict, show_runs: bool = False) -> str:
   """Markdown: per stage, the runs recorded and their measured machine-hours (of this 2-core
-  machine: wall time, one run at a time), the runs known to be left and their estimate from
-  the recorded run times (scripts/sweeps.py's cost model), and what waits on what."""
+  machine), the runs known to be left and their estimate from the recorded run times
+  (scripts/sweeps.py's cost model), the whole stage's estimate, and what waits on what."""
   rates = measured_rates(rows)
-  own = {1: (sweep_specs.LR, sweep_specs.BUDGET, sweep_specs.GATE, sweep_specs.STAGE_SWEEP[1]),
-         2: (sweep_specs.STAGE_SWEEP[2],), 3: (sweep_specs.STAGE_SWEEP[3],)}
   lines = ["| stage | runs recorded | machine-h recorded | runs left (known now) | machine-h left "
            "(estimate) | whole stage, machine-h (estimate) |", "|---|---|---|---|---|---|"]
-  est_of = lambda runs: sum(sweep_specs.estimate_seconds(r.task, r.method, r.epochs, rates)
-                            for r in runs)
-  first, second = stages.whole_stage1(stages.decisions(rows).tasks)
-  whole = {1: f"{_hours(est_of(first))} (first look), {_hours(est_of(first + second))} "
-              "(every second look)"}
   out_runs, notes = [], []
-  for stage in sweep_specs.STAGES:
-    recorded = [r for name in own[stage] for r in rows.get(name, []) if not r.get("reused_from")]
-    spent = sum(r.get("seconds", 0.0) for r in recorded)
-    ready, _, waiting = stage_runs(stage, rows)
-    est = [sweep_specs.estimate_seconds(r.task, r.method, r.epochs, rates) for r in ready]
-    if stage > 1:
-      whole[stage] = _hours(est_of(stages.later_stage_runs(stage, {})))
-    lines.append(f"| {stage} | {len(recorded)} | {_hours(spent)} | {len(ready)} | "
-                 f"{_hours(sum(est))} | {whole[stage]} |")
+  for stage, t in stage_totals(rows).items():
+    whole = ", ".join(f"{_hours(sec)} ({what})" for what, _, sec in t.whole)
+    lines.append(f"| {stage} | {len(t.recorded)} | {_hours(t.seconds)} | {len(t.left)} | "
+                 f"{_hours(t.left_s)} | {whole} |")
     if show_runs:
-      out_runs += [f"- stage {stage}, {r.sweep}: {r.name} (~{e / 60:.0f} min)"
-                   for r, e in zip(ready, est)]
-    notes += [f"- stage {stage}, {t}: waits on {w}" for t, w in waiting.items()]
+      out_runs += [f"- stage {stage}, {r.sweep}: {r.name} "
+                   f"(~{sweep_specs.estimate_seconds(r.task, r.method, r.epochs, rates) / 60:.0f}"
+                   " machine-min)" for r in t.left]
+    notes += [f"- stage {stage}, {task}: waits on {w}" for task, w in t.waiting.items()]
   out = "\n".join(lines) + "\n"
   if notes:
     out += ("\nRuns that gates have not yet asked for (a task's comparisons wait on its lr, "
@@ -480,10 +527,10 @@ def run_stage(stage: int, args) -> None:
   root = args.root = os.path.abspath(args.root or os.path.join(REPO, "runs", "sweeps"))
   if args.dry_run:
     rows = records.read_all()
-    ready, _, waiting = stage_runs(stage, rows)
+    ready, waiting = stage_runs(stage, rows)
     rates = measured_rates(rows)
     for run in ready:
-      est = sweep_specs.estimate_seconds(run.task, run.method, run.epochs, rates)
+      est = args.workers * sweep_specs.estimate_seconds(run.task, run.method, run.epochs, rates)
       print(f"{run.sweep}: {run.name} (~{est / 60:.0f} min): {' '.join(run.sets)}")
     for task, what in waiting.items():
       print(f"{task}: waits on {what}")
@@ -496,14 +543,15 @@ def run_stage(stage: int, args) -> None:
   def next_job():
     with lock:
       rows = records.read_all()
-      ready, _, _ = stage_runs(stage, rows)
+      ready, _ = stage_runs(stage, rows)
       rates = measured_rates(rows)
       for run in ready:
         job = job_of(run, root)
         ident = identity(job.config, job.set, job.settings)
         if ident in running or job.name in failed:
           continue
-        est = sweep_specs.estimate_seconds(run.task, run.method, run.epochs, rates)
+        # wall seconds: the machine seconds of a run sharing the machine with the others
+        est = args.workers * sweep_specs.estimate_seconds(run.task, run.method, run.epochs, rates)
         if deadline is not None and time.time() + 1.15 * est > deadline:
           continue
         running[ident] = job.name

@@ -1,8 +1,10 @@
-"""The run records and the report built from them: RESULTS.md's tables are what the committed
-records give, and the paired statistics behind every verdict. Fast: no training."""
+"""The run records and the reports built from them: RESULTS.md's tables and results/PILOTS.md
+are what the committed records give, and each table reads synthetic records as the protocol
+says. Fast: no training, no data."""
 import json
 import math
 import os
+import re
 
 import numpy as np
 import pytest
@@ -11,128 +13,338 @@ from scipy import stats
 from scripts import report
 from tests import helpers
 
-records = report.records
+records, stages, P = report.records, report.stages, report.P
+RESULTS = os.path.join(helpers.REPO, "RESULTS.md")
+S1 = P.STAGE_SWEEP[1]
 
 
-def test_committed_tables_are_what_the_committed_records_give():
-  """Every table block of RESULTS.md equals scripts/report.py's output on results/records/
-  (run `python scripts/report.py` after a sweep adds rows)."""
-  text = open(os.path.join(helpers.REPO, "RESULTS.md")).read()
-  blocks = report.BLOCK.findall(text)
-  assert {b[1] for b in blocks} == set(report.TABLES), "a table is missing from RESULTS.md"
-  _, changed = report.render(text, records.read_all())
+def test_committed_reports_are_what_the_committed_records_give():
+  """Every table block of RESULTS.md, and results/PILOTS.md, equal scripts/report.py's output
+  on results/records/ (run `python scripts/report.py` after a sweep adds rows)."""
+  text = open(RESULTS).read()
+  assert {b[1] for b in report.BLOCK.findall(text)} == set(report.TABLES), (
+      "a table is missing from RESULTS.md")
+  rs = records.read_all()
+  _, changed = report.render(text, rs)
   assert not changed, f"RESULTS.md tables differ from the records: {changed}"
+  assert open(report.PILOTS_MD).read() == report.pilots_md(rs), (
+      "results/PILOTS.md differs from the records")
 
 
 def test_committed_records_are_whole():
-  """Every committed row names its sweep, run, task, method and seed, has a budget and its
-  scores, and no run appears twice in a file."""
+  """Every committed row names its record, run, task, method and seed, has a budget and its
+  scores, its name spells its settings, and no run appears twice in a file."""
   rs = records.read_all()
   assert rs, "results/records/ holds no record"
   for sweep, rows in rs.items():
-    runs = [r["run"] for r in rows]
     path = records.path_of(sweep)
-    assert len(runs) == sum(1 for line in open(path) if line.strip()), f"{sweep}: duplicate run"
+    assert len(rows) == sum(1 for line in open(path) if line.strip()), f"{sweep}: duplicate run"
     for r in rows:
       assert r["sweep"] == sweep and r["run"] and r["task"] and r["method"], r.get("run")
       assert isinstance(r["seed"], int) and r["budget"].get("batch_size"), r["run"]
-      assert r.get("final") or r.get("steps"), f"{sweep}: {r['run']} has no scores"
+      assert r.get("final") or r.get("latest") or r.get("steps"), f"{r['run']}: no scores"
       settings = records.parse_name(r["run"])
-      assert settings["task"] == r["task"] and settings["method"] == r["method"], r["run"]
-      assert {k: v for k, v in settings.items() if k not in records.OWN} == r["overrides"]
+      assert settings["task"] == r["task"], r["run"]
+      assert settings.get("method", r["method"]) == r["method"], r["run"]
+      extra = {k: v for k, v in settings.items() if k not in records.OWN}
+      # an imported row without overrides states its settings as fields
+      assert extra == r.get("overrides", {k: str(r.get(k)) for k in extra}), r["run"]
 
 
-def _rows(sweep, task, method, values, **overrides):
-  """Synthetic rows: one per seed, `values` the test accuracy in points."""
+def test_protocol_prose_states_the_protocol():
+  """RESULTS.md's protocol section says in words what scripts/sweeps.py fixes as data."""
+  text = " ".join(open(RESULTS).read().split())
+  for lr in (*P.LR_GRID, P.LR_HIGH):
+    assert lr in text
+  assert f"within {P.LR_TIE:g} points ({P.LR_TIE * 2:g} MCC point)" in text
+  assert f"more than {P.BUDGET_GAIN:g} points ({P.BUDGET_GAIN * 2:g} MCC points)" in text
+  for task, score in P.ANCHORS.items():
+    assert f"{P.TASKS[task].label} {score:g}" in text
+  assert f"**{100 * P.DECIDE_LEVEL:g}%**" in text and f"**{100 * P.DESCRIBE_LEVEL:g}%**" in text
+  seeds = P.LOOK_SEEDS
+  assert f"Seeds {seeds[0][0]}-{seeds[0][-1]} first" in text
+  assert f"adds seeds {seeds[1][0]} and {seeds[1][1]}" in text
+  assert f"{len(seeds[0]) + len(seeds[1])} seeds at most" in text
+  margins = re.search(r"above minus the margin \((.*?)\)", text).group(1)
+  for c in P.STAGE1:  # each label's margin is the first number standing alone after it
+    task = P.TASKS[c.task]
+    m = re.search(fr"\b{re.escape(task.label)}\b.*?(?<= )(\d+(?:\.\d+)?)(?=[ ,]|$)", margins)
+    assert m and float(m.group(1)) == task.margin, task.label
+
+
+# ---- synthetic records --------------------------------------------------------------------
+
+def _row(run: stages.Run, value: float, **extra) -> dict:
+  """A recorded row of a planned run scoring `value` points (dev and the scored split)."""
+  settings = dict(run.settings)
+  t = P.TASKS[run.task]
+  scores = {t.metric: value / 100}
+  row = {"sweep": run.sweep, "run": run.name, "task": run.task, "method": run.method,
+         "seed": int(settings["seed"]),
+         "overrides": {k: v for k, v in settings.items() if k not in records.OWN},
+         "budget": {"num_epochs": run.epochs, "batch_size": 32},
+         "evals": [{"step": 1, "dev": scores}], "final": {"dev": scores}, "train": {},
+         "seconds": 600.0 * run.epochs, "timed_on": "Test CPU, 2 cores"}
+  if t.scored != "dev":
+    row["latest"] = {t.scored: scores}
+  if run.method in report.GATED:
+    row["train"]["gate_on_fraction"] = 0.995 if run.sweep == S1 else 0.5
+  return {**row, **extra}
+
+
+# CE seed 0 by lr: RTE ties (5e-5), MRPC picks 2e-5, CoLA misses its anchor and takes 1e-4.
+LR_SCORES = {"rte": {"2e-5": 69.0, "5e-5": 69.3}, "mrpc": {"2e-5": 89.5, "5e-5": 88.0},
+             "cola": {"2e-5": 40.0, "5e-5": 40.5, "1e-4": 46.0},
+             "sst2": {"2e-5": 91.5, "5e-5": 91.6}, "mr": {"2e-5": 80.0, "5e-5": 80.2},
+             "r8": {"2e-5": 97.0, "5e-5": 97.1}}
+DOUBLING = {"sst2": 2.4}  # twice the epochs gains this much (else 0.5): SST-2 doubles
+# Each method's offset from CE, seed by seed, so that the verdicts are known (EXPECTED).
+OFFSETS = {
+    ("rte", "acl"): [1.0, 1.2, 1.1], ("rte", "scl"): [0.1, -0.1, 0.0, 0.2, -0.2],
+    ("rte", "scl_grad"): [2.1, -2.1, 1.0],  # undecided; its seeds 3-4 are not recorded
+    ("mrpc", "acl"): [-0.2, 0.1, 0.0, -0.1, -0.1], ("mrpc", "scl"): [0.5, 0.6, 0.4, 0.5, 0.4],
+    ("cola", "acl"): [0.0, 0.1, -0.1], ("cola", "scl"): [10.0, 11.0, 12.0],
+    ("cola", "scl_grad"): [10.5, 11.6, 12.7],
+    ("sst2", "acl"): [0.2, 0.3, 0.25], ("sst2", "scl"): [0.1, 0.0, 0.2, 0.1, 0.0],
+    ("sst2", "gloss"): [1.0, 1.1, 0.9],
+    ("mr", "gloss"): [0.5, 0.6, 0.4], ("r8", "gloss"): [-0.1, 0.1, 0.0, 0.05, -0.05]}
+EXPECTED = {
+    ("rte", "acl", "ce"): ("beats", 1), ("rte", "acl", "scl"): ("beats", 1),
+    ("rte", "scl_grad", "scl"): ("undecided", 1),
+    ("mrpc", "acl", "ce"): ("matches or beats", 1),
+    ("mrpc", "acl", "scl"): ("matches or beats", 2),
+    ("cola", "acl", "ce"): ("matches or beats", 1), ("cola", "acl", "scl"): ("worse", 1),
+    ("cola", "scl_grad", "scl"): ("beats", 1),
+    ("sst2", "acl", "ce"): ("beats", 1), ("sst2", "acl", "scl"): ("matches or beats", 1),
+    ("sst2", "gloss", "ce"): ("beats", 1), ("sst2", "gloss", "scl"): ("beats", 1),
+    ("sst2", "scl", "ce"): ("inconclusive", 2),
+    ("mr", "gloss", "ce"): ("beats", 1), ("r8", "gloss", "ce"): ("inconclusive", 2)}
+
+
+def _lr_of(run: stages.Run) -> str:
+  named = dict(run.settings).get("optim.lr")
+  return named or next(s.split("=")[1] for s in run.sets if s.startswith("optim.lr="))
+
+
+def _value(run: stages.Run, offsets=OFFSETS) -> float:
+  seed = int(dict(run.settings)["seed"])
+  if run.sweep == P.LR:
+    return LR_SCORES[run.task][_lr_of(run)]
+  base = LR_SCORES[run.task].get(_lr_of(run), 0.0)
+  if run.sweep == P.BUDGET:
+    return base + DOUBLING.get(run.task, 0.5)
+  ce = max(LR_SCORES[run.task].values()) + 0.3 * seed
+  off = offsets.get((run.task, run.method), [0.0] * 5)
+  return ce + off[seed % len(off)]
+
+
+def _complete(value=_value, withhold=lambda run: False) -> dict[str, list[dict]]:
+  """The records of a whole stage 1: every run its gates release, trained in their order."""
+  rs = {}
+  while True:
+    have = {(s, r["run"]) for s, rows in rs.items() for r in rows}
+    new = [r for r in stages.decisions(rs).ready if not withhold(r)
+           and (r.sweep, r.name) not in have]
+    if not new:
+      return rs
+    for run in dict.fromkeys(new):
+      reused = run.sweep == S1 and run.method == "ce" and dict(run.settings)["seed"] == "0"
+      rs.setdefault(run.sweep, []).append(
+          _row(run, value(run), **({"reused_from": P.LR} if reused else {})))
+
+
+def _rte_grad_second_look(run):
+  return (run.task, run.method) in (("rte", "scl_grad"), ("rte", "scl")) and int(
+      dict(run.settings)["seed"]) >= P.LOOK_SEEDS[1][0]
+
+
+@pytest.fixture(scope="module")
+def complete():
+  return _complete(withhold=_rte_grad_second_look)
+
+
+def _cells(tbl: str) -> list[list[str]]:
+  return [[c.strip() for c in line.strip("|").split("|")] for line in tbl.splitlines()
+          if line.startswith("|") and not line.startswith("|---")][1:]
+
+
+def test_verdicts_of_a_complete_stage1(complete):
+  ctx = report.context(complete)
+  got = {(c.task, c.method, c.baseline): (v.word, v.look) for c, v in ctx.d.verdicts.items()}
+  assert got == EXPECTED
+  rows = {(r[0], r[1]): r for r in _cells(report.stage1_table(ctx))}
+  assert len(rows) == len(P.STAGE1)
+  rte = rows[("RTE", "ACL (Embed+Grad) − CE")]
+  assert rte[2] == "lower end > -2" and rte[3] == "3" and rte[4] == "+1.10"
+  d = [1.0, 1.2, 1.1]
+  half = stats.t.ppf(0.5 + P.DECIDE_LEVEL / 2, 2) * np.std(d, ddof=1) / math.sqrt(3)
+  assert rte[5] == f"[{1.1 - half:+.2f}, {1.1 + half:+.2f}]" and rte[7:10] == ["3/3", "1", "beats"]
+  assert rte[10] == f"{half:.2f}"
+  grad = rows[("RTE", "CE+SCL+Grad − CE+SCL")]
+  assert grad[2] == "lower end > 0"
+  assert grad[9] == "undecided (second look: 0 of 4 runs recorded)"
+  sst = rows[("SST-2", "CE+SCL − CE")]
+  assert sst[3] == "5" and sst[8] == "2" and sst[9] == "inconclusive"
+  assert rows[("CoLA", "ACL (Embed+Grad) − CE+SCL")][9] == "worse"
+  claims = report.claims_table(ctx)
+  acl = next(r for r in _cells(claims) if r[0] == P.CLAIMS["acl"])
+  assert acl[2].startswith("RTE vs CE +1.10 [") and "(3/3) beats; RTE vs CE+SCL" in acl[2]
+  assert acl[3] == "beats 3, matches or beats 4, worse 1"
+  assert acl[4] == ("RTE 3 epochs, lr 5e-5; MRPC 3 epochs, lr 2e-5; CoLA 3 epochs, lr 1e-4; "
+                    "SST-2 2 epochs, lr 5e-5")
+  gloss = next(r for r in _cells(claims) if r[0] == P.CLAIMS["gloss"])
+  assert "R52 pending: stage 2" in gloss[2] and "20NG pending: stage 3" in gloss[2]
+  assert "| ACL-CL lifts shallow exits the most | largest gains at shallow exits | pending: " \
+         "stage 2 |" in claims
+  assert "not testable here" in claims and "see BENCHMARKS.md" in claims
+
+
+def test_lr_budget_anchor_and_score_tables(complete):
+  ctx = report.context(complete)
+  lr = {r[0]: r for r in _cells(report.lr_table(ctx))}
+  assert lr["RTE"][1:] == ["69.00", "69.30", "—", "5e-5", "tie (within 0.5): 5e-5"]
+  assert lr["MRPC"][4:] == ["2e-5", "2e-5 better by 1.50"]
+  assert lr["CoLA"][3:] == ["46.00", "1e-4", "tie (within 1): 5e-5; CE missed its anchor: 1e-4 "
+                            "better by more than 1, taken"]
+  assert "R52, Ohsumed, 20NG take R8's rate." in report.lr_table(ctx)
+  budget = {r[0]: r for r in _cells(report.budget_table(ctx))}
+  assert budget["SST-2"][1:] == ["5e-5", "1", "91.60", "94.00", "+2.40",
+                                 "doubles to 2 (gain > 1.5)"]
+  assert budget["CoLA"][-2:] == ["+0.50", "keeps 3 (gain ≤ 3)"]
+  assert report.anchors_table(ctx).startswith("*pending*: no seed of `anchor_mr_hf`")
+  glue = {r[0]: r for r in _cells(report.glue_anchor(ctx))}
+  assert glue["CoLA"][1:4] == ["1e-4", "46.00", "46.30 ± 0.30 (n=3)"]
+  assert glue["CoLA"][5:] == ["-1.50", "3", "yes at 5e-5 (40.50): CE at 1e-4 tried"]
+  assert glue["RTE"][-1] == "no"
+  scores = {r[0]: r[1:] for r in _cells(report.stage1_scores_table(ctx))}
+  assert scores["CE"][0] == "69.60 ± 0.30 (n=3)" and scores["CE"][3].endswith("(n=5)")
+  assert scores["ACL (Embed+Grad)"][0] == "70.70 ± 0.36 (n=3)"
+  assert scores["CE+G-Loss (sigma fixed)"][:3] == ["", "", ""]  # no G-Loss arm on RTE-CoLA
+  gate = _cells(report.gate_table(ctx))
+  assert ["RTE", "ACL (Embed+Grad)", "encoder", f"`{P.GATE}`", "0", "50.0%"] in gate
+  assert ["CoLA", "CE+SCL+Grad", "all", f"`{S1}`", "2", "99.5%"] in gate
+  assert len(gate) == len([r for r in complete[S1] if r["method"] in report.GATED]) + len(
+      P.GATE_DIAGNOSTIC)
+
+
+def test_mr_anchor_reads_agreement_and_equivalence():
+  def rows(ours, ref):
+    return [{"seed": s, "framework": f, "task": "mr", "latest": {"test": {"accuracy": v / 100}}}
+            for f, vs in (("jax", ours), ("torch", ref)) for s, v in enumerate(vs)]
+  near = _cells(report.mr_anchor(rows([82.0, 82.2, 82.1], [82.1, 82.2, 82.0])))[0]
+  assert near[4] == "-0.10, +0.00, +0.10" and near[6] == "agree (the interval contains 0); " \
+      "equivalent within ±1"
+  wide = _cells(report.mr_anchor(rows([82.0, 83.0, 81.0], [82.5, 82.0, 82.0])))[0]
+  assert wide[6].startswith("agree") and "not shown equivalent within ±1" in wide[6]
+  off = _cells(report.mr_anchor(rows([80.0, 80.1, 80.2], [82.0, 82.2, 82.1])))[0]
+  assert off[6].startswith("differ (the interval excludes 0)")
+  assert report.mr_anchor([]).startswith("*pending*: ")
+
+
+def test_stage_hours_count_a_reused_run_once(complete):
+  ctx = report.context(complete)
+  own = [r for name in (P.LR, P.BUDGET, P.GATE, S1) for r in complete.get(name, [])
+         if not r.get("reused_from")]
+  stage = {r[0]: r for r in _cells(report.stage_hours_table(ctx))}
+  assert stage["1"][1] == str(len(own)) and len(own) < sum(
+      len(complete.get(n, [])) for n in (P.LR, P.BUDGET, P.GATE, S1))
+  assert stage["1"][2] == f"{sum(r['seconds'] for r in own) / 3600:.1f}"
+  assert stage["1"][4] == "Test CPU, 2 cores" and stage["2"][1:3] == ["0", "0.0"]
+  assert re.fullmatch(r"\d+ runs, [\d.]+ h \(first looks\); \d+ runs, [\d.]+ h \(every second "
+                      r"look\)", stage["1"][3])
+
+
+def test_pending_text_where_records_are_missing(complete):
+  empty = report.context({})
+  for name in ("lr", "budget", "stage1", "stage1_scores", "gate"):
+    text = report.TABLES[name](empty)
+    assert text.startswith("*pending*: ") and text.count("\n") == 1, name
+    assert "Awaited: RTE, MRPC, CoLA, SST-2, MR, R8: the lr grid." in text, name
+  assert "(0 of 6 runs recorded)" in report.claims_table(empty)
+  assert report.deviations_table(empty) == ("None.\n" if not P.DEVIATIONS else
+                                            report.deviations_table(empty))
+  partial = {k: [r for r in v if not (r["task"] == "r8" and r["method"] == "gloss")]
+             for k, v in complete.items()}
+  ctx = report.context(partial)
+  assert "R8 pending (3 of 6 runs recorded)" in report.claims_table(ctx)
+  r8 = next(r for r in _cells(report.stage1_table(ctx)) if r[0] == "R8")
+  assert r8[9] == "pending (3 of 6 runs recorded)"
+  early = {P.LR: [r for r in complete[P.LR] if r["task"] == "rte"]}
+  text = report.budget_table(report.context(early))
+  assert text.startswith("*pending*: no budget-check run") and "RTE: the budget check" in text
+
+
+def test_results_stay_under_30kb_when_stage1_is_complete():
+  """Every comparison at its second look (the most rows stage 1 can record)."""
+  sign = {"scl": 1, "acl": -1, "scl_grad": 2, "gloss": -2}
+  noisy = {(t, m): [f * x for x in (3.0, -3.0, 2.0, -2.0, 1.0)] for t in P.TASKS
+           for m, f in sign.items()}
+  rs = _complete(lambda run: _value(run, noisy))
+  d = stages.decisions(rs)
+  assert d.verdicts and all(v.look == 2 for v in d.verdicts.values())
+  rs.update(records.read_all())  # the committed pilots and anchor too
+  text, changed = report.render(open(RESULTS).read(), rs)
+  assert set(changed) >= {"stage1", "stage1_scores", "gate"}
+  assert len(text.encode()) < 30 * 1024, len(text.encode())
+
+
+# ---- the pilots and the command line ------------------------------------------------------
+
+def _pilot_rows(sweep, task, method, values, **overrides):
+  """Pilot-like rows: one per seed, `values` the test accuracy in points."""
   return [{"sweep": sweep, "run": f"task={task},method={method},seed={s}", "task": task,
            "method": method, "seed": s, "overrides": dict(overrides), "budget": {},
            "evals": [{"step": 1, "dev": {"accuracy": v / 100}}],
            "final": {"test": {"accuracy": v / 100}}} for s, v in enumerate(values)]
 
 
-def test_paired_differences_t_interval_and_verdicts():
-  ce = _rows("textgcn", "mr", "ce", [80.0, 81.0, 82.0, 80.5, 81.5])
-  good = _rows("textgcn", "mr", "gloss", [80.6, 81.4, 82.7, 81.0, 82.1])  # ahead on every seed
-  mixed = _rows("textgcn", "mr", "scl", [81.0, 80.0, 83.0, 80.5, 81.0])
+def test_pilot_paired_differences_and_t_interval():
+  ce = _pilot_rows("p", "mr", "ce", [80.0, 81.0, 82.0, 80.5, 81.5])
+  good = _pilot_rows("p", "mr", "gloss", [80.6, 81.4, 82.7, 81.0, 82.1])
+  mixed = _pilot_rows("p", "mr", "scl", [81.0, 80.0, 83.0, 80.5, 81.0])
   d = report.paired_diffs(good, ce)
   np.testing.assert_allclose(d, [0.6, 0.4, 0.7, 0.5, 0.6], atol=1e-9)
-  mean, half = report.t_interval(d)
-  sd = np.std(d, ddof=1)
-  assert mean == pytest.approx(0.56)
-  assert half == pytest.approx(stats.t.ppf(0.975, 4) * sd / math.sqrt(5))
-  assert half == pytest.approx(2.7764451 * sd / math.sqrt(5), rel=1e-6)
+  half = stats.t.ppf(0.975, 4) * np.std(d, ddof=1) / math.sqrt(5)
   assert report.fmt_paired(d) == f"+0.56 [{0.56 - half:+.2f}, {0.56 + half:+.2f}] (5/5)"
-  assert report.verdict(d, +1) == "holds"
-  assert report.verdict(d, -1) == "does not hold"
-  assert report.verdict([-x for x in d], +1) == "does not hold"
-  dm = report.paired_diffs(mixed, ce)  # +1, -1, +1, 0, -0.5: the interval includes 0
-  assert report.verdict(dm, +1) == "inconclusive (interval includes 0)"
-  assert report.fmt_paired(dm).endswith("(2/5)")  # a tie (seed 3) is not ahead
-  assert report.verdict(d, +1, converged=False) == "not yet tested at a converged budget"
-  assert report.verdict(d[:1], +1) == "one seed: no interval"
+  assert report.fmt_paired(report.paired_diffs(mixed, ce)).endswith("(2/5)")  # a tie: not ahead
   assert report.fmt_paired(d[:1]) == "+0.60 (1/1)"
-
-
-def test_pairs_match_seeds_and_settings_and_skip_unpaired_runs():
-  ce = _rows("s", "mr", "ce", [80.0, 81.0])
-  acl = _rows("s", "mr", "acl", [81.0, 82.0, 90.0])  # seed 2 has no CE partner
-  assert report.paired_diffs(acl, ce) == pytest.approx([1.0, 1.0])
-  lam = _rows("s", "mr", "scl", [70.0], **{"loss.lam": "0.9"}) + _rows(
-      "s", "mr", "scl", [75.0], **{"loss.lam": "0.1"})
+  acl = _pilot_rows("p", "mr", "acl", [81.0, 82.0, 90.0, 1.0, 1.0])[:3]  # seed 2: no CE partner
+  assert report.paired_diffs(acl, ce[:2]) == pytest.approx([1.0, 1.0])
+  lam = _pilot_rows("p", "mr", "scl", [70.0], **{"loss.lam": "0.9"}) + _pilot_rows(
+      "p", "mr", "scl", [75.0], **{"loss.lam": "0.1"})
   assert [r["overrides"] for r in report.select(lam, "mr", "scl", loss__lam="0.1")] == [
       {"loss.lam": "0.1"}]
   assert report.select(lam, "mr", "scl", loss__combine=None) == lam  # the field is absent
 
 
-def test_methods_table_and_claims_from_synthetic_records():
-  """A converged sweep's rows replace its pilot in the claims table, with verdicts."""
-  rows = (_rows("textgcn", "mr", "ce", [80.0, 81.0, 82.0]) +
-          _rows("textgcn", "mr", "gloss", [80.5, 81.6, 82.4]))
-  table = report.methods_table(rows, ["mr"], ["ce", "gloss"])
-  assert "| CE | 81.00 ± 1.00 (n=3) | 84.85 |" in table
-  assert "| CE+G-Loss (sigma fixed) | 81.50 ± 0.95 (n=3) | 85.10 |" in table
-  assert "| CE+G-Loss (sigma fixed) | +0.50 [" in table and "(3/3) |" in table
-  claims = {r[0]: r for r in report.claim_rows({"textgcn": rows})}
-  gloss = claims["CE+G-Loss beats CE on the TextGCN corpora (DistilBERT)"]
-  assert gloss[2].startswith("MR +0.50 [") and gloss[3] == "holds"
-  pilot = {r[0]: r for r in report.claim_rows({"pilot_single_mr": rows[:3],
-                                               "pilot_gloss_ablation_mr": [
-                                                   dict(r, sweep="pilot_gloss_ablation_mr",
-                                                        overrides={"loss.gamma_keep": "0.7"})
-                                                   for r in rows[3:]]})}
-  pilot_gloss = pilot["CE+G-Loss beats CE on the TextGCN corpora (DistilBERT)"]
-  assert pilot_gloss[3] == "not yet tested at a converged budget"
-  assert pilot_gloss[2] == gloss[2]  # the same numbers, no verdict at a pilot budget
-
-
-def test_pending_tables_and_pilots_that_give_way():
-  rs = {"pilot_glue": _rows("pilot_glue", "rte", "ce", [55.0])}
-  assert report.build("glue", rs).startswith("*pending*: no run of `glue` is recorded yet (")
-  assert report.build("pilot_glue", rs).startswith("| method |")
-  rs["glue"] = _rows("glue", "rte", "ce", [60.0, 61.0])
-  assert report.build("pilot_glue", rs).startswith("Superseded by the converged `glue` sweep")
-  # a converged GLUE row reports its final checkpoint: the last dev evaluation
-  row = dict(rs["glue"][0], evals=[{"step": 1, "dev": {"accuracy": 0.5}},
-                                   {"step": 2, "dev": {"accuracy": 0.6}}],
-             final={"dev": {"accuracy": 0.7}})
-  assert report.score(row) == pytest.approx(60.0)
-  assert report.score(dict(row, sweep="pilot_glue")) == pytest.approx(70.0)  # selected
+def test_pilots_report_labels_every_pilot():
+  rs = records.read_all()
+  text = report.pilots_md(rs)
+  for name in P.PILOTS:
+    assert f"`results/records/{name}.jsonl`" in text
+  heads = re.findall(r"^## .*$", text, re.M)
+  assert len(heads) == len(P.PILOTS)
+  assert all(h.endswith("(short-budget pilot; decides nothing)") for h in heads)
+  for _, name, _, _ in report.figure_specs(rs):
+    assert f"](figures/{name})" in text
+    assert os.path.isfile(os.path.join(report.FIGURES, name)), name
 
 
 def test_report_check_finds_stale_tables(tmp_path):
   rec = tmp_path / "records"
   rec.mkdir()
-  for r in _rows("pilot_grad_conflict", "rte", "scl", [1.0]):
-    r["steps"] = [{"scl": 91.0, "acl": 80.0, "scl_top": 91.0, "acl_top": 80.0}] * 4
-    r["budget"] = {"batch_size": 16, "lr": 2e-5}
-    (rec / "pilot_grad_conflict.jsonl").write_text(json.dumps(r) + "\n")
-  doc = tmp_path / "R.md"
-  doc.write_text("x\n<!-- table: pilot_grad_conflict -->\n| old |\n<!-- /table -->\n")
-  args = ["--file", str(doc), "--records", str(rec), "--no_figures"]
+  doc, pilots = tmp_path / "R.md", tmp_path / "PILOTS.md"
+  doc.write_text("x\n<!-- table: lr -->\n| old |\n<!-- /table -->\n")
+  args = ["--file", str(doc), "--records", str(rec), "--pilots", str(pilots), "--no_figures"]
   assert report.main(args + ["--check"]) == 1
   assert report.main(args) == 0
-  assert "| RTE | CE+SCL | CE vs SCL | 100% | 91.0° |" in doc.read_text()
+  assert "<!-- table: lr -->\n*pending*: no CE run of the lr grid" in doc.read_text()
+  assert pilots.read_text().startswith("# Pilots")
   assert report.main(args + ["--check"]) == 0
+  run = stages.lr_run("rte", "2e-5")
+  (rec / f"{P.LR}.jsonl").write_text(json.dumps(_row(run, 60.0)) + "\n")
+  assert report.main(args + ["--check"]) == 1
+  assert report.main(args) == 0 and "| RTE | 60.00 | — |" in doc.read_text()
   doc.write_text("<!-- table: nosuch -->\n<!-- /table -->\n")
   with pytest.raises(SystemExit, match="does not know"):
     report.main(args + ["--check"])
@@ -169,15 +381,3 @@ def test_row_from_a_run_folder(tmp_path):
   bad.write_text('{"run": "a"}\n{oops\n')
   with pytest.raises(ValueError, match=r"bad.jsonl:2 is not a JSON row"):
     records.read(str(bad))
-
-
-def test_hf_baseline_check():
-  """Our CE on MR against HF PyTorch's 82.2 ± 0.3 (3 seeds): Welch's test of the means."""
-  def rows(values):
-    return [dict(r, latest=r["final"]) for r in _rows("hf_baseline_mr", "mr", "ce", values)]
-  table = report.hf_table(rows([82.0, 82.3, 82.5]))
-  assert "| ours (CE) | 82.27 ± 0.25 (n=3) | 3 |" in table
-  assert "matches within seed noise" in table
-  assert "differs" in report.hf_verdict([80.0, 80.2, 80.1])
-  claims = report.claim_rows({"hf_baseline_mr": rows([80.0, 80.2, 80.1])})
-  assert claims[0][2] == "80.10 ± 0.10 (n=3)" and claims[0][3].startswith("differs")
