@@ -8,9 +8,13 @@ Re-running the same command resumes from the workdir's latest checkpoint. Multi-
 process per host, as on a TPU pod): add --coordinator=HOST:PORT --num_processes=N
 --process_id=I (or rely on the platform's auto-detection with --distributed).
 """
+import os
+import sys
+
 from absl import app, flags
 from ml_collections import config_flags
 
+from acl_jax import cli
 from configs import common as _configs
 
 # --help prints this docstring: with the config files and their words it shows the whole CLI.
@@ -51,23 +55,19 @@ def init_distributed():
                              process_id=_PID.value)
 
 
-def parse_flags(argv):
-  """absl's flag parsing, except that an override of a config field that does not exist
-  (e.g. --config.loss.lamda=0.3) exits with one line naming the closest fields instead of
-  ml_collections' traceback."""
-  try:
-    return app.parse_flags_with_usage(argv)
-  except (AttributeError, KeyError):
-    # Every config file builds on base_config(), so its fields are the ones to check against.
-    for arg in argv[1:]:
-      if arg.startswith("--config."):
-        msg = _configs.unknown_field(_configs.base_config(),
-                                     arg[len("--config."):].split("=")[0])
-        if msg:
-          raise SystemExit(f"FATAL Flags parsing error: {msg}") from None
-    raise
+def _closest_field(argv):
+  """For an override of a config field that does not exist (e.g. --config.loss.lamda=0.3):
+  the closest fields' names instead of ml_collections' traceback."""
+  # Every config file builds on base_config(), so its fields are the ones to check against.
+  for arg in argv[1:]:
+    if arg.startswith("--config."):
+      msg = _configs.unknown_field(_configs.base_config(), arg[len("--config."):].split("=")[0])
+      if msg:
+        return f"Flags parsing error: {msg}"
+  return None
 
 
+@cli.user_errors
 def main(argv):
   del argv
   if _PRINT.value:
@@ -80,7 +80,9 @@ def main(argv):
   host_heap.keep_step_memory()  # before any JAX computation
   init_distributed()
   from acl_jax.train import loop  # pylint: disable=import-outside-toplevel
-  results = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
+  origin = {"command": [os.path.basename(sys.executable), *sys.argv],
+            "config": config_flags.get_config_filename(flags.FLAGS["config"])}
+  results = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value, origin)
   if loop.is_main():
     for split, res in results.items():
       if isinstance(res, dict) and split != "train":
@@ -91,4 +93,4 @@ def main(argv):
 
 if __name__ == "__main__":
   flags.mark_flags_as_required(["config"])
-  app.run(main, flags_parser=parse_flags)
+  app.run(main, flags_parser=lambda argv: cli.parse_flags(argv, _closest_field))

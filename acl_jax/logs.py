@@ -4,7 +4,9 @@ Orbax logs every checkpoint manager it opens and every restore at INFO through a
 lines before eval.py's result), and datasets and jax announce themselves; none of it says
 anything about the run.
 """
+import contextlib
 import logging
+import os
 import sys
 
 # Loggers kept at WARNING. Orbax logs through absl's logger, so "absl" covers it.
@@ -28,3 +30,24 @@ def setup(stream=sys.stdout, level: int = logging.INFO) -> None:
   except ImportError:
     pass
   logging.getLogger().setLevel(level)
+
+
+@contextlib.contextmanager
+def keep_in(workdir: str, process: int = 0):
+  """Appends the log lines (INFO of acl_jax, the libraries' and Python's warnings) to the
+  workdir's train.log (train.p<I>.log on process I > 0) while the block runs."""
+  name = "train.log" if process == 0 else f"train.p{process}.log"
+  handler = logging.FileHandler(os.path.join(workdir, name), delay=True)
+  handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+  root, ours = logging.getLogger(), logging.getLogger("acl_jax")
+  level = ours.level
+  if not ours.isEnabledFor(logging.INFO):  # our INFO lines reach the file in any host program
+    ours.setLevel(logging.INFO)
+  root.addHandler(handler)
+  logging.captureWarnings(True)
+  try:
+    yield
+  finally:
+    root.removeHandler(handler)
+    ours.setLevel(level)
+    handler.close()

@@ -2,6 +2,8 @@
 config as flat dotted fields and its record of changes across resumes (a resume trains the
 same run: `check_same_run`, `record_config`); and the atomic write that puts run records on
 disk. Imports nothing heavy (the sweep runner uses it)."""
+import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -96,6 +98,7 @@ def run_config(workdir: str, before_step: int | None = None) -> dict | None:
     return None
   with open(path) as f:
     cfg = json.load(f)
+  cfg.pop(ORIGIN, None)
   for entry in read_config_history(workdir):
     if before_step is not None and entry["step"] >= before_step:
       break
@@ -157,7 +160,21 @@ def check_same_run(workdir: str, cfg) -> None:
         "resume this run.")
 
 
-def record_config(workdir: str, cfg, start: int, resumed: bool) -> None:
+# config.json's key for where the run came from (the command and config file), not a field.
+ORIGIN = "_origin"
+
+
+def run_origin(workdir: str) -> dict | None:
+  """The command and config file that started the run (config.json's ORIGIN), if recorded."""
+  try:
+    with open(os.path.join(workdir, "config.json")) as f:
+      return json.load(f).get(ORIGIN)
+  except (OSError, ValueError):
+    return None
+
+
+def record_config(workdir: str, cfg, start: int, resumed: bool,
+                  origin: dict | None = None) -> None:
   """Writes the run's config records (process 0 only).
 
   A fresh run writes config.json and no history. A resume from step `start` keeps config.json
@@ -169,7 +186,10 @@ def record_config(workdir: str, cfg, start: int, resumed: bool) -> None:
   hist_path = os.path.join(workdir, CONFIG_HISTORY)
   old = _read_flat_run_config(workdir, before_step=start) if resumed else None
   if old is None:
-    write_atomic(cfg_path, cfg.to_json_best_effort(indent=2))
+    body = json.loads(cfg.to_json_best_effort())
+    if origin:
+      body[ORIGIN] = origin
+    write_atomic(cfg_path, json.dumps(body, indent=2))
     if os.path.exists(hist_path):
       os.remove(hist_path)
     return
@@ -237,6 +257,45 @@ def _tmp_name(path: str) -> str:
   """A temp name beside `path`, own to this process: the hosts of a multi-host sweep write the
   same files on a shared disk, and containers often give each host's process the same pid."""
   return f"{path}.tmp.{socket.gethostname()}.{os.getpid()}"
+
+
+LOCK = ".lock"
+
+
+class WorkdirBusy(RuntimeError):
+  """Another process holds the workdir's lock."""
+
+
+@contextlib.contextmanager
+def workdir_lock(workdir: str, take: bool = True):
+  """Holds an exclusive OS lock on the workdir while a run writes it, or refuses.
+
+  The lock (flock on `<workdir>/.lock`) dies with its process, so a killed run leaves nothing
+  to clean up. A multi-host job takes one lock, on process 0 (`take`): the hosts of one run
+  share their workdir.
+  """
+  if not take:
+    yield
+    return
+  path = os.path.join(workdir, LOCK)
+  f = open(path, "a+")  # pylint: disable=consider-using-with
+  try:
+    try:
+      fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+      f.seek(0)
+      holder = f.read().strip() or "unknown"
+      raise WorkdirBusy(
+          f"{workdir} is being written by another process (pid {holder}): two runs in one "
+          "workdir would mix their checkpoints, config and metrics. Wait for it to finish, "
+          "or use another --workdir.") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    yield
+  finally:
+    f.close()
 
 
 def write_atomic(path: str, text: str) -> None:

@@ -221,6 +221,11 @@ def task_config(arg: str | None, default: str, tasks, kind: str):
   return c, rest
 
 
+def is_config_word(word: str) -> bool:
+  """Whether `word` is a method, a multi-exit strategy or 'runlocal'."""
+  return word == "runlocal" or word in METHODS or word in MULTI_EXIT
+
+
 def apply_args(c: ml_collections.ConfigDict, arg: str | None) -> ml_collections.ConfigDict:
   """Applies `method` and `runlocal` words from the config-file argument."""
   words = [w for w in (arg or "").split(",") if w]

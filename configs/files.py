@@ -22,6 +22,10 @@ TASKS = ("csv", "tsv", "jsonl")
 def get_config(arg="csv"):
   words = [w for w in (arg or "").split(",") if w]
   fmt = words.pop(0) if words and words[0] in TASKS else "csv"
+  if words and not common.is_config_word(words[0]):
+    raise ValueError(f"Unknown file format {words[0]!r}: configs/files.py reads "
+                     f"{', '.join(TASKS)} (then optional method words and 'runlocal'); save "
+                     "the data as CSV, TSV or JSONL.")
   c = common.base_config()
   c.task.name = fmt
   return common.apply_args(c, ",".join(words))

@@ -41,7 +41,8 @@ resume the same runs and enter each train.py together. With each host's process 
 command line (`-- --coordinator=HOST:PORT --num_processes=N --process_id=I`), process 0 alone
 runs a finished run's evaluations, writes its row and deletes its checkpoints (the record's
 appends are locked, and a run already there is not written again). Each host logs to its own
-file in the workdir (`train.p<I>.log` with `--process_id=I`, else `train.<hostname>.log`).
+file in the workdir (`console.p<I>.log` with `--process_id=I`, else `console.<hostname>.log`;
+train.py keeps its own log lines in train.log beside it).
 
 The runs share JAX's persistent compilation cache (`--compile_cache`, default
 `<root>/.jax_cache`; an already set `JAX_COMPILATION_CACHE_DIR` wins): runs that differ only
@@ -719,14 +720,15 @@ def check_extra(extra: list[str]) -> None:
 
 
 def log_name(extra: list[str]) -> str:
-  """train.log, or one per process on a multi-host job (all hosts run the sweep on one shared
-  root): `train.p<process_id>.log`, else `train.<hostname>.log`."""
+  """console.log (the run's whole output; train.py's own train.log holds its log lines), or
+  one per process on a multi-host job (all hosts run the sweep on one shared root):
+  `console.p<process_id>.log`, else `console.<hostname>.log`."""
   pid = [x.split("=", 1)[1] for x in extra if x.startswith("--process_id=")]
   if pid:
-    return f"train.p{pid[-1]}.log"
+    return f"console.p{pid[-1]}.log"
   if any(x.split("=", 1)[0] in ("--distributed", "--coordinator") for x in extra):
-    return f"train.{socket.gethostname()}.log"
-  return "train.log"
+    return f"console.{socket.gethostname()}.log"
+  return "console.log"
 
 
 

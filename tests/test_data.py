@@ -262,7 +262,7 @@ def test_generic_int_labels_and_heldout_dev(tmp_path):
   assert (len(td.splits["train"]), len(td.splits["dev"])) == (36, 4)
   with pytest.raises(ValueError, match="has no column"):
     data.load_task("jsonl", files={"train": str(tmp_path / "all.jsonl")}, label_column="y")
-  with pytest.raises(ValueError, match="needs files"):
+  with pytest.raises(ValueError, match="has no train file"):
     data.load_task("csv")
 
 

@@ -66,10 +66,10 @@ def test_extra_flags_may_not_override_run_settings(tmp_path):
     with pytest.raises(SystemExit, match="would override the run's settings"):
       sweep.main(["--root", str(tmp_path), "--config", "configs/glue.py:rte", "--dry_run",
                   "--"] + extra)
-  assert sweep.log_name([]) == "train.log"
+  assert sweep.log_name([]) == "console.log"
   assert sweep.log_name(["--coordinator=h:1", "--num_processes=2", "--process_id=1"]) == \
-      "train.p1.log"
-  assert sweep.log_name(["--distributed"]) == f"train.{socket.gethostname()}.log"
+      "console.p1.log"
+  assert sweep.log_name(["--distributed"]) == f"console.{socket.gethostname()}.log"
 
 
 def test_runs_share_a_compilation_cache(tmp_path, monkeypatch):

@@ -248,6 +248,18 @@ def sniff_format(first_line: str) -> str:
   return "tsv" if "\t" in line else "csv"
 
 
+def _first_undecodable(path: str) -> str:
+  """Where a file stops being UTF-8: "byte b'\\xe9' on line 3"."""
+  with open(path, "rb") as f:
+    raw = f.read()
+  try:
+    raw.decode("utf-8")
+  except UnicodeDecodeError as e:
+    line = raw[:e.start].count(b"\n") + 1
+    return f"byte {raw[e.start:e.start + 1]!r} on line {line}"
+  return "a byte"
+
+
 def read_generic(path: str, fmt: str, text_column: str, text_pair_column: Optional[str],
                  label_column: str) -> Columns:
   """Reads a CSV, TSV or JSONL file with named text/label columns.
@@ -273,15 +285,23 @@ def read_generic(path: str, fmt: str, text_column: str, text_pair_column: Option
   if text_pair_column is not None:
     wanted["text_pair"] = text_pair_column
   cols = {k: [] for k in wanted}
+  n = 0
   with open(path, encoding="utf-8-sig", newline="") as f:
-    for n, rec in enumerate(iter_records(f, fmt, path)):
-      missing = [c for c in wanted.values() if c not in rec]
-      if missing:
-        raise ValueError(f"{path} record {n + 1} has no column(s) {missing}; it has "
-                         f"{sorted(rec)}. Set text_column/text_pair_column/label_column.")
-      for key, col in wanted.items():
-        value = rec[col]
-        if key == "label":
-          value = "" if value is None else str(value)
-        cols[key].append(value)
+    try:
+      for n, rec in enumerate(iter_records(f, fmt, path), 1):
+        missing = [c for c in wanted.values() if c not in rec]
+        if missing:
+          raise ValueError(f"{path} record {n} has no column(s) {missing}; it has "
+                           f"{sorted(rec)}. Set text_column/text_pair_column/label_column.")
+        for key, col in wanted.items():
+          value = rec[col]
+          if key == "label":
+            value = "" if value is None else str(value)
+          cols[key].append(value)
+    except UnicodeDecodeError:
+      raise ValueError(f"{path} is not UTF-8 text: {_first_undecodable(path)} cannot be "
+                       "decoded. Save the file as UTF-8.") from None
+  if n == 0:
+    want = "one JSON object a line" if fmt == "jsonl" else "a header row naming the columns"
+    raise ValueError(f"{path} holds no records: expected {want} and at least one labelled row.")
   return cols

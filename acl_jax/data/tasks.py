@@ -115,7 +115,9 @@ def holdout(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]
     raise ValueError(f"val_fraction must be in (0, 1), got {fraction}.")
   m = int(round(fraction * n))
   if not 0 < m < n:
-    raise ValueError(f"val_fraction={fraction} of {n} examples leaves an empty split.")
+    raise ValueError(f"Holding out val_fraction={fraction} of {n} training examples as dev "
+                     f"leaves {'no dev' if m == 0 else 'no training'} example: give a dev file "
+                     "(task.dev_file), more examples, or another val_fraction.")
   perm = np.random.default_rng(seed).permutation(n)
   return np.sort(perm[m:]), np.sort(perm[:m])
 
@@ -250,8 +252,9 @@ def _load_generic(spec: TaskSpec, data_dir: Optional[str], opts: LoadOptions) ->
   files = dict(opts.files or {})
   unknown = sorted(set(files) - {"train", "dev", "test"})
   if "train" not in files or unknown:
-    raise ValueError(f"Task {spec.name!r} needs files={{'train': ..., 'dev': ..., "
-                     f"'test': ...}} (dev and test optional); got {sorted(files)}.")
+    raise ValueError(f"Task {spec.name!r} reads your own {spec.source} files and has no train "
+                     "file: set --config.task.train_file=PATH (and optionally task.dev_file, "
+                     f"task.test_file){f'; unknown splits {unknown}' if unknown else ''}.")
   splits = {}
   for split, path in files.items():
     if data_dir is not None and not os.path.isabs(path):

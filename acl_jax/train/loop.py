@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import os
+import shutil
 import sys
 import time
 
@@ -19,7 +20,8 @@ import numpy as np
 
 from acl_jax import data as data_lib
 from acl_jax import evaluate as eval_lib
-from acl_jax import provenance
+from acl_jax import logs, provenance
+from acl_jax.data import fingerprint
 from acl_jax.models import hf
 from acl_jax.train import checkpoint as ckpt_lib
 from acl_jax.train import objectives, optim, setup as setup_lib, step as step_lib
@@ -109,15 +111,39 @@ def _gloss_sigma(s: setup_lib.Setup, eval_step, ls: LoopState, fresh: bool) -> f
   return sigma
 
 
-def train_and_evaluate(config, workdir: str) -> dict:
-  """Trains per `config` in `workdir` (resuming if it holds a checkpoint); returns results."""
-  cfg = config
+def train_and_evaluate(config, workdir: str, origin: dict | None = None) -> dict:
+  """Trains per `config` in `workdir` (resuming if it holds a checkpoint); returns results.
+
+  The workdir is locked while the run writes it (a second run on it is refused), its log
+  lines (warnings included) are kept in it (`logs.keep_in`), and a run that fails before
+  anything is written leaves no new folder behind. `origin` (the command and config file)
+  goes into a fresh run's config.json.
+  """
+  setup_lib.check_config(config)
+  created = not os.path.isdir(workdir)
   os.makedirs(workdir, exist_ok=True)
-  setup_lib.check_config(cfg)
+  try:
+    with provenance.workdir_lock(workdir, take=jax.process_index() == 0), logs.keep_in(
+        workdir, jax.process_index()):
+      return _train(config, workdir, origin)
+  except BaseException:
+    if created and set(os.listdir(workdir)) <= {provenance.LOCK, "train.log"}:
+      shutil.rmtree(workdir, ignore_errors=True)
+    raise
+
+
+def _train(config, workdir: str, origin: dict | None) -> dict:
+  cfg = config
   provenance.check_not_pruned(workdir)
   provenance.check_same_run(workdir, cfg)
   hf.check_max_length(cfg.model.name, cfg.task.max_length)  # from config.json, before data
-  s = setup_lib.build(cfg)
+  # Every split the run will score, checked before the model loads, not after training.
+  s = setup_lib.build(cfg, ["dev", *(x.strip() for x in cfg.eval_splits.split(",") if x.strip())])
+  resuming = bool(provenance.checkpoint_steps(workdir))
+  if resuming:
+    fingerprint.check_same(workdir, s.data)
+  if is_main() and (not resuming or fingerprint.read(workdir) is None):
+    provenance.write_atomic(os.path.join(workdir, fingerprint.DATA), json.dumps(s.data, indent=2))
   n_train = len(s.tok["train"])
   steps_per_epoch = data_lib.num_train_batches(n_train, cfg.batch_size)
   if steps_per_epoch < 1:
@@ -159,7 +185,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
   main_metric = (f"exit_mean/{s.task.main_metric}" if tr.multi_exit else s.task.main_metric)
   writer = MetricWriter(workdir, start)
   if is_main():
-    provenance.record_config(workdir, cfg, start, resumed=restored is not None)
+    provenance.record_config(workdir, cfg, start, resumed=restored is not None, origin=origin)
     provenance.write_labels(workdir, s.task.label_names)
     log.info("%s: %d train examples, %d steps/epoch, %d steps, objective %s, %d device(s).",
              s.task.name, n_train, steps_per_epoch, total, tr.objective.name,
@@ -240,7 +266,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
       if bar is not None:
         bar.write(msg)
       elif is_main():
-        print(msg, flush=True)
+        log.info(msg)
       if cfg.early_stop_patience and ls.evals_since_best >= cfg.early_stop_patience:
         stopped = True
         ls.early_stopped_at = done
@@ -260,6 +286,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     summary["zero_grad_steps"] = ls.zero_grad_steps
   if ls.early_stopped_at is not None:
     summary["early_stopped_at"] = ls.early_stopped_at
+  summary["data"] = s.data  # counts (dropped, subsampled, at max length) and hash per split
   results = eval_lib.evaluate_best(s, ckpts, state.params, eval_step,
                                    cfg.eval_splits.split(","))
   results["train"] = summary

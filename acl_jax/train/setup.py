@@ -15,6 +15,7 @@ import numpy as np
 import optax
 
 from acl_jax import data as data_lib
+from acl_jax.data import fingerprint
 from acl_jax.models import hf
 from acl_jax.train import objectives, optim, step as step_lib
 from acl_jax.train.state import TrainState
@@ -63,6 +64,8 @@ class Setup:
   mesh: Any
   # task.packing: how batches are packed (data.Packing), or None for one example a row.
   packing: Any = None
+  # split name -> its counts and content hash (data.fingerprint.split_record)
+  data: dict = dataclasses.field(default_factory=dict)
 
 
 def subsample(ds, n: int, seed: int):
@@ -75,7 +78,8 @@ def subsample(ds, n: int, seed: int):
 def check_splits(task, splits) -> None:
   missing = [s for s in splits if s not in task.splits]
   if missing:
-    raise ValueError(f"Split {missing[0]!r} not in task {task.name}; has {sorted(task.splits)}.")
+    raise ValueError(f"Split {missing[0]!r} not in task {task.name}; it has "
+                     f"{sorted(task.splits)} (check eval_splits or --split).")
 
 
 def load_model(config, num_labels: int, with_tokenizer: bool = True):
@@ -103,15 +107,18 @@ def build(config, splits=()) -> Setup:
       hub_config=t.hub_config, hub_splits=dict(t.splits))
   check_splits(task, splits)
   model, params, tokenizer = load_model(config, task.num_labels)
-  tok = {}
+  tok, record = {}, {}
   for split, ds in task.splits.items():
     n = t.max_train_examples if split == "train" else t.max_eval_examples
+    rows = len(ds)
     ds = subsample(ds, n, config.seed if split == "train" else 0)
     tok[split] = data_lib.tokenize_dataset(ds, tokenizer, t.max_length, cache_dir=_cache_dir())
+    record[split] = fingerprint.split_record(tok[split], rows, task.num_dropped.get(split, 0),
+                                             t.max_length)
   boundaries = data_lib.bucket_boundaries(t.max_length, t.num_buckets)
   mesh = step_lib.make_mesh()
   packing = data_lib.Packing(t.max_length, mesh.size) if t.packing else None
-  return Setup(config, task, tokenizer, model, params, tok, boundaries, mesh, packing)
+  return Setup(config, task, tokenizer, model, params, tok, boundaries, mesh, packing, record)
 
 
 def class_weights(config, labels: np.ndarray, num_labels: int) -> np.ndarray | None:

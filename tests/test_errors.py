@@ -1,0 +1,86 @@
+"""Bad input gets one message: each row is an input, the exit code it must give, the words its
+message must hold, and how many lines stderr may have. No user error prints a traceback."""
+import os
+
+import pytest
+
+from tests import helpers
+
+
+def _write(path, data: bytes):
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "wb") as f:
+    f.write(data)
+  return path
+
+
+ROWS = b"text,label\n" + b"".join(b"film %d,%s\n" % (i, b"pos" if i % 2 else b"neg")
+                                   for i in range(20))
+
+
+def _csv(tmp, name="train.csv", data=ROWS):
+  return _write(os.path.join(tmp, name), data)
+
+
+# (id, args (given tmp), expected exit code, words the message holds, most stderr lines)
+CASES = [
+    ("missing config file", lambda t: ["train.py", "--config", "configs/nope.py"], 2,
+     ["configs/nope.py", "No such file"], 3),
+    ("unknown file format word", lambda t: ["train.py", "--config", "configs/files.py:xlsx"], 2,
+     ["Unknown file format 'xlsx'", "csv, tsv, jsonl"], 2),
+    ("misspelt config field", lambda t: ["train.py", "--config", "configs/quickstart.py",
+                                         "--config.loss.lamda=0.3"], 2, ["Did you mean 'loss.lam'"], 2),
+    ("unknown flag", lambda t: ["train.py", "--config", "configs/quickstart.py", "--bogus"], 2,
+     ["Unknown command line flag 'bogus'", "--help"], 2),
+    ("own files without a train file", lambda t: ["train.py", "--config", "configs/files.py"], 2,
+     ["--config.task.train_file"], 3),
+    ("empty CSV", lambda t: ["train.py", "--config", "configs/files.py",
+                             f"--config.task.train_file={_csv(t, data=b'')}"], 2,
+     ["holds no records", "header row"], 3),
+    ("header-only CSV", lambda t: ["train.py", "--config", "configs/files.py",
+                                   f"--config.task.train_file={_csv(t, data=b'text,label')}"],
+     2, ["holds no records"], 3),
+    ("non-UTF-8 CSV", lambda t: ["train.py", "--config", "configs/files.py",
+                                 "--config.task.train_file=" + _csv(
+                                     t, data=b"text,label\nok,pos\ncaf\xe9,neg\n")], 2,
+     ["not UTF-8", "train.csv", "byte b'\\xe9' on line 3", "Save the file as UTF-8"], 3),
+    ("misspelt eval split", lambda t: ["train.py", "--config", "configs/files.py",
+                                       f"--config.task.train_file={_csv(t)}",
+                                       "--config.eval_splits=dev,tset"], 2,
+     ["Split 'tset' not in task", "eval_splits"], 3),
+    ("zero batch size", lambda t: ["train.py", "--config", "configs/quickstart.py",
+                                   "--config.batch_size=0"], 2, ["batch_size must be >= 1"], 3),
+]
+
+
+@pytest.mark.parametrize("name,args,code,words,max_lines", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_prints_one_message(tmp_path, name, args, code, words, max_lines):
+  del name
+  argv = args(str(tmp_path))
+  if argv[0] == "train.py":
+    argv += ["--workdir", str(tmp_path / "run")]
+  p = helpers.run_py(argv)
+  err = [line for line in p.stderr.splitlines() if line.strip()]
+  assert p.returncode == code, p.stderr[-2000:]
+  assert "Traceback" not in p.stderr, p.stderr[-2000:]
+  assert len(err) <= max_lines, p.stderr
+  for w in words:
+    assert w in err[-1], err[-1]
+  assert not os.path.exists(tmp_path / "run")  # a run that never started leaves no folder
+
+
+def test_verbose_shows_the_traceback(tmp_path):
+  p = helpers.run_py(["train.py", "--config", "configs/files.py", "--workdir",
+                      str(tmp_path / "run"), "--verbose"])
+  assert p.returncode != 0 and "Traceback" in p.stderr and "--config.task.train_file" in p.stderr
+
+
+def test_a_busy_workdir_is_one_message_naming_the_holder(tmp_path):
+  from acl_jax import provenance
+  wd = str(tmp_path / "run")
+  os.makedirs(wd)
+  with provenance.workdir_lock(wd):
+    p = helpers.run_py(["train.py", "--config", "configs/files.py", "--workdir", wd,
+                        f"--config.task.train_file={_csv(str(tmp_path))}"])
+  assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
+  assert f"being written by another process (pid {os.getpid()})" in p.stderr
