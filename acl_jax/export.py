@@ -16,11 +16,12 @@ Which heads export. An HF sequence classifier has one fixed head per family, so 
 exports when it is (or maps exactly onto) that head:
   BERT / MiniLM  "bert_pooler" (BertForSequenceClassification: pooler + classifier);
   RoBERTa        "roberta" (RobertaClassificationHead);
-  DistilBERT     "distilbert" (pre_classifier + ReLU + classifier), and also acl-jax's
-                 default "linear" head, exactly (`_linear_as_distilbert`).
-The default "linear" head on BERT or RoBERTa has no exact HF form (the pooler's or the
-classification head's tanh cannot be an identity), and mean-pooled exits have none anywhere
-(HF's heads read [CLS]): those are refused, naming the config that trains an exportable head.
+  DistilBERT     "distilbert" (pre_classifier + ReLU + classifier).
+acl-jax's default "linear" head (SPEC's linear layer on the raw [CLS] state) maps onto each of
+them: on DistilBERT through ReLU's linear part (`_linear_as_distilbert`), on BERT and RoBERTa
+through tanh's (`_linear_as_tanh_head`). Mean-pooled exits have no HF form (HF's heads read
+[CLS]); they are refused, naming the config that trains an exportable head. Carrying them
+would take a sequence classifier of our own on the hub (custom code, `trust_remote_code`).
 """
 import json
 import logging
@@ -70,6 +71,30 @@ def _linear_as_distilbert(head: dict, layer_norm: dict, dim: int) -> dict:
                          "bias": (bias - c @ kernel).astype(np.float32)}}
 
 
+# tanh(y) rounds to y in float32 for |y| <= TANH_IDENTITY: there y^3/3, tanh's first
+# departure from y, is under 2^-27 |y|, a quarter of the smallest half-ulp (2^-25 |y|).
+# tests/test_export.py checks PyTorch's and NumPy's tanh over every float32 of the top binade.
+TANH_IDENTITY = 2.0 ** -13
+
+
+def _linear_as_tanh_head(head: dict, layer_norm: dict, dim: int) -> dict:
+  """A linear head as an exactly equal BERT pooler or RoBERTa classification head:
+  dense = 2^-k I with zero bias, where k puts every input inside tanh's identity range,
+  and the classifier takes the kernel times 2^k: 2^k K tanh(2^-k h) + b = K h + b.
+
+  The exit's input h is a LayerNorm output, so |h_i| <= |scale_i| sqrt(dim - 1) + |bias_i|
+  bounds every input. Scaling by a power of two is exact in float32 (short of subnormals),
+  so the head adds no rounding of its own.
+  """
+  bound = float((_layer_norm_floor(layer_norm, dim) - 1.0).max())
+  k = max(0, math.ceil(math.log2(max(bound, 1e-30) / TANH_IDENTITY)))
+  kernel = np.asarray(head["classifier"]["kernel"], np.float32)
+  return {"pooler": {"kernel": np.eye(dim, dtype=np.float32) * np.float32(2.0 ** -k),
+                     "bias": np.zeros(dim, np.float32)},
+          "classifier": {"kernel": kernel * np.float32(2.0 ** k),
+                         "bias": np.asarray(head["classifier"]["bias"], np.float32)}}
+
+
 def exported_head(cfg: EncoderConfig) -> str:
   """The HF head a model's exits are written as; ValueError when there is no exact one."""
   family_head = hf.FAMILY_HEADS[cfg.family]
@@ -78,26 +103,24 @@ def exported_head(cfg: EncoderConfig) -> str:
         f"This model's exits read the token mean (model.exit_pooling={cfg.exit_pooling!r}), "
         "but HF's sequence-classification heads read the [CLS] state, so no HF model computes "
         "it. Train with --config.model.exit_pooling=cls to export.")
-  if cfg.head == family_head or (cfg.family == "distilbert" and cfg.head == "linear"):
+  if cfg.head in (family_head, "linear"):
     return family_head
-  if cfg.head == "linear":
-    why = ("acl-jax's linear head on the raw [CLS] state has no exact form there (that head's "
-           "tanh cannot be an identity)")
-  else:
-    why = f"a {cfg.head!r} head is another layout"
   raise ValueError(
       f"A {cfg.family} model exports as {ARCHITECTURES.get(cfg.family, cfg.family)}, whose "
-      f"head is {family_head!r}; {why}. Train with --config.model.head={family_head} (the HF "
-      "head, same dropout placement) to export, or keep using the model in acl-jax.")
+      f"head is {family_head!r}; a {cfg.head!r} head is another layout. Train with "
+      f"--config.model.head={family_head} (the HF head, same dropout placement) or the "
+      "default linear head to export, or keep using the model in acl-jax.")
 
 
 def _export_head(cfg: EncoderConfig, params: Any, layer: int, head: str) -> dict:
   """Exit `layer`'s head params in the form of the HF head `head` (see `exported_head`)."""
   p = jax.tree.map(np.asarray, params[f"exit_{layer}"])
-  if cfg.head == "linear" and head == "distilbert":
-    ln = params["encoder"][f"layer_{layer - 1}"]["mlp"]["LayerNorm"]
+  if cfg.head != "linear":
+    return p
+  ln = params["encoder"][f"layer_{layer - 1}"]["mlp"]["LayerNorm"]
+  if head == "distilbert":
     return _linear_as_distilbert(p, ln, cfg.hidden_size)
-  return p
+  return _linear_as_tanh_head(p, ln, cfg.hidden_size)
 
 
 def _hf_config(base: dict, cfg: EncoderConfig, head: str, label_names: list[str],
@@ -142,7 +165,8 @@ def export_model(cfg: EncoderConfig, params: Any, out_dir: str, *, base_config: 
       base of the written config.
     tokenizer: the model's HF tokenizer, saved beside it.
     label_names: class names in label-id order (None: LABEL_i, with a warning).
-    record: more entries for config.json's "acl_jax" record (e.g. the checkpoint step).
+    record: more entries for config.json's "acl_jax" record (e.g. the checkpoint step); its
+      "max_length" also becomes the saved tokenizer's model_max_length.
 
   Returns:
     out_dir.
@@ -171,7 +195,19 @@ def export_model(cfg: EncoderConfig, params: Any, out_dir: str, *, base_config: 
   provenance.write_atomic(os.path.join(out_dir, "config.json"),
                           json.dumps(config, indent=2))
   tokenizer.save_pretrained(out_dir)
+  if (record or {}).get("max_length"):
+    _set_max_length(out_dir, int(record["max_length"]))
   return out_dir
+
+
+def _set_max_length(out_dir: str, max_length: int) -> None:
+  """The run's max length as the tokenizer's model_max_length: HF's plain `truncation=True`
+  then cuts texts where training and predict.py did, not at the position table's size."""
+  path = os.path.join(out_dir, "tokenizer_config.json")
+  with open(path) as f:
+    tok_config = json.load(f)
+  tok_config["model_max_length"] = max_length
+  provenance.write_atomic(path, json.dumps(tok_config, indent=2))
 
 
 def export_workdir(workdir: str, out_dir: str, checkpoint: str = "best") -> str:

@@ -82,7 +82,8 @@ def hf_probs(folder, texts=TEXTS):
 
 @pytest.mark.parametrize("family,head", [("bert", "bert_pooler"), ("minilm", "bert_pooler"),
                                          ("roberta", "roberta"), ("distilbert", "distilbert"),
-                                         ("distilbert", "linear"),
+                                         ("distilbert", "linear"), ("bert", "linear"),
+                                         ("minilm", "linear"), ("roberta", "linear"),
                                          ("distilbert_sinusoidal", "distilbert")])
 def test_hf_gives_the_same_probabilities(family, head, tmp_path):
   src = source_dir(tmp_path, family)
@@ -125,10 +126,48 @@ def test_linear_as_distilbert_holds_at_the_layer_norm_extremes():
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_tanh_is_the_identity_below_the_linear_heads_bound():
+  """float32 tanh(y) == y for every y in the top binade under TANH_IDENTITY (2^23 values,
+  where tanh departs most from y) and for samples of every binade below, in PyTorch (what
+  HF runs) and NumPy; and 2^k 2^-k h == h, so the exported head adds no rounding."""
+  top = export.TANH_IDENTITY
+  y = np.arange(2 ** 23, dtype=np.uint32) + np.float32(top / 2).view(np.uint32)
+  y = np.concatenate([y.view(np.float32), [np.float32(top)]])
+  rng = np.random.default_rng(0)
+  low = (rng.uniform(1, 2, 2 ** 16) * 2.0 ** -rng.integers(14, 126, 2 ** 16)).astype(np.float32)
+  for v in (y, -y, low, -low):
+    assert np.array_equal(torch.tanh(torch.from_numpy(v)).numpy(), v)
+    assert np.array_equal(np.tanh(v), v)
+  h = rng.normal(size=10 ** 6).astype(np.float32) * 30
+  k = 18
+  assert np.array_equal((h * np.float32(2.0 ** -k)) * np.float32(2.0 ** k), h)
+
+
+def test_linear_as_tanh_head_holds_at_the_layer_norm_extremes():
+  """2^-k I then tanh returns every LayerNorm output scaled, exactly, including the extreme
+  ones; the classifier's 2^k K then gives the linear head's logits."""
+  d = 64
+  rng = np.random.default_rng(0)
+  ln = {"scale": rng.normal(size=d) * 2, "bias": rng.normal(size=d)}
+  x = rng.normal(size=(4 * d, d))
+  for i in range(d):
+    x[2 * i, i], x[2 * i + 1, i] = 1e6, -1e6
+  mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+  h = ((x - mu) / np.sqrt(var + 1e-12) * ln["scale"] + ln["bias"]).astype(np.float32)
+  head = {"classifier": {"kernel": rng.normal(size=(d, 5)), "bias": rng.normal(size=5)}}
+  p = export._linear_as_tanh_head(head, ln, d)
+  scale = p["pooler"]["kernel"][0, 0]
+  pooled = torch.tanh(torch.from_numpy(h) @ torch.from_numpy(p["pooler"]["kernel"])
+                      + torch.from_numpy(p["pooler"]["bias"])).numpy()
+  assert np.abs(h * scale).max() <= export.TANH_IDENTITY
+  assert np.array_equal(pooled, h * scale)
+  got = pooled @ p["classifier"]["kernel"] + p["classifier"]["bias"]
+  want = h @ head["classifier"]["kernel"].astype(np.float32) + head["classifier"]["bias"]
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("family,head,pooling,fix", [
-    ("bert", "linear", "cls", "--config.model.head=bert_pooler"),
     ("bert", "roberta", "cls", "--config.model.head=bert_pooler"),
-    ("roberta", "linear", "cls", "--config.model.head=roberta"),
     ("roberta", "distilbert", "cls", "--config.model.head=roberta"),
     ("distilbert", "bert_pooler", "cls", "--config.model.head=distilbert"),
     ("bert", "bert_pooler", "mean", "--config.model.exit_pooling=cls"),
@@ -197,6 +236,9 @@ def test_export_cli_from_a_trained_workdir(tiny_model_dir, tmp_path, caplog):
   np.testing.assert_allclose(got, our_probs(model, best, tok)[-1], rtol=1e-4, atol=1e-4)
   assert hf_config.id2label == {0: "rotten", 1: "fresh"}
   assert hf_config.acl_jax["checkpoint_step"] == meta["step"]
+  # The run's max length travels with the tokenizer: plain truncation=True cuts there.
+  assert transformers.AutoTokenizer.from_pretrained(out).model_max_length == (
+      config.task.max_length)
   # --checkpoint latest, and a run that recorded no label names.
   os.remove(os.path.join(wd, provenance.LABELS))
   out2 = export.export_workdir(wd, str(tmp_path / "hf_latest"), checkpoint="latest")
@@ -205,11 +247,11 @@ def test_export_cli_from_a_trained_workdir(tiny_model_dir, tmp_path, caplog):
   assert hf_config.id2label == {0: "LABEL_0", 1: "LABEL_1"}
   assert "records no label names" in caplog.text
   assert hf_config.acl_jax["checkpoint_step"] == 6
-  # The default linear head on BERT has no HF form: refused before anything is written.
+  # Mean-pooled exits have no HF form: refused before anything is written.
   cfg_path = os.path.join(wd, "config.json")
   cfg = json.load(open(cfg_path))
-  cfg["model"]["head"] = "linear"
+  cfg["model"]["exit_pooling"] = "mean"
   json.dump(cfg, open(cfg_path, "w"))
-  with pytest.raises(ValueError, match="--config.model.head=bert_pooler"):
+  with pytest.raises(ValueError, match="--config.model.exit_pooling=cls"):
     export.export_workdir(wd, str(tmp_path / "refused"))
   assert not os.path.exists(tmp_path / "refused")
