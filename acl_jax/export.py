@@ -152,6 +152,22 @@ def _save_tensors(tensors: dict, path: str, metadata: dict) -> None:
   os.chmod(path, 0o666 & ~umask)  # safetensors writes 0600; the folder is meant to be shared
 
 
+def check_out_dir(out_dir: str) -> None:
+  """Refuses to write into a folder that holds files and is not an earlier export (its
+  config.json has an "acl_jax" record): they would be overwritten or mixed with ours."""
+  if not os.path.isdir(out_dir) or not os.listdir(out_dir):
+    return
+  try:
+    with open(os.path.join(out_dir, "config.json")) as f:
+      if "acl_jax" in json.load(f):
+        return
+  except (OSError, ValueError):
+    pass
+  raise ValueError(f"{out_dir} holds other files ({', '.join(sorted(os.listdir(out_dir))[:4])}"
+                   f"{', ...' if len(os.listdir(out_dir)) > 4 else ''}) and is not an earlier "
+                   "export: give an empty or new --out folder.")
+
+
 def export_model(cfg: EncoderConfig, params: Any, out_dir: str, *, base_config: dict,
                  tokenizer, label_names: list[str] | None = None,
                  record: dict | None = None) -> str:
@@ -160,7 +176,8 @@ def export_model(cfg: EncoderConfig, params: Any, out_dir: str, *, base_config: 
   Args:
     cfg: the model's config (family, head, exits).
     params: its params (any arrays).
-    out_dir: the folder to write; created if missing, files of the same names replaced.
+    out_dir: the folder to write: new, empty, or an earlier export (whose files of the same
+      names are replaced); any other folder with files is refused (`check_out_dir`).
     base_config: the backbone's HF config.json (the folder the model was loaded from), the
       base of the written config.
     tokenizer: the model's HF tokenizer, saved beside it.
@@ -172,6 +189,7 @@ def export_model(cfg: EncoderConfig, params: Any, out_dir: str, *, base_config: 
     out_dir.
   """
   head = exported_head(cfg)
+  check_out_dir(out_dir)
   names = label_names_or_default(label_names, cfg.num_labels, "export")
   prefix = _BASE_PREFIX[cfg.family]
   tensors = {prefix + k: v for k, v in hf.hf_state_dict(cfg, params).items()}

@@ -166,6 +166,18 @@ def test_linear_as_tanh_head_holds_at_the_layer_norm_extremes():
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+def test_a_folder_of_other_files_is_refused(tmp_path):
+  cfg = EncoderConfig(family="bert", head="linear", hidden_size=32, num_heads=4)
+  out = tmp_path / "theirs"
+  out.mkdir()
+  (out / "config.json").write_text('{"model_type": "bert"}')
+  with pytest.raises(ValueError, match="holds other files .*config.json.* not an earlier export"):
+    export.export_model(cfg, {}, str(out), base_config={}, tokenizer=None)
+  assert (out / "config.json").read_text() == '{"model_type": "bert"}'
+  (out / "config.json").write_text('{"acl_jax": {}}')  # an earlier export is replaced
+  export.check_out_dir(str(out))
+
+
 @pytest.mark.parametrize("family,head,pooling,fix", [
     ("bert", "roberta", "cls", "--config.model.head=bert_pooler"),
     ("roberta", "distilbert", "cls", "--config.model.head=roberta"),
