@@ -5,6 +5,8 @@ quiet cores: an MR pair of runs took 15 minutes, an SST-2 pair is estimated at 5
   python benchmarks/vs_hf.py
 MR only, seeds 0,1,2 (about 45 minutes):
   python benchmarks/vs_hf.py --tasks mr
+GLUE sentence pairs and CoLA at a protocol's rate (RTE and CoLA 3 epochs, dev):
+  python benchmarks/vs_hf.py --tasks rte,cola --seeds 0 --lr 1e-4
 Quick check (seeded subsamples of MR and SST-2, one seed; 137 s measured on 2 quiet cores):
   python benchmarks/vs_hf.py --quick
 
@@ -13,15 +15,18 @@ and seed the two frameworks run in turn, and the order flips from one round to t
 (jax, torch, then torch, jax, ...), so drift on the machine hits both alike.
 
 - acl-jax: `train.py` with the task's default config (configs/textgcn.py:mr,
-  configs/glue.py:sst2) and the job's settings as overrides: max length 64, batch 32,
-  lr 5e-5, the epochs below, no early stopping. The packaged MiniLM-L6. The run evaluates dev
-  every epoch, checkpoints, then evaluates its best checkpoint.
+  configs/glue.py:sst2, :rte, :mrpc, :cola) and the job's settings as overrides: the task's
+  max length (64; RTE and MRPC 128), batch 32, lr 5e-5 (--lr), the epochs below, no early
+  stopping. The packaged MiniLM-L6. The run evaluates dev every epoch, checkpoints, then
+  evaluates its best checkpoint.
 - HF PyTorch: the loop in `torch_child`. It uses AutoModelForSequenceClassification from the
   same MiniLM-L6 folder and AdamW (lr 5e-5, eps 1e-6, weight decay 0.01 off biases and
   LayerNorm: acl-jax's recipe). A linear schedule warms up over 10% of the steps, then
   decays. Gradients are clipped at norm 1.0. DataCollatorWithPadding pads each batch to its
   longest row; torch.set_num_threads(2). Dev (and test, where it has labels) is evaluated after
-  every epoch, and the test metric reported is the one at the best dev epoch, which is the
+  every epoch (each run also records `final_dev`, the final weights' dev scores, which a
+  protocol that selects nothing reports), and the test metric reported is the one at the
+  best dev epoch, which is the
   checkpoint acl-jax reports.
 
 Both read the same splits through acl_jax.data.load_task (MR: 10% of train held out as dev
@@ -64,17 +69,24 @@ from benchmarks import common  # pylint: disable=wrong-import-position
 
 SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
 FRAMEWORKS = ("jax", "torch")
-MAX_LENGTH, BATCH, LR = 64, 32, 5e-5
+BATCH, LR = 32, 5e-5
 
 
 def tasks(data_root: str) -> dict[str, dict]:
-  """The jobs: acl-jax's config, its data_dir, epochs and the split/metric reported."""
+  """The jobs: acl-jax's config, its data_dir, epochs, max length and the split/metric
+  reported (RTE and CoLA: the budgets of scripts/sweeps.py's protocol)."""
+  glue = os.path.join(data_root, "glue")
   return {
       "mr": dict(config="configs/textgcn.py:mr", data_dir=data_root, epochs=2, report="test",
-                 metric="accuracy", dev_metric="macro_f1", val_fraction=0.1),
-      "sst2": dict(config="configs/glue.py:sst2", data_dir=os.path.join(data_root, "glue"),
-                   epochs=1, report="dev", metric="accuracy", dev_metric="accuracy",
-                   val_fraction=0.1),
+                 metric="accuracy", dev_metric="macro_f1", val_fraction=0.1, max_length=64),
+      "sst2": dict(config="configs/glue.py:sst2", data_dir=glue, epochs=1, report="dev",
+                   metric="accuracy", dev_metric="accuracy", val_fraction=0.1, max_length=64),
+      "rte": dict(config="configs/glue.py:rte", data_dir=glue, epochs=3, report="dev",
+                  metric="accuracy", dev_metric="accuracy", val_fraction=0.1, max_length=128),
+      "mrpc": dict(config="configs/glue.py:mrpc", data_dir=glue, epochs=3, report="dev",
+                   metric="f1", dev_metric="f1", val_fraction=0.1, max_length=128),
+      "cola": dict(config="configs/glue.py:cola", data_dir=glue, epochs=3, report="dev",
+                   metric="mcc", dev_metric="mcc", val_fraction=0.1, max_length=64),
   }
 
 
@@ -170,6 +182,9 @@ def jax_child(args) -> None:
       raise
   with open(os.path.join(args.workdir, "results.json")) as f:
     results = json.load(f)
+  with open(os.path.join(args.workdir, "metrics.jsonl")) as f:
+    evals = [r for r in map(json.loads, f) if r.get("kind") == "dev"]
+  results["final_dev"] = {k: v for k, v in evals[-1].items() if k not in ("step", "kind")}
   if len(log["steps"]) < 2:
     raise RuntimeError(
         f"The train-step timer saw {len(log['steps'])} steps: train.py no longer builds its "
@@ -214,7 +229,8 @@ def torch_child(args) -> None:
       folder, num_labels=num_labels)
 
   def encode(ds):
-    enc = tok(list(ds["text"]), truncation=True, max_length=MAX_LENGTH)
+    pair = list(ds["text_pair"]) if "text_pair" in ds.column_names else None
+    enc = tok(list(ds["text"]), pair, truncation=True, max_length=task["max_length"])
     return [{**{k: v[i] for k, v in enc.items()}, "labels": int(y)}
             for i, y in enumerate(ds["label"])]
   data = {k: encode(v) for k, v in splits.items()}
@@ -227,7 +243,7 @@ def torch_child(args) -> None:
              "weight_decay": 0.01},
             {"params": [p for n, p in model.named_parameters() if no_decay(n)],
              "weight_decay": 0.0}]
-  opt = torch.optim.AdamW(groups, lr=LR, eps=1e-6)
+  opt = torch.optim.AdamW(groups, lr=args.lr, eps=1e-6)
   total = len(train_loader) * task["epochs"]
   sched = transformers.get_linear_schedule_with_warmup(opt, int(0.1 * total), total)
 
@@ -241,7 +257,7 @@ def torch_child(args) -> None:
         preds.append(model(**b).logits.argmax(-1).numpy())
     model.train()
     return metrics_lib.compute(np.concatenate(preds), np.concatenate(labels), num_labels,
-                               ("accuracy", "macro_f1"))
+                               tuple(dict.fromkeys(("accuracy", "macro_f1", task["metric"]))))
 
   model.train()
   train_s, examples, epochs = 0.0, 0, []
@@ -259,7 +275,7 @@ def torch_child(args) -> None:
     epochs.append({split: evaluate(split) for split in ("dev", "test") if split in data
                    and (split == "dev" or task["report"] == "test")})
   best = max(range(len(epochs)), key=lambda i: epochs[i]["dev"][task["dev_metric"]])
-  results = {**epochs[best],
+  results = {**epochs[best], "final_dev": epochs[-1]["dev"],
              "train": {"best_epoch": best + 1, "final_loss": float(loss.detach())}}
   common.write_json(args.child_out, {"train_s": train_s, "train_examples": examples,
                                      "steps": total, "results": results})
@@ -279,7 +295,7 @@ def cpu_slug() -> str:
 
 def settings(args) -> dict:
   """What makes two runs comparable; a results file holds runs of one setting only."""
-  return {"quick": args.quick, "max_length": MAX_LENGTH, "batch": BATCH, "lr": LR,
+  return {"quick": args.quick, "batch": BATCH, "lr": args.lr,
           "max_train": args.max_train,
           "max_eval": args.max_eval, "torch_threads": args.torch_threads, "cpus": args.cpus}
 
@@ -307,8 +323,9 @@ def one_run(args, name, task, framework, seed, tmp) -> dict:
     workdir = os.path.join(tmp, f"run_{name}_{seed}")
     env["ACL_JAX_CACHE"] = os.path.join(tmp, "token_cache")  # tokenise afresh, as torch does
     shutil.rmtree(env["ACL_JAX_CACHE"], ignore_errors=True)
-    over = {"task.data_dir": task["data_dir"], "task.max_length": MAX_LENGTH,
-            "batch_size": BATCH, "optim.lr": LR, "num_epochs": task["epochs"], "num_steps": 0,
+    over = {"task.data_dir": task["data_dir"], "task.max_length": task["max_length"],
+            "batch_size": BATCH, "optim.lr": args.lr, "num_epochs": task["epochs"],
+            "num_steps": 0,
             "early_stop_patience": 0, "seed": seed,
             "task.max_train_examples": args.max_train, "task.max_eval_examples": args.max_eval}
     train_args = ["--config", task["config"], "--workdir", workdir]
@@ -316,7 +333,8 @@ def one_run(args, name, task, framework, seed, tmp) -> dict:
     argv = base + ["--workdir", workdir, "--"] + train_args
   else:
     argv = base + ["--max_train", str(args.max_train), "--max_eval", str(args.max_eval),
-                   "--epochs", str(task["epochs"]), "--torch_threads", str(args.torch_threads)]
+                   "--epochs", str(task["epochs"]), "--torch_threads", str(args.torch_threads),
+                   "--lr", str(args.lr)]
   log_path = os.path.join(args.log_dir, f"{name}_{framework}_seed{seed}.log")
   load = os.getloadavg()[0]
   busy = common.cpu_busy()  # other jobs' share of the CPU just before the run
@@ -339,6 +357,7 @@ def one_run(args, name, task, framework, seed, tmp) -> dict:
           "train_examples_per_s": child["train_examples"] / max(child["train_s"], 1e-9),
           "metric": res[task["report"]][task["metric"]],
           "metric_name": f"{task['report']} {task['metric']}",
+          "final_dev": res.get("final_dev"), "max_length": task["max_length"],
           "dev": res.get("dev"), "compiled_steps": child.get("compiled_steps", 0),
           "not_excluded": child.get("not_excluded", []), "command": argv,
           "time": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
@@ -391,6 +410,7 @@ def main():
   ap.add_argument("--max_train", type=int, default=-1, help="seeded train subsample; 0 = all")
   ap.add_argument("--max_eval", type=int, default=-1, help="eval subsample per split; 0 = all")
   ap.add_argument("--torch_threads", type=int, default=2)
+  ap.add_argument("--lr", type=float, default=LR, help="peak learning rate of both loops")
   ap.add_argument("--cpus", default="", help="pin every run to these cores, e.g. 0,1 (default: "
                   "the first 2 usable cores when there are more than 2)")
   ap.add_argument("--data_root", default=SHARED_DATA, help="the folder with mr/ and glue/")

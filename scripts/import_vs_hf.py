@@ -1,5 +1,6 @@
-r"""Imports benchmarks/vs_hf.py's MR runs as the `anchor_mr_hf` record: our CE and HF
-transformers + PyTorch at the same settings, one row per framework and seed.
+r"""Imports benchmarks/vs_hf.py's runs as anchor records: our CE and HF transformers +
+PyTorch at the same settings, one row per framework and seed; MR's go to `anchor_mr_hf`,
+GLUE's (with their final weights' dev scores) to `anchor_glue_hf`.
 
   python scripts/import_vs_hf.py benchmarks/results/vs_hf_intel_xeon.json
 
@@ -14,27 +15,35 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import records  # noqa: E402  pylint: disable=wrong-import-position
 
-SWEEP = "anchor_mr_hf"
+SWEEP, GLUE_SWEEP = "anchor_mr_hf", "anchor_glue_hf"
 
 
 def rows_of(path: str) -> list[dict]:
-  """One row per MR run of a vs_hf.py result file."""
+  """One row per run of a vs_hf.py result file (MR, and GLUE tasks with final dev scores)."""
   with open(path) as f:
     data = json.load(f)
   settings = data["settings"]
   out = []
   for r in data["runs"]:
-    if r["task"] != "mr":
-      continue
-    out.append({
-        "sweep": SWEEP, "run": f"task=mr,framework={r['framework']},seed={r['seed']}",
-        "task": "mr", "method": "ce", "framework": r["framework"], "seed": int(r["seed"]),
-        "budget": {"num_epochs": r.get("epochs"), "batch_size": settings["batch"],
-                   "max_length": settings["max_length"], "lr": settings["lr"]},
-        "latest": {"test": {"accuracy": r["metric"]}},
-        "seconds": round(r["wall_s"], 1), "timed_on": data["machine"]["cpu_model"],
-        "source": os.path.relpath(os.path.abspath(path), records.REPO),
-        "code": [data["machine"]["git"]]})
+    t, fw, seed = r["task"], r["framework"], int(r["seed"])
+    if t != "mr" and not r.get("final_dev"):
+      continue  # a GLUE run without its final weights' scores anchors nothing
+    row = {"sweep": SWEEP if t == "mr" else GLUE_SWEEP,
+           "run": f"task={t},framework={fw},seed={seed}" if t == "mr" else
+                  f"task={t},framework={fw},optim.lr={settings['lr']:g},seed={seed}",
+           "task": t, "method": "ce", "framework": fw, "seed": seed,
+           "overrides": {"framework": fw},
+           "budget": {"num_epochs": r.get("epochs"), "batch_size": settings["batch"],
+                      "max_length": r.get("max_length", settings.get("max_length")),
+                      "lr": settings["lr"]}}
+    if t == "mr":
+      row["latest"] = {"test": {"accuracy": r["metric"]}}
+    else:
+      row["evals"] = [{"step": None, "dev": r["final_dev"]}]  # the final weights' dev
+    row.update({"seconds": round(r["wall_s"], 1), "timed_on": data["machine"]["cpu_model"],
+                "source": os.path.relpath(os.path.abspath(path), records.REPO),
+                "code": [data["machine"]["git"]]})
+    out.append(row)
   return out
 
 
@@ -42,10 +51,10 @@ def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("files", nargs="+", help="vs_hf.py result files (JSON)")
   args = p.parse_args(argv)
-  path = records.path_of(SWEEP)
   for f in args.files:
     for row in rows_of(f):
-      print(("recorded " if records.append(path, row) else "already recorded ") + row["run"])
+      wrote = records.append(records.path_of(row["sweep"]), row)
+      print(("recorded " if wrote else "already recorded ") + row["run"])
 
 
 if __name__ == "__main__":

@@ -348,8 +348,27 @@ def glue_anchor(ctx: Ctx) -> str:
       f"\nDev scores of the final weights, points; published: {P.ANCHOR_SOURCE}.\n")
 
 
+def glue_hf_anchor(rows: list[dict]) -> str:
+  """Our CE against HF PyTorch on GLUE tasks at the same settings (GLUE_HF_ANCHOR)."""
+  name, what = P.GLUE_HF_ANCHOR
+  by = {}
+  for r in rows:
+    by.setdefault((r["task"], r["budget"]["lr"], r["seed"]), {})[r["framework"]] = P.dev_score(r)
+  out = []
+  for (t, lr, seed), v in sorted(by.items(), key=lambda kv: STAGE1_TASKS.index(kv[0][0])):
+    if {"jax", "torch"} <= set(v):
+      out.append([label(t), f"{lr:g}", seed, pts(v["jax"]), pts(v["torch"]),
+                  f"{v['jax'] - v['torch']:+.2f}"])
+  if not out:
+    return (f"*pending*: no GLUE task has both frameworks in `{name}` ({what}); it runs where "
+            "CE misses its published anchor.\n")
+  return table(["task", "lr", "seed", "ours (JAX)", "HF PyTorch", "ours − HF"], out) + (
+      f"\n{what}; points.\n")
+
+
 def anchors_table(ctx: Ctx) -> str:
-  return mr_anchor(ctx.rs.get(P.HF_ANCHOR[0], [])) + "\n" + glue_anchor(ctx)
+  return (mr_anchor(ctx.rs.get(P.HF_ANCHOR[0], [])) + "\n" + glue_anchor(ctx) + "\n"
+          + glue_hf_anchor(ctx.rs.get(P.GLUE_HF_ANCHOR[0], [])))
 
 
 def lr_why(st: stages.TaskState) -> str:

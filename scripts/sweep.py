@@ -411,7 +411,8 @@ def measured_rates(rows: dict[str, list[dict]]) -> dict[tuple[str, str], float]:
   for rs in rows.values():
     for r in rs:
       epochs = r.get("budget", {}).get("num_epochs")
-      if "seconds" in r and not r.get("reused_from") and epochs:
+      # (an anchor's rows time other programs: HF PyTorch, a benchmark's child)
+      if "seconds" in r and not r.get("reused_from") and epochs and "framework" not in r:
         acc.setdefault((r["task"], r["method"]), []).append(machine_seconds(r) / epochs)
   return {k: float(np.mean(v)) for k, v in acc.items()}
 

@@ -107,6 +107,10 @@ ANCHORS = {"cola": 47.5, "mrpc": 88.9, "rte": 68.8, "sst2": 91.5}
 ANCHOR_SOURCE = "MiniLM-L6xH384 dev, microsoft/unilm minilm/README.md (an upper bound)"
 HF_ANCHOR = ("anchor_mr_hf", "MR: CE against HF PyTorch, 2 epochs, L64, B32, lr 5e-5, final "
              "weights on test (benchmarks/vs_hf.py)")
+# Where CE misses a published GLUE anchor: CE against HF PyTorch at the task's picked lr and
+# budget, seed 0, says whether the gap is this implementation's or the checkpoint's/recipe's.
+GLUE_HF_ANCHOR = ("anchor_glue_hf", "CE against HF PyTorch at the task's lr and budget, seed 0, "
+                  "final weights on dev (benchmarks/vs_hf.py)")
 
 
 @dataclasses.dataclass(frozen=True)
