@@ -18,6 +18,7 @@ can rebuild every table (scripts/report.py) and a sweep can tell which runs are 
    "latest": {...},                       # the final weights' scores, where evaluated
    "early_exit": {"entropy": [...]},      # eval.py's early-exit rows, where run
    "timed_on": "<CPU model>, 2 cores",    # where those rows' wall-clock times were taken
+   "seconds": 812.4, "cpu_seconds": 790.2, "workers": 2,  # the run's wall and CPU time
    "train": {"best_step": 234, "final_step": 234, "gate_on_fraction": 1.0, ...},
    "code": ["<git revision>", ...]}       # the revisions that trained it ("+dirty": edited)
 
@@ -159,6 +160,8 @@ def row_from_run(workdir: str, sweep: str, settings: dict, config: str = "",
   spent = _load(os.path.join(workdir, RUN_TIME))
   if spent:  # wall seconds of train.py and the post steps, all attempts; on this machine
     row["seconds"] = round(spent["seconds"], 1)
+    if "cpu_seconds" in spent:
+      row["cpu_seconds"] = round(spent["cpu_seconds"], 1)
     row["workers"] = spent.get("workers", 1)
     row["timed_on"] = machine()
   row["train"] = train
@@ -166,11 +169,14 @@ def row_from_run(workdir: str, sweep: str, settings: dict, config: str = "",
   return row
 
 
-def add_time(workdir: str, seconds: float, workers: int = 1, attempt: bool = False) -> None:
-  """Adds `seconds` of machine time to the run folder's RUN_TIME record."""
+def add_time(workdir: str, seconds: float, workers: int = 1, attempt: bool = False,
+             cpu: float | None = None) -> None:
+  """Adds `seconds` of wall time (and `cpu` CPU seconds) to the run folder's RUN_TIME."""
   path = os.path.join(workdir, RUN_TIME)
   spent = _load(path) or {"seconds": 0.0, "attempts": 0}
   spent["seconds"] += seconds
+  if cpu is not None:
+    spent["cpu_seconds"] = spent.get("cpu_seconds", 0.0) + cpu
   spent["attempts"] += int(attempt)
   spent["workers"] = workers
   provenance.write_atomic(path, json.dumps(spent))

@@ -73,6 +73,8 @@ import stages  # noqa: E402  pylint: disable=wrong-import-position
 import sweeps as sweep_specs  # noqa: E402  pylint: disable=wrong-import-position
 
 run_name = records.run_name
+# The machine the cost model is stated in: hours of this many cores.
+CORES = 2
 parse_name = records.parse_name
 
 
@@ -254,6 +256,15 @@ def has_weights(workdir: str) -> bool:
               or provenance.checkpoint_steps(workdir, "ckpt"))
 
 
+def call(cmd, **kw) -> tuple[int, float]:
+  """subprocess.call, also returning the child's CPU seconds (user + system): a run's cost
+  whatever else shares the machine, where its wall time is not."""
+  proc = subprocess.Popen(cmd, **kw)  # pylint: disable=consider-using-with
+  _, status, usage = os.wait4(proc.pid, 0)
+  proc.returncode = os.waitstatus_to_exitcode(status)
+  return proc.returncode, usage.ru_utime + usage.ru_stime
+
+
 def post_steps(job: Job, env: dict, prefix=(), workers: int = 1) -> int:
   """eval.py after training, as the sweep asks: the early-exit sweep on dev (timed on seed 0,
   untimed on the others) and the final weights' scores. Returns the first failing exit code."""
@@ -271,9 +282,8 @@ def post_steps(job: Job, env: dict, prefix=(), workers: int = 1) -> int:
       return 1
     t0 = time.time()
     with open(os.path.join(wd, "eval.log"), "a") as log:
-      rc = subprocess.call(list(prefix) + cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                           env=env)
-    records.add_time(wd, time.time() - t0, workers)
+      rc, cpu = call(list(prefix) + cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
+    records.add_time(wd, time.time() - t0, workers, cpu=cpu)
     if rc:
       print(f"  eval FAILED (exit {rc}); see {os.path.join(wd, 'eval.log')}", flush=True)
       return rc
@@ -370,9 +380,8 @@ def run_jobs(jobs: list[Job], args, record: str | None = None,
     log_path = os.path.join(wd, log_name(args.extra))
     t0 = time.time()
     with open(log_path, "a") as log:
-      rc = subprocess.call(list(prefix) + cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                           env=env)
-    records.add_time(wd, time.time() - t0, workers, attempt=True)
+      rc, cpu = call(list(prefix) + cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
+    records.add_time(wd, time.time() - t0, workers, attempt=True, cpu=cpu)
     if rc == 0 and provenance.run_finished(wd):
       rc = finish(job, env, record, keep_checkpoints, args.extra, prefix, workers)
     if rc != 0:
@@ -399,8 +408,11 @@ def _read(root: str, results: str = "results.json") -> list[tuple[dict, dict]]:
 
 
 def machine_seconds(row: dict) -> float:
-  """A recorded run's seconds of the whole machine: its wall time over the runs that shared
-  the machine with it (`--workers`)."""
+  """A recorded run's seconds of the whole (2-core) machine: its CPU seconds over the cores,
+  where recorded, else its wall time over the runs that shared the machine (`--workers`).
+  Wall time also counts the waits behind other work on the machine; CPU time does not."""
+  if "cpu_seconds" in row:
+    return row["cpu_seconds"] / CORES
   return row.get("seconds", 0.0) / row.get("workers", 1)
 
 
