@@ -160,7 +160,7 @@ def row_from_run(workdir: str, sweep: str, settings: dict, config: str = "",
   spent = _load(os.path.join(workdir, RUN_TIME))
   if spent:  # wall seconds of train.py and the post steps, all attempts; on this machine
     row["seconds"] = round(spent["seconds"], 1)
-    if "cpu_seconds" in spent:
+    if spent.get("cpu_attempts", 0) == spent.get("attempts"):  # every attempt measured
       row["cpu_seconds"] = round(spent["cpu_seconds"], 1)
     row["workers"] = spent.get("workers", 1)
     row["timed_on"] = machine()
@@ -177,6 +177,7 @@ def add_time(workdir: str, seconds: float, workers: int = 1, attempt: bool = Fal
   spent["seconds"] += seconds
   if cpu is not None:
     spent["cpu_seconds"] = spent.get("cpu_seconds", 0.0) + cpu
+    spent["cpu_attempts"] = spent.get("cpu_attempts", 0) + int(attempt)
   spent["attempts"] += int(attempt)
   spent["workers"] = workers
   provenance.write_atomic(path, json.dumps(spent))
