@@ -31,27 +31,27 @@ def predict_split(setup: Setup, eval_step, params, ds, with_features: bool = Fal
     preds: [num_exits, n] int argmax predictions.
     feats: [n, d] last-exit features, or None.
   """
-  preds, feats, index = [], [], []
+  preds, feats, ids = [], [], []
   pad = setup.tokenizer.pad_token_id or 0
   size, pi, pc = setup.config.eval_batch_size, jax.process_index(), jax.process_count()
   batches = (data_lib.packed_eval_batches(ds, size, setup.packing, pi, pc, pad)
              if setup.packing is not None else
              data_lib.eval_batches(ds, size, setup.boundaries, pi, pc, pad))
   for batch in batches:
-    batch["index"] = batch["index"].astype(np.int32)
     sharded = step_lib.shard_batch(batch, setup.mesh)
     logits, f = eval_step(params, sharded)
-    # Rows come back in global eval-batch order; `index` (-1 = padding) maps them to examples.
-    index.append(step_lib.to_host(sharded["index"]))
+    # Rows come back in global eval-batch order; example_id (-1 = padding) maps them to
+    # examples.
+    ids.append(step_lib.to_host(sharded["example_id"]))
     preds.append(step_lib.to_host(logits).argmax(-1))
     if with_features:
       feats.append(step_lib.to_host(f)[-1])
-  index = np.concatenate(index)
-  keep = index >= 0
+  ids = np.concatenate(ids)
+  keep = ids >= 0
   n = len(ds)
-  if keep.sum() != n or len(np.unique(index[keep])) != n:
-    raise RuntimeError(f"Evaluation covered {len(np.unique(index[keep]))} of {n} examples.")
-  inv = np.argsort(index[keep])  # eval order -> dataset order
+  if keep.sum() != n or len(np.unique(ids[keep])) != n:
+    raise RuntimeError(f"Evaluation covered {len(np.unique(ids[keep]))} of {n} examples.")
+  inv = np.argsort(ids[keep])  # eval order -> dataset order
   out_preds = np.concatenate(preds, axis=1)[:, keep][:, inv]
   out_feats = np.concatenate(feats)[keep][inv] if with_features else None
   return out_preds, out_feats

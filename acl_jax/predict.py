@@ -206,8 +206,8 @@ class Predictor:
       logits = self._to_host(logits)
       if out is None:
         out = np.zeros((logits.shape[0], n, logits.shape[-1]), np.float32)
-      keep = batch["index"] >= 0
-      out[:, batch["index"][keep]] = logits[:, keep]
+      keep = batch["example_id"] >= 0
+      out[:, batch["example_id"][keep]] = logits[:, keep]
     if out is None:
       return np.zeros((self.num_exits, 0, len(self.run.label_names)), np.float32)
     return out
@@ -238,9 +238,9 @@ class Predictor:
     results = exits.early_exit_batches(cfg, self._fast_params, batches, policy, threshold,
                                        block=self.batch_size, with_logits=True)
     for batch, (m, _, lg) in zip(batches, results):
-      keep = batch["index"] >= 0
-      layer[batch["index"][keep]] = m[keep]
-      out[batch["index"][keep]] = lg[keep]
+      keep = batch["example_id"] >= 0
+      layer[batch["example_id"][keep]] = m[keep]
+      out[batch["example_id"][keep]] = lg[keep]
     return layer, out
 
   def predict_records(self, records: Iterable[dict], columns: Sequence[str],

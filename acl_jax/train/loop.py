@@ -192,8 +192,6 @@ def train_and_evaluate(config, workdir: str) -> dict:
   for step, batch in batches:
     if step >= total or stopped:
       break
-    # The dataset index keys the example's randomness (dropout masks, the G-Loss split).
-    batch["example_id"] = batch.pop("index").astype(np.int32)
     state, m = tr.train_step(state, step_lib.shard_batch(batch, s.mesh))
     done = step + 1
     sums.add(m, done)
