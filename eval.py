@@ -12,7 +12,6 @@ Early-exit sweep of multi-exit runs (table per workdir, one plot with a curve pe
 """
 import json
 import os
-import sys
 
 from absl import app, flags
 
@@ -50,6 +49,7 @@ def _config(workdir):
 def early_exit(workdirs):
   """Sweeps the early-exit policy on each workdir; one curve per workdir in one plot."""
   from acl_jax import exits  # pylint: disable=import-outside-toplevel
+  from acl_jax.exits import plot  # pylint: disable=import-outside-toplevel
   from acl_jax.exits.workdir import early_exit_workdir  # pylint: disable=import-outside-toplevel
   if _POLICY.value not in exits.POLICIES:
     raise app.UsageError(f"Unknown --exit_policy {_POLICY.value!r}; known: {sorted(exits.POLICIES)}.")
@@ -74,11 +74,8 @@ def early_exit(workdirs):
     print(open(md).read())
     print(f"wrote {md}")
     jsons.append(js)
-  sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts"))
-  import plot_quality_speed  # pylint: disable=import-outside-toplevel
   png = _PLOT.value or os.path.join(workdirs[0], f"quality_speed_{_POLICY.value}_{split}.png")
-  plot_quality_speed.main(jsons + ["--out", png])
-  print(f"wrote {png}")
+  print(f"wrote {plot.plot(jsons, png)}")
 
 
 def per_class_table(split: str, rows: dict) -> str:

@@ -57,7 +57,7 @@ def test_early_exit_input_errors(jt_workdir, tmp_path, tiny_model_dir):
 def test_untimed_sweep(jt_workdir, tmp_path):
   import ml_collections
   from acl_jax.exits.workdir import early_exit_workdir
-  from scripts import plot_quality_speed
+  from acl_jax.exits import plot
   cfg = ml_collections.ConfigDict(json.load(open(os.path.join(jt_workdir, "config.json"))))
   md, js = early_exit_workdir(cfg, jt_workdir, "dev", "entropy", [0.01, 0.7],
                                    batch_size=8, repeats=0)
@@ -66,7 +66,7 @@ def test_untimed_sweep(jt_workdir, tmp_path):
     assert r["speedup"] is None and r["time_fast_s"] is None and r["time_full_s"] is None
     assert 1.0 <= r["mean_layers"] <= 2.0 and r["agreement"] == 1.0
   assert "| — |" in open(md).read()
-  png = plot_quality_speed.plot([js], str(tmp_path / "q.png"))
+  png = plot.plot([js], str(tmp_path / "q.png"))
   assert os.path.getsize(png) > 0
 
 
