@@ -110,15 +110,14 @@ def test_each_evaluation_is_bracketed_by_heap_trims(tiny_model_dir, tmp_path, mo
   """The loop hands the heap's free memory back before an evaluation (the train step's
   temp block, which acl_jax.host_heap keeps) and after it and its saves, so their buffers
   and the next step's block are never resident at once."""
-  from acl_jax import evaluate as eval_lib
-  from acl_jax.train import loop, step as step_lib
-  events, evaluate = [], eval_lib.evaluate
+  from acl_jax.train import loop, scoring, step as step_lib
+  events, evaluate = [], scoring.evaluate
 
   def recorded(*a, **kw):
     events.append("eval")
     return evaluate(*a, **kw)
   monkeypatch.setattr(step_lib, "trim_heap", lambda: events.append("trim"))
-  monkeypatch.setattr(eval_lib, "evaluate", recorded)
+  monkeypatch.setattr(scoring, "evaluate", recorded)
   loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir), str(tmp_path / "run"))
   first = events.index("eval")
   assert events[first - 1:first + 2] == ["trim", "eval", "trim"], events
