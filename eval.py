@@ -12,7 +12,6 @@ Early-exit sweep of multi-exit runs (table per workdir, one plot with a curve pe
 """
 import json
 import os
-import sys
 
 from absl import app, flags
 
@@ -36,20 +35,10 @@ _PLOT = flags.DEFINE_string("plot", None, "PNG of the quality-speed curves (defa
                             "first workdir).")
 
 
-def _config(workdir):
-  """The config the run trains with now: config.json with config_history.jsonl applied."""
-  import ml_collections  # pylint: disable=import-outside-toplevel
-  from acl_jax import provenance  # pylint: disable=import-outside-toplevel
-  cfg = provenance.run_config(workdir)
-  if cfg is None:
-    raise app.UsageError(f"{os.path.join(workdir, 'config.json')} not found: --workdir must "
-                         "be a folder written by train.py.")
-  return ml_collections.ConfigDict(cfg)
-
-
 def early_exit(workdirs):
   """Sweeps the early-exit policy on each workdir; one curve per workdir in one plot."""
   from acl_jax import exits  # pylint: disable=import-outside-toplevel
+  from acl_jax.exits import plot  # pylint: disable=import-outside-toplevel
   from acl_jax.exits.workdir import early_exit_workdir  # pylint: disable=import-outside-toplevel
   if _POLICY.value not in exits.POLICIES:
     raise app.UsageError(f"Unknown --exit_policy {_POLICY.value!r}; known: {sorted(exits.POLICIES)}.")
@@ -69,16 +58,16 @@ def early_exit(workdirs):
   split = splits[0]
   jsons = []
   for wd in workdirs:
-    md, js = early_exit_workdir(_config(wd), wd, split, _POLICY.value, thresholds,
-                                batch_size=_EXIT_BATCH.value, repeats=_EXIT_REPEATS.value)
+    try:
+      md, js = early_exit_workdir(wd, split, _POLICY.value, thresholds,
+                                  batch_size=_EXIT_BATCH.value, repeats=_EXIT_REPEATS.value)
+    except FileNotFoundError as e:  # no config or no checkpoint: not a trained workdir
+      raise app.UsageError(str(e)) from e
     print(open(md).read())
     print(f"wrote {md}")
     jsons.append(js)
-  sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts"))
-  import plot_quality_speed  # pylint: disable=import-outside-toplevel
   png = _PLOT.value or os.path.join(workdirs[0], f"quality_speed_{_POLICY.value}_{split}.png")
-  plot_quality_speed.main(jsons + ["--out", png])
-  print(f"wrote {png}")
+  print(f"wrote {plot.plot(jsons, png)}")
 
 
 def per_class_table(split: str, rows: dict) -> str:
@@ -103,15 +92,14 @@ def main(argv):
   if len(workdirs) > 1:
     raise app.UsageError("Several workdirs are only supported with --exit_policy.")
   workdir = workdirs[0]
-  config = _config(workdir)
   if _CHECKPOINT.value == "latest" and _DUMP.value:
     raise app.UsageError("--dump_features writes the best checkpoint's features; drop it or "
                          "use --checkpoint best.")
   try:
-    results = evaluate.evaluate_workdir(config, workdir, _SPLIT.value.split(","),
+    results = evaluate.evaluate_workdir(workdir, _SPLIT.value.split(","),
                                         dump_features=_DUMP.value, checkpoint=_CHECKPOINT.value,
                                         per_class=True)
-  except FileNotFoundError as e:  # no checkpoint of the kind asked for: say which to use
+  except FileNotFoundError as e:  # no config, or no checkpoint of the kind asked for
     raise app.UsageError(str(e)) from e
   name = "results.json" if _CHECKPOINT.value == "best" else "results_latest.json"
   out = os.path.join(workdir, name)

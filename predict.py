@@ -47,7 +47,7 @@ def _threshold():
 
 def main(argv):
   del argv
-  from acl_jax import host_heap, logs, predict  # pylint: disable=import-outside-toplevel
+  from acl_jax import host_heap, logs  # pylint: disable=import-outside-toplevel
   logs.setup(stream=sys.stderr)  # stdout may carry the predictions
   host_heap.keep_step_memory()  # before any JAX computation
   threshold = None
@@ -55,8 +55,9 @@ def main(argv):
     threshold = _threshold()
   elif _THRESHOLD.value is not None:
     raise app.UsageError("--threshold needs --exit_policy.")
+  from acl_jax import predict, run as run_lib  # pylint: disable=import-outside-toplevel
   try:
-    run = predict.load_run(_WORKDIR.value, _CHECKPOINT.value)
+    run = run_lib.open(_WORKDIR.value, _CHECKPOINT.value)
     n = predict.predict_file(run, _INPUT.value, _OUTPUT.value, _FORMAT.value, _BATCH.value,
                              _POLICY.value, threshold)
   except (ValueError, FileNotFoundError) as e:

@@ -33,7 +33,7 @@ import jax
 import numpy as np
 
 from acl_jax import provenance
-from acl_jax.predict import label_names_or_default
+from acl_jax import run as run_lib
 from acl_jax.models import hf
 from acl_jax.models.config import EncoderConfig, read_hf_config
 
@@ -190,7 +190,7 @@ def export_model(cfg: EncoderConfig, params: Any, out_dir: str, *, base_config: 
   """
   head = exported_head(cfg)
   check_out_dir(out_dir)
-  names = label_names_or_default(label_names, cfg.num_labels, "export")
+  names = run_lib.label_names_or_default(label_names, cfg.num_labels, "export")
   prefix = _BASE_PREFIX[cfg.family]
   tensors = {prefix + k: v for k, v in hf.hf_state_dict(cfg, params).items()}
   last = cfg.exit_layers[-1]
@@ -231,12 +231,11 @@ def _set_max_length(out_dir: str, max_length: int) -> None:
 def export_workdir(workdir: str, out_dir: str, checkpoint: str = "best") -> str:
   """Exports a train.py workdir's best (or latest) checkpoint as an HF folder `out_dir`.
 
-  The model is rebuilt from the workdir's config (`predict.load_run`), its label names read
-  from labels.json (LABEL_i, with a warning, when the run predates it).
+  The run is opened by `run.open` (its model rebuilt from its config), its label names read
+  from labels.json (LABEL_i, with a warning, when the run records none).
   """
-  from acl_jax import predict  # pylint: disable=import-outside-toplevel
   # The head is refused before the checkpoint is read.
-  run = predict.load_run(workdir, checkpoint, check_model=lambda m: exported_head(m.cfg))
+  run = run_lib.open(workdir, checkpoint, check_model=lambda m: exported_head(m.cfg))
   base = read_hf_config(hf.resolve_model_dir(run.config.model.name))
   record = {"checkpoint": checkpoint, "checkpoint_step": run.step,
             "max_length": int(run.config.task.max_length)}

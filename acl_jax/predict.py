@@ -1,11 +1,10 @@
 """Predictions of a trained run on new texts: label names, probabilities and exit layers.
 
-`load_run(workdir)` reads a train.py workdir back for inference: its config, its label names
-(labels.json), the model and its best or latest params; `export.export_workdir` builds on it.
-A `Predictor` classifies texts with a jitted, data-parallel forward of every exit. By default it
-packs: each batch's texts, in input order, sit several to a row of the run's max_length
-(`data.packed_eval_batches`), which gives the logits of the unpacked forward up to float
-round-off on far fewer tokens. With `packed=False` it batches by length as `data.eval_batches`
+A `Predictor` classifies texts with a run opened by `run.open(workdir)` (its config, label
+names, model and best or latest params), in a jitted, data-parallel forward of every exit. By
+default it packs: each batch's texts, in input order, sit several to a row of the run's
+max_length (`data.packed_eval_batches`), which gives the logits of the unpacked forward up to
+float round-off on far fewer tokens. With `packed=False` it batches by length as `data.eval_batches`
 does, sorting a chunk of inputs by token count into batches padded to the run's bucket lengths,
 with the run's eval step (`train.step.make_eval_step`). Either way the results come back in
 input order. With an exit policy, a multi-exit run stops each example at its own layer on the
@@ -17,119 +16,19 @@ of one length are pooled, so the later layers still run in full blocks.
 writes one JSON line per input row, in input order:
   {<text column(s)>, "label": name, "probs": {name: p}, "exit_layer": m (early exit only)}
 """
-import dataclasses
 import itertools
 import json
-import logging
 import os
 import sys
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from acl_jax import provenance
 from acl_jax.data import batching, readers, tasks, tokenize
+from acl_jax.run import Run
 
-log = logging.getLogger(__name__)
-
-CHECKPOINTS = ("best", "latest")
 # Inputs read, tokenised and predicted at a time: bounds memory on large files and stdin.
 CHUNK = 4096
-
-
-def label_names_or_default(names: Optional[list[str]], num_labels: int,
-                           source: str) -> list[str]:
-  """`names`, checked against the label count; LABEL_i names (with a warning) without them."""
-  if names is None:
-    log.warning("%s records no label names; the classes are named LABEL_0..LABEL_%d.", source,
-                num_labels - 1)
-    return [f"LABEL_{i}" for i in range(num_labels)]
-  if len(names) != num_labels or len(set(names)) != len(names):
-    raise ValueError(f"{source}: the label names {names} are not {num_labels} distinct names, "
-                     "one per class of the model.")
-  return list(names)
-
-
-@dataclasses.dataclass
-class Run:
-  """A finished train.py run, read back for inference.
-
-  Attributes:
-    workdir: its folder.
-    config: its config (config.json with config_history.jsonl applied), a ConfigDict.
-    label_names: class names in label-id order (labels.json; LABEL_i for runs without it).
-    model: the `Classifier`.
-    params: the checkpoint's params, replicated over `mesh`.
-    tokenizer: the model's HF tokenizer.
-    mesh: the devices the params live on.
-    checkpoint: "best" or "latest".
-    step: the training step the checkpoint holds.
-  """
-  workdir: str
-  config: Any
-  label_names: list[str]
-  model: Any
-  params: Any
-  tokenizer: Any
-  mesh: Any
-  checkpoint: str
-  step: int
-
-
-def _num_labels(names: Optional[list[str]], ckpts, checkpoint: str) -> int:
-  if names is not None:
-    return len(names)
-  meta = ckpts.read_meta(best=checkpoint == "best") or ckpts.read_meta()
-  return int(meta.get("num_labels") or next(  # older runs: the head's shape
-      v[-1] for k, v in meta["param_shapes"].items() if k.endswith("['classifier']['kernel']")))
-
-
-def load_run(workdir: str, checkpoint: str = "best",
-             check_model: Optional[Callable[[Any], None]] = None) -> Run:
-  """Reads a train.py workdir's model and its best (or latest) params.
-
-  Args:
-    workdir: a folder written by train.py (config.json, labels.json, best/ and/or ckpt/).
-    checkpoint: "best" (the dev-selected params; the latest when none is marked best) or
-      "latest" (the final weights, in ckpt/).
-    check_model: called with the model before the checkpoint is read (export refuses heads
-      it cannot write there).
-
-  Returns:
-    The run, its params replicated over all devices.
-  """
-  # pylint: disable=import-outside-toplevel
-  import ml_collections
-  from acl_jax.train import checkpoint as ckpt_lib
-  from acl_jax.train import setup as setup_lib, step as step_lib
-  # pylint: enable=import-outside-toplevel
-  if checkpoint not in CHECKPOINTS:
-    raise ValueError(f"checkpoint must be 'best' or 'latest', got {checkpoint!r}.")
-  cfg_dict = provenance.run_config(workdir)
-  if cfg_dict is None:
-    raise FileNotFoundError(f"{os.path.join(workdir, 'config.json')} not found: --workdir must "
-                            "be a folder written by train.py.")
-  if not (provenance.checkpoint_steps(workdir, "best") or provenance.checkpoint_steps(workdir)):
-    raise FileNotFoundError(f"No checkpoint in {workdir}: train it first (a run restored from "
-                            "a records archive keeps its results but not its weights).")
-  config = ml_collections.ConfigDict(cfg_dict)
-  names = provenance.read_labels(workdir)
-  ckpts = ckpt_lib.Checkpoints(workdir, create=False)
-  try:
-    num_labels = _num_labels(names, ckpts, checkpoint)
-    model, target, tokenizer = setup_lib.load_model(config, num_labels)
-    if check_model is not None:
-      check_model(model)
-    mesh = step_lib.make_mesh()
-    restored = ckpts.restore_selected(step_lib.replicate(target, mesh), checkpoint)
-  finally:
-    ckpts.close()
-  if restored is None:
-    raise FileNotFoundError(f"No checkpoint to read in {workdir}; train first.")
-  params, meta = restored
-  names = label_names_or_default(names, num_labels, workdir)
-  return Run(workdir, config, names, model, params, tokenizer, mesh, checkpoint,
-             int(meta["step"]))
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -147,7 +46,7 @@ class Predictor:
   """Batched, jitted predictions of a run's exits on new texts."""
 
   def __init__(self, run: Run, batch_size: int = 0, packed: bool = True):
-    """Args: run: from `load_run`; batch_size: texts per batch (0: the run's
+    """Args: run: from `run.open`; batch_size: texts per batch (0: the run's
     eval_batch_size), a multiple of the device count; packed: several texts to a row
     (the early-exit fast path stays unpacked)."""
     from acl_jax.models import bert  # pylint: disable=import-outside-toplevel
@@ -206,8 +105,8 @@ class Predictor:
       logits = self._to_host(logits)
       if out is None:
         out = np.zeros((logits.shape[0], n, logits.shape[-1]), np.float32)
-      keep = batch["index"] >= 0
-      out[:, batch["index"][keep]] = logits[:, keep]
+      keep = batch["example_id"] >= 0
+      out[:, batch["example_id"][keep]] = logits[:, keep]
     if out is None:
       return np.zeros((self.num_exits, 0, len(self.run.label_names)), np.float32)
     return out
@@ -238,9 +137,9 @@ class Predictor:
     results = exits.early_exit_batches(cfg, self._fast_params, batches, policy, threshold,
                                        block=self.batch_size, with_logits=True)
     for batch, (m, _, lg) in zip(batches, results):
-      keep = batch["index"] >= 0
-      layer[batch["index"][keep]] = m[keep]
-      out[batch["index"][keep]] = lg[keep]
+      keep = batch["example_id"] >= 0
+      layer[batch["example_id"][keep]] = m[keep]
+      out[batch["example_id"][keep]] = lg[keep]
     return layer, out
 
   def predict_records(self, records: Iterable[dict], columns: Sequence[str],

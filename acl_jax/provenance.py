@@ -73,10 +73,9 @@ def is_resumable(field: str) -> bool:
   return any(field == f or (f.endswith(".") and field.startswith(f)) for f in RESUMABLE_FIELDS)
 
 
-def read_config_history(workdir: str) -> list[dict]:
-  """The entries of the workdir's config_history.jsonl, oldest first ([] without one); a
-  half-written last line (a crash mid-write) is skipped."""
-  path = os.path.join(workdir, CONFIG_HISTORY)
+def read_jsonl(path: str) -> list[dict]:
+  """The records of a JSONL file, in file order ([] without the file); a blank line, or one
+  half-written by a crash mid-write, is skipped."""
   if not os.path.isfile(path):
     return []
   out = []
@@ -87,6 +86,11 @@ def read_config_history(workdir: str) -> list[dict]:
       except ValueError:
         continue
   return out
+
+
+def read_config_history(workdir: str) -> list[dict]:
+  """The entries of the workdir's config_history.jsonl, oldest first ([] without one)."""
+  return read_jsonl(os.path.join(workdir, CONFIG_HISTORY))
 
 
 def run_config(workdir: str, before_step: int | None = None) -> dict | None:

@@ -36,8 +36,8 @@ def main():
   a = p.parse_args(sys.argv[1:cut])
   train_args = sys.argv[cut + 1:]
   import jax  # pylint: disable=import-outside-toplevel
-  from acl_jax import evaluate as eval_lib  # pylint: disable=import-outside-toplevel
-  from acl_jax.train import checkpoint as ckpt_lib, step as step_lib  # pylint: disable=import-outside-toplevel
+  from acl_jax.train import checkpoint as ckpt_lib  # pylint: disable=import-outside-toplevel
+  from acl_jax.train import scoring, step as step_lib  # pylint: disable=import-outside-toplevel
   from benchmarks import common  # pylint: disable=import-outside-toplevel
   page = os.sysconf("SC_PAGE_SIZE")
   events, seen = [], {"steps": 0, "rss": 0.0}
@@ -76,7 +76,7 @@ def main():
     return wrapped
 
   step_lib.make_train_step = make_recorded
-  eval_lib.evaluate = bracketed(eval_lib.evaluate, "evaluate")
+  scoring.evaluate = bracketed(scoring.evaluate, "evaluate")
   ckpt_lib.Checkpoints.save = bracketed(ckpt_lib.Checkpoints.save, "save")
   if a.no_trim:
     step_lib.trim_heap = lambda: None

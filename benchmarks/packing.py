@@ -86,7 +86,6 @@ def time_steps(cols, steps, reps, seed):
   model_keys = ("input_ids", "token_type_ids", "labels", "example_mask", "example_id")
 
   def prepare(batch):
-    batch["example_id"] = batch.pop("index").astype(np.int32)
     keys = model_keys + (bert.PACKED_KEYS if bert.is_packed(batch) else ("attention_mask",))
     return {k: jnp.asarray(batch[k]) for k in keys}
 

@@ -285,7 +285,6 @@ def epoch_worker(args, chan: common.Channel) -> None:
     for seq_len, idx in batches:
       t0 = time.perf_counter()
       batch = data_lib.make_batch(cols, idx, pad_to or seq_len, pad_id)
-      batch.pop("index")
       state, metrics = train_step(state, step_lib.shard_batch(batch, mesh))
       jax.block_until_ready((state, metrics))
       times.append(time.perf_counter() - t0)

@@ -140,10 +140,10 @@ def install_timers(log: dict) -> None:
   step_lib.make_train_step = make_timed
 
   try:
-    from acl_jax import evaluate as eval_lib
-    eval_lib.evaluate = excluded(eval_lib.evaluate, "evaluate")
+    from acl_jax.train import scoring
+    scoring.evaluate = excluded(scoring.evaluate, "evaluate")
   except (ImportError, AttributeError):
-    log["missing"].append("acl_jax.evaluate.evaluate")
+    log["missing"].append("acl_jax.train.scoring.evaluate")
   try:
     from acl_jax.train import checkpoint as ckpt_lib
     cls = ckpt_lib.Checkpoints

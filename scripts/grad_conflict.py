@@ -94,7 +94,6 @@ def run(args, method, out_dir):
                                             setup.boundaries):
     if step >= args.steps:
       break
-    batch["example_id"] = batch.pop("index").astype(np.int32)
     b = step_lib.shard_batch(batch, setup.mesh)
     key = jax.random.fold_in(jax.random.PRNGKey(c.seed + 1), step)
     a = {k: float(v) for k, v in jax.device_get(probe(state.params, b, key)).items()}

@@ -104,7 +104,7 @@ def test_eval_batches_cover_each_example_once(tok, process_count):
   batches = [list(data.eval_batches(tok, 20, BOUNDS, p, process_count))
              for p in range(process_count)]
   assert len({len(b) for b in batches}) == 1  # every process runs the same steps
-  index = np.concatenate([b["index"] for per in zip(*batches) for b in per])
+  index = np.concatenate([b["example_id"] for per in zip(*batches) for b in per])
   mask = np.concatenate([b["example_mask"] for per in zip(*batches) for b in per])
   assert sorted(index[index >= 0].tolist()) == list(range(203))
   assert ((index >= 0) == (mask == 1)).all() and len(index) == 220
@@ -121,7 +121,7 @@ def test_train_batches_resume_is_exact(tok):
   for (s1, b1), (s2, b2) in zip(full[17:], resumed):
     assert s1 == s2 and all((b1[k] == b2[k]).all() for k in b1)
   # Epoch 1 (steps 12..23) reorders the data.
-  assert not (full[0][1]["index"] == full[12][1]["index"]).all()
+  assert not (full[0][1]["example_id"] == full[12][1]["example_id"]).all()
   with pytest.raises(ValueError, match="no full batch"):
     next(data.train_batches(cols, 500, 0, 0, BOUNDS))
 

@@ -51,34 +51,30 @@ def test_early_exit_input_errors(jt_workdir, tmp_path, tiny_model_dir):
   cfg = helpers.tiny_config(tiny_model_dir, **{"num_steps": 2, "eval_every": 2})
   loop.train_and_evaluate(cfg, one)
   with pytest.raises(ValueError, match="exits='all'"):
-    early_exit_workdir(cfg, one, "dev", "entropy", [0.1])
+    early_exit_workdir(one, "dev", "entropy", [0.1])
 
 
 def test_untimed_sweep(jt_workdir, tmp_path):
-  import ml_collections
+  from acl_jax.exits import plot
   from acl_jax.exits.workdir import early_exit_workdir
-  from scripts import plot_quality_speed
-  cfg = ml_collections.ConfigDict(json.load(open(os.path.join(jt_workdir, "config.json"))))
-  md, js = early_exit_workdir(cfg, jt_workdir, "dev", "entropy", [0.01, 0.7],
-                                   batch_size=8, repeats=0)
+  md, js = early_exit_workdir(jt_workdir, "dev", "entropy", [0.01, 0.7], batch_size=8,
+                              repeats=0)
   rows = json.load(open(js))["rows"]
   for r in rows:  # no timing, the rest as a timed sweep gives it
     assert r["speedup"] is None and r["time_fast_s"] is None and r["time_full_s"] is None
     assert 1.0 <= r["mean_layers"] <= 2.0 and r["agreement"] == 1.0
   assert "| — |" in open(md).read()
-  png = plot_quality_speed.plot([js], str(tmp_path / "q.png"))
+  png = plot.plot([js], str(tmp_path / "q.png"))
   assert os.path.getsize(png) > 0
 
 
 def test_evaluate_latest_checkpoint(jt_workdir):
-  import ml_collections
   from acl_jax import evaluate
-  cfg = ml_collections.ConfigDict(json.load(open(os.path.join(jt_workdir, "config.json"))))
   res = json.load(open(os.path.join(jt_workdir, "results.json")))
-  latest = evaluate.evaluate_workdir(cfg, jt_workdir, ["dev"], checkpoint="latest")
+  latest = evaluate.evaluate_workdir(jt_workdir, ["dev"], checkpoint="latest")
   assert latest["checkpoint_step"] == res["train"]["final_step"]  # the final weights
-  best = evaluate.evaluate_workdir(cfg, jt_workdir, ["dev"])
+  best = evaluate.evaluate_workdir(jt_workdir, ["dev"])
   assert best["checkpoint_step"] == res["checkpoint_step"] == res["train"]["best_step"]
   assert best["dev"]["accuracy"] == pytest.approx(res["dev"]["accuracy"])
   with pytest.raises(ValueError, match="'best' or 'latest'"):
-    evaluate.evaluate_workdir(cfg, jt_workdir, ["dev"], checkpoint="last")
+    evaluate.evaluate_workdir(jt_workdir, ["dev"], checkpoint="last")

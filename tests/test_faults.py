@@ -212,6 +212,29 @@ def test_no_intact_checkpoint_names_the_folder_to_delete(tiny_model_dir, ce_run,
   assert provenance.checkpoint_steps(wd) == [3, 6]  # nothing is moved without a fallback
 
 
+def test_a_finished_run_is_read_at_its_own_step_or_not_at_all(ce_run, tmp_path):
+  """Evaluation, export and prediction read a run's latest checkpoint itself: an unreadable one
+  fails naming its step, and the previous step (other weights) is not read in its place. The
+  best checkpoint, a folder of its own, still reads."""
+  import json
+  import os
+  from acl_jax import provenance, run as run_lib
+  wd = _copy_run(ce_run, tmp_path)
+  run = run_lib.open(wd, "latest")
+  assert run.step == 6 and run.label_names == ["rotten", "fresh"]
+  assert [r["step"] for r in run.history if r["kind"] == "dev"] == [3, 6]
+  data = os.path.join(wd, "ckpt", "6", "state", "d")
+  for f in os.listdir(data):
+    os.truncate(os.path.join(data, f), 0)
+  ckpt = os.path.join(wd, "ckpt")
+  with pytest.raises(RuntimeError, match=rf"The latest checkpoint {ckpt}/6 \(step 6\) cannot "
+                     r"be read .*never at an earlier one"):
+    run_lib.open(wd, "latest")
+  assert provenance.checkpoint_steps(wd) == [3, 6]  # reading moves nothing
+  best = json.load(open(os.path.join(wd, "results.json")))["checkpoint_step"]
+  assert run_lib.open(wd, "best").step == best
+
+
 @pytest.mark.slow
 def test_sigkill_during_a_checkpoint_save_resumes_exactly(tiny_model_dir, tmp_path):
   """SIGKILL while the latest checkpoint of step 8 is being written (arrays in Orbax's temp

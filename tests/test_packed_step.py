@@ -86,16 +86,18 @@ def test_loop_trains_and_evaluates_packed(tiny_model_dir, tmp_path):
 
 def test_packed_evaluation_gives_the_unpacked_predictions(tiny_model_dir):
   import configs.quickstart  # pylint: disable=import-outside-toplevel
-  from acl_jax import data as data_lib, evaluate  # pylint: disable=import-outside-toplevel
+  import dataclasses  # pylint: disable=import-outside-toplevel
+  from acl_jax import data as data_lib  # pylint: disable=import-outside-toplevel
+  from acl_jax.train import scoring  # pylint: disable=import-outside-toplevel
   c = configs.quickstart.get_config("runlocal")
   c.model.name = tiny_model_dir
   s = setup_lib.build(c)
-  eval_step = step_lib.make_eval_step(s.model, s.mesh)
+  sc = s.scorer()
   params = step_lib.replicate(s.params, s.mesh)
   ds = s.tok["dev"]
-  preds, feats = evaluate.predict_split(s, eval_step, params, ds, with_features=True)
-  s.packing = data_lib.Packing(c.task.max_length, s.mesh.size)
-  preds_p, feats_p = evaluate.predict_split(s, eval_step, params, ds, with_features=True)
+  preds, feats = scoring.predict_split(sc, params, ds, with_features=True)
+  packed = dataclasses.replace(sc, packing=data_lib.Packing(c.task.max_length, s.mesh.size))
+  preds_p, feats_p = scoring.predict_split(packed, params, ds, with_features=True)
   assert feats.shape == (len(ds), s.model.cfg.hidden_size)
   np.testing.assert_array_equal(preds_p, preds)
   numerics.assert_trees_close_f32(feats_p, feats, n=c.task.max_length * s.model.cfg.hidden_size)

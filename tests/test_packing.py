@@ -61,7 +61,7 @@ def _batches(cols, indices, shards, pad_id=0):
   packed = batching.Packing(SEQ, shards, num_buckets=len(indices) // shards).batch(
       cols, indices, pad_id=pad_id)
   for b in (unpacked, packed):
-    b["example_id"] = (1000 + b.pop("index")).astype(np.int32)
+    b["example_id"] = 1000 + b["example_id"]
   return unpacked, packed
 
 
@@ -286,9 +286,9 @@ def test_packed_losses_and_gradients_equal_unpacked(dropout, words, shards):
 def _unpack(batch, shards, seq_len):
   """Each example slot's tokens and token types, read back from a packed batch."""
   rows = batch["input_ids"].shape[0] // shards
-  per = len(batch["index"]) // shards
+  per = len(batch["example_id"]) // shards
   out = []
-  for i in range(len(batch["index"])):
+  for i in range(len(batch["example_id"])):
     s, slot = divmod(i, per)
     r, o = divmod(int(batch["cls_index"][i]), seq_len)
     gr = s * rows + r
@@ -313,7 +313,7 @@ def test_packer_invariants(shards, n, max_len):
   need = max(batching.first_fit_decreasing(
       cols["length"][b[b >= 0]], max_len)[0].max() + 1 for b in indices.reshape(shards, per))
   assert rows == min(b for b in buckets if b >= need)
-  np.testing.assert_array_equal(batch["index"], indices)
+  np.testing.assert_array_equal(batch["example_id"], indices)
   np.testing.assert_array_equal(batch["example_mask"], (indices >= 0).astype(np.float32))
   real_tokens = 0
   for i, (ids, types, gr, o, span) in enumerate(_unpack(batch, shards, max_len)):
@@ -370,7 +370,7 @@ def test_packed_train_and_eval_streams():
   steps = list(zip(range(12), batching.packed_train_batches(cols, 16, 3, 0, packing)))
   per_epoch = batching.num_train_batches(103, 16)
   # Uniform batches from the epoch's permutation, every example at most once per epoch.
-  epoch0 = np.concatenate([b["index"] for _, (_, b) in steps[:per_epoch]])
+  epoch0 = np.concatenate([b["example_id"] for _, (_, b) in steps[:per_epoch]])
   assert len(set(epoch0)) == len(epoch0) == per_epoch * 16
   np.testing.assert_array_equal(epoch0, np.concatenate(batching.random_plan(103, 16, 3, 0)))
   # Resume at step 8 yields the batches of the uninterrupted stream.
@@ -385,7 +385,7 @@ def test_packed_train_and_eval_streams():
   for k in full:
     np.testing.assert_array_equal(np.concatenate([h[1][k] for h in halves]), full[k])
   # Eval: every example exactly once, padding slots at the end.
-  index = np.concatenate([b["index"] for b in batching.packed_eval_batches(cols, 24, packing)])
+  index = np.concatenate([b["example_id"] for b in batching.packed_eval_batches(cols, 24, packing)])
   assert len(index) == 5 * 24 and (index[103:] == -1).all()
   np.testing.assert_array_equal(index[:103], np.arange(103))
 

@@ -31,8 +31,7 @@ def test_tsne_names_run_task_model_split_and_stars_only_label_embedding_runs(tmp
 
 
 def test_quality_speed_titles_name_task_model_split_metric(tmp_path):
-  from scripts import plot_quality_speed
-  from acl_jax.exits import write_table
+  from acl_jax.exits import plot, write_table
   rows = [dict(policy="entropy", threshold=t, metric=0.8 - 0.1 * t, full_metric=0.8,
                mean_layers=6 - t, layer_speedup=6 / (6 - t), row_speedup=1.0, time_fast_s=None,
                time_full_s=None, speedup=None, agreement=1.0, metric_name="accuracy")
@@ -40,7 +39,7 @@ def test_quality_speed_titles_name_task_model_split_metric(tmp_path):
   _, js = write_table(rows, str(tmp_path / "jt" / "ee.md"), label="JT",
                       about={"task": "sst2", "model": "minilm-l6", "split": "dev"})
   assert "(task sst2, model minilm-l6, split dev)" in open(tmp_path / "jt" / "ee.md").read()
-  fig = plot_quality_speed.figure([js])
+  fig = plot.figure([js])
   assert fig._suptitle.get_text() == "Early-exit quality vs speed (entropy): sst2, minilm-l6"
   assert fig.axes[1].get_ylabel() == "dev accuracy"
   assert [t.get_text() for t in fig.axes[1].get_legend().get_texts()] == ["JT"]

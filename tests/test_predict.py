@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from acl_jax import predict, provenance
+from acl_jax import predict, provenance, run as run_lib
 from tests import helpers, numerics
 
 WORDS = ["red", "blue", "green", "dark", "light", "small", "large", "old", "new", "round"]
@@ -54,10 +54,10 @@ def run_dir(tiny_model_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def run(run_dir):
-  return predict.load_run(run_dir[0])
+  return run_lib.open(run_dir[0])
 
 
-def test_run_keeps_best_alone_and_logs_the_learning_rate(run_dir):
+def test_run_keeps_best_alone_and_logs_the_learning_rate(run_dir, run):
   wd, _ = run_dir
   assert not os.path.exists(os.path.join(wd, "ckpt")) and provenance.checkpoint_steps(wd, "best")
   assert provenance.read_labels(wd) == ["no", "yes"]
@@ -65,8 +65,7 @@ def test_run_keeps_best_alone_and_logs_the_learning_rate(run_dir):
   cfg = provenance.run_config(wd)
   groups = optim.lr_groups(lr=cfg["optim"]["lr"], total_steps=6,
                            warmup_ratio=cfg["optim"]["warmup_ratio"], strategy="jt")
-  recs = [json.loads(x) for x in open(os.path.join(wd, "metrics.jsonl"))]
-  train = [r for r in recs if r["kind"] == "train"]
+  train = [r for r in run.history if r["kind"] == "train"]
   assert [r["step"] for r in train] == [1, 2, 3, 4, 5, 6]
   for r in train:  # the update that made step s used the schedule at s - 1
     want = optim.learning_rates(groups, r["step"] - 1)
@@ -202,9 +201,8 @@ def test_eval_and_export_from_best_alone(run_dir, tmp_path):
   assert sum(v["support"] for v in res["dev"]["per_class"].values()) == 24
   assert "train" in res  # the training record stays
   from acl_jax import evaluate
-  config = predict.load_run(wd).config
   with pytest.raises(FileNotFoundError, match="keep_train_state=False.*use --checkpoint best"):
-    evaluate.evaluate_workdir(config, wd, ["dev"], checkpoint="latest")
+    evaluate.evaluate_workdir(wd, ["dev"], checkpoint="latest")
   from acl_jax import export
   hf_dir = export.export_workdir(wd, str(tmp_path / "hf"))
   config = json.load(open(os.path.join(hf_dir, "config.json")))

@@ -110,15 +110,14 @@ def test_each_evaluation_is_bracketed_by_heap_trims(tiny_model_dir, tmp_path, mo
   """The loop hands the heap's free memory back before an evaluation (the train step's
   temp block, which acl_jax.host_heap keeps) and after it and its saves, so their buffers
   and the next step's block are never resident at once."""
-  from acl_jax import evaluate as eval_lib
-  from acl_jax.train import loop, step as step_lib
-  events, evaluate = [], eval_lib.evaluate
+  from acl_jax.train import loop, scoring, step as step_lib
+  events, evaluate = [], scoring.evaluate
 
   def recorded(*a, **kw):
     events.append("eval")
     return evaluate(*a, **kw)
   monkeypatch.setattr(step_lib, "trim_heap", lambda: events.append("trim"))
-  monkeypatch.setattr(eval_lib, "evaluate", recorded)
+  monkeypatch.setattr(scoring, "evaluate", recorded)
   loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir), str(tmp_path / "run"))
   first = events.index("eval")
   assert events[first - 1:first + 2] == ["trim", "eval", "trim"], events
@@ -236,7 +235,7 @@ def test_changed_optimizer_fails_resume_clearly_but_evaluates(tiny_model_dir, tm
   changed = helpers.tiny_config(tiny_model_dir, **{"optim.head_lr_mult": 2.0, "num_steps": 9})
   with pytest.raises(ValueError, match="not this optimizer's state.*new --workdir"):
     loop.train_and_evaluate(changed, wd)
-  again = evaluate.evaluate_workdir(changed, wd, ["dev"])
+  again = evaluate.evaluate_workdir(wd, ["dev"])
   assert again["dev"] == first["dev"] and again["checkpoint_step"] == first["checkpoint_step"]
 
 
@@ -340,35 +339,40 @@ def test_finished_run_without_checkpoints_is_not_retrained(tmp_path):
 
 
 def test_evaluation_fails_before_loading_the_model(tmp_path):
-  """eval.py on a run without weights (restored from a records archive, or pruned), or for a
-  split the task lacks, fails before the model loads (a missing model here would fail with
-  "offline" instead)."""
-  from acl_jax import evaluate
+  """eval.py on a folder train.py did not write, on a run without weights (restored from a
+  records archive, or pruned), or for a split the task lacks, fails before the model loads (a
+  missing model here would fail with "offline" instead)."""
+  from acl_jax import evaluate, provenance
   wd = tmp_path / "run"
   wd.mkdir()
+  with pytest.raises(FileNotFoundError, match="config.json not found"):
+    evaluate.evaluate_workdir(str(wd), ["dev"])
+  provenance.record_config(str(wd), helpers.tiny_config("no-such-org/no-such-model"), 0,
+                           resumed=False)
   (wd / "results.json").write_text(json.dumps({"train": {"final_step": 6}, "dev": {}}))
-  cfg = helpers.tiny_config("no-such-org/no-such-model")
   with pytest.raises(FileNotFoundError, match="No checkpoint in .*records archive"):
-    evaluate.evaluate_workdir(cfg, str(wd), ["dev"])
+    evaluate.evaluate_workdir(str(wd), ["dev"])
   (wd / "best" / "6").mkdir(parents=True)
   with pytest.raises(ValueError, match="Split 'tset' not in task"):
-    evaluate.evaluate_workdir(cfg, str(wd), ["dev", " tset"])
+    evaluate.evaluate_workdir(str(wd), ["dev", " tset"])
 
 
 def test_num_labels_mismatch_with_checkpoint(tiny_model_dir, tmp_path):
   from acl_jax.train import loop
   from acl_jax import evaluate
   wd = str(tmp_path / "run")
-  loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir), wd)
-  # Same workdir, a 3-class task: the head no longer fits the checkpoint.
   data = tmp_path / "d.csv"
-  data.write_text("text,label\n" + "".join(f"sample text {i},{i % 3}\n" for i in range(90)))
+  rows = lambda k: "text,label\n" + "".join(f"sample text {i},{i % k}\n" for i in range(90))
+  data.write_text(rows(2))
   cfg = helpers.tiny_config(tiny_model_dir, **{"task.name": "csv", "task.train_file": str(data)})
-  with pytest.raises(ValueError, match="task.name: 'quickstart' -> 'csv'"):  # another run
-    loop.train_and_evaluate(cfg, wd)
-  # Evaluation builds the model of the config it is given: its head does not fit.
+  loop.train_and_evaluate(cfg, wd)
+  with pytest.raises(ValueError, match="task.name: 'csv' -> 'quickstart'"):  # another run
+    loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir), wd)
+  # The run's data now holds 3 classes: evaluation sizes the head by the data, and the
+  # checkpoint's 2-class head does not fit it.
+  data.write_text(rows(3))
   with pytest.raises(ValueError, match="num_labels differs"):
-    evaluate.evaluate_workdir(cfg, wd, ["dev"])
+    evaluate.evaluate_workdir(wd, ["dev"])
 
 
 def test_eval_split_with_one_class_skips_only_the_silhouette(tiny_model_dir, tmp_path, caplog):

@@ -17,4 +17,5 @@ from acl_jax.data.tasks import TaskData
 from acl_jax.data.tasks import TaskSpec
 from acl_jax.data.tasks import get_task
 from acl_jax.data.tasks import load_task
+from acl_jax.data.tasks import subsample
 from acl_jax.data.tokenize import tokenize_dataset

@@ -6,6 +6,10 @@ a run resumed at step S sees exactly the batches an uninterrupted run sees from 
 
 Token data is kept as "columns" (see `to_columns`): flat int32 arrays of all token ids
 plus per-example offsets, so building a batch is a few vectorised gathers.
+
+Every batch names its examples by `example_id` ([examples] int32, the dataset index; -1 for a
+padding slot): training keys an example's randomness by it (dropout, the G-Loss split) and
+evaluation and prediction put outputs back in dataset order with it.
 """
 import dataclasses
 from typing import Any, Iterator, Sequence, Union
@@ -153,7 +157,7 @@ def make_batch(cols: Columns, indices: np.ndarray, seq_len: int, pad_id: int = 0
 
   Returns:
     input_ids, attention_mask, token_type_ids [b, seq_len] int32; labels [b] int32;
-    example_mask [b] float32; index [b] int64 (copy of `indices`).
+    example_mask [b] float32; example_id [b] int32 (`indices`).
   """
   indices = np.asarray(indices, dtype=np.int64)
   real = indices >= 0
@@ -174,7 +178,7 @@ def make_batch(cols: Columns, indices: np.ndarray, seq_len: int, pad_id: int = 0
       "token_type_ids": token_type_ids,
       "labels": np.where(real, cols["label"][safe], 0).astype(np.int32),
       "example_mask": real.astype(np.float32),
-      "index": indices,
+      "example_id": indices.astype(np.int32),
   }
 
 
@@ -228,8 +232,8 @@ def eval_batches(tok: Union[datasets.Dataset, Columns], batch_size: int,
                  pad_id: int = 0) -> Iterator[Batch]:
   """Batches covering every example exactly once, sorted by length.
 
-  The last global batch is filled with padding rows (index -1, example_mask 0). Gather
-  predictions with `batch["index"]` to restore the original order.
+  The last global batch is filled with padding rows (example_id -1, example_mask 0). Gather
+  predictions with `batch["example_id"]` to restore the original order.
 
   Args:
     tok: tokenised split or its `to_columns` form.
@@ -352,7 +356,7 @@ def make_packed_batch(cols: Columns, indices: np.ndarray, seq_len: int, num_rows
     row's j-th example), position_ids (restarting at 0 per example), token_example (the
     example's slot in its shard, 0..n/num_shards-1; n/num_shards for padding). Per example,
     [n]: cls_index int32 (row * seq_len + start of the example, its row counted inside its
-    shard's block), labels int32, example_mask float32, index int64 (copy of `indices`).
+    shard's block), labels int32, example_mask float32, example_id int32 (`indices`).
     The `PACKED_KEYS` of `models.bert` make it a packed batch for the model.
   """
   indices = np.asarray(indices, dtype=np.int64)
@@ -392,7 +396,7 @@ def make_packed_batch(cols: Columns, indices: np.ndarray, seq_len: int, num_rows
       cls_index[i] = r * seq_len + o
   out.update(cls_index=cls_index,
              labels=np.where(real, cols["label"][safe], 0).astype(np.int32),
-             example_mask=real.astype(np.float32), index=indices)
+             example_mask=real.astype(np.float32), example_id=indices.astype(np.int32))
   return out
 
 
@@ -471,8 +475,8 @@ def packed_eval_batches(tok: Union[datasets.Dataset, Columns], batch_size: int,
   """Packed batches covering every example exactly once, in dataset order.
 
   Dataset order, not length order: a batch of similar lengths packs worse than a mixed one.
-  The last global batch is filled with padding slots (index -1, example_mask 0); gather
-  predictions with `batch["index"]`.
+  The last global batch is filled with padding slots (example_id -1, example_mask 0); gather
+  predictions with `batch["example_id"]`.
 
   Yields:
     Batches as in `make_packed_batch`, [batch_size // process_count] examples each.

@@ -122,6 +122,13 @@ def holdout(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]
   return np.sort(perm[m:]), np.sort(perm[:m])
 
 
+def subsample(ds: datasets.Dataset, n: int, seed: int) -> datasets.Dataset:
+  """A seeded subsample of n rows (all of them when n is 0 or the dataset is smaller)."""
+  if n and len(ds) > n:
+    return ds.shuffle(seed=seed).select(range(n))
+  return ds
+
+
 def _take(cols: readers.Columns, idx: np.ndarray) -> readers.Columns:
   return {k: [v[i] for i in idx] for k, v in cols.items()}
 

@@ -189,7 +189,7 @@ def write_table(rows: Sequence[Mapping[str, Any]], path_md: str,
   Args:
     rows: the output of `sweep`.
     path_md: where the table goes, e.g. "workdir/exits_entropy.md".
-    label: curve name for `scripts/plot_quality_speed.py`; None for the folder's name.
+    label: curve name for `exits.plot`; None for the folder's name.
     about: what was swept, e.g. {"task": "sst2", "model": "minilm-l6", "split": "dev"}: named
       in the table's title and the plot's.
 

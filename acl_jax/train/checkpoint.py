@@ -11,7 +11,9 @@ Restores go against an abstract target built from the live state, so optax state
 as their own types (not plain dicts) and arrays come back with the live shardings.
 
 Two latest checkpoints are kept: one that cannot be read (a shard truncated by a full disk, a
-bad copy) is moved to `ckpt_corrupt/` and the run resumes from the one before it. With
+bad copy) is moved to `ckpt_corrupt/` and the run resumes from the one before it. A finished
+run is read (`restore_selected`) at its best or latest step alone: an unreadable one is an
+error naming the step, never replaced by an earlier step, which holds other weights. With
 checkpoint.keep_train_state=False a finished run deletes `ckpt/` (`drop_train_state`) and keeps
 the best params alone, a third of a latest checkpoint's size (params, no Adam moments).
 """
@@ -25,8 +27,12 @@ import jax
 import orbax.checkpoint as ocp
 from etils import epath
 
+from acl_jax import provenance
+
 log = logging.getLogger(__name__)
 CORRUPT_DIR = "ckpt_corrupt"
+# What a finished run is read by: the dev-selected params, or the final weights.
+CHECKPOINTS = ("best", "latest")
 
 
 class UnreadableCheckpoint(Exception):
@@ -151,9 +157,6 @@ class Checkpoints:
       self.save(state, {**meta, "step": step}, best=True)
     return meta
 
-  def has_checkpoint(self) -> bool:
-    return self.best.latest_step() is not None or self.latest.latest_step() is not None
-
   def _step_dir(self, mngr, step: int) -> str:
     return os.path.join(str(mngr.directory), str(step))
 
@@ -258,41 +261,39 @@ class Checkpoints:
     return out
 
   def restore_params(self, target_params, best: bool = False) -> tuple[Any, dict] | None:
-    """Restores the params alone (for evaluation), onto `target_params`' structure and
-    shardings: a checkpoint whose optimizer state this code no longer builds still loads.
-    None if absent. An unreadable newest checkpoint is logged and the previous one read (left
-    in place: evaluation moves nothing)."""
+    """Restores the params alone of the newest best (or latest) checkpoint, onto
+    `target_params`' structure and shardings: a checkpoint whose optimizer state this code no
+    longer builds still loads. None if absent; UnreadableCheckpoint, naming the step, if its
+    files cannot be read (no earlier step is read in its place)."""
     _ignore_aborted_reads()
     mngr = self.best if best else self.latest
-
-    def read(step):
-      meta = self._read_meta(mngr, step)
-      self._check_fits(mngr, step, meta, target_params)
-      try:
-        return _restore_items(mngr, step, {"params": target_params})["params"], meta
-      except Exception as e:  # pylint: disable=broad-except
-        raise UnreadableCheckpoint(self._step_dir(mngr, step), step, e) from e
-    found = self._newest_intact(mngr, read)
-    if found is None:
+    step = mngr.latest_step()
+    if step is None:
       return None
-    step, out, bad = found
-    if bad:
-      log.warning("The %s; reading step %d instead.", "; the ".join(map(str, bad)), step)
-    return out
+    meta = self._read_meta(mngr, step)
+    self._check_fits(mngr, step, meta, target_params)
+    try:
+      return _restore_items(mngr, step, {"params": target_params})["params"], meta
+    except Exception as e:  # pylint: disable=broad-except
+      raise UnreadableCheckpoint(self._step_dir(mngr, step), step, e) from e
 
-  def restore_selected(self, target_params, checkpoint: str = "best"
-                       ) -> tuple[Any, dict] | None:
-    """The params a finished run is read by: checkpoint="best" is the dev-selected one (the
-    latest when none is marked best), "latest" the run's final weights; None without one."""
-    if checkpoint not in ("best", "latest"):
-      raise ValueError(f"checkpoint must be 'best' or 'latest', got {checkpoint!r}.")
-    if (checkpoint == "latest" and self.latest.latest_step() is None
-        and self.best.latest_step() is not None):
-      raise FileNotFoundError(
-          f"{self.workdir} keeps its best checkpoint alone (ckpt/, the final weights, was "
-          "deleted after training: checkpoint.keep_train_state=False); use --checkpoint best.")
-    return ((checkpoint == "best" and self.restore_params(target_params, best=True))
-            or self.restore_params(target_params))
+  def restore_selected(self, target_params, checkpoint: str = "best") -> tuple[Any, dict]:
+    """The params a finished run is read by, and their meta: checkpoint="best" the
+    dev-selected ones (the latest when none is marked best), "latest" the run's final weights.
+
+    Exactly that step is read. One that cannot be read raises, naming it: an earlier step
+    would be another model under the same name (the fallback to the previous intact step is
+    for resuming training alone, `restore`).
+    """
+    check_selected(self.workdir, checkpoint)
+    best = checkpoint == "best" and self.best.latest_step() is not None
+    try:
+      return self.restore_params(target_params, best=best)
+    except UnreadableCheckpoint as e:
+      raise RuntimeError(
+          f"The {'best' if best else 'latest'} {e}. A finished run is read at that step "
+          "alone, never at an earlier one in its place; if its files are damaged, retrain the "
+          "run.") from e
 
   def latest_meta(self) -> dict | None:
     """The JSON meta of the newest latest checkpoint whose meta can be read (what `restore`
@@ -309,6 +310,23 @@ class Checkpoints:
   def close(self):
     self.latest.close()
     self.best.close()
+
+
+def check_selected(workdir: str, checkpoint: str) -> None:
+  """Raises, saying what to do, when `workdir` holds no checkpoint that `checkpoint` ("best"
+  or "latest") is read from. Reads the folder names alone, so it runs before any model loads.
+  """
+  if checkpoint not in CHECKPOINTS:
+    raise ValueError(f"checkpoint must be 'best' or 'latest', got {checkpoint!r}.")
+  latest = provenance.checkpoint_steps(workdir)
+  if not (latest or provenance.checkpoint_steps(workdir, "best")):
+    raise FileNotFoundError(
+        f"No checkpoint in {workdir}: train it first (a run restored from a records archive, "
+        "or pruned, keeps its results but not its weights).")
+  if checkpoint == "latest" and not latest:
+    raise FileNotFoundError(
+        f"{workdir} keeps its best checkpoint alone (ckpt/, the final weights, was deleted "
+        "after training: checkpoint.keep_train_state=False); use --checkpoint best.")
 
 
 def drop_train_state(workdir: str) -> bool:

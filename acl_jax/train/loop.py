@@ -19,12 +19,11 @@ import jax
 import numpy as np
 
 from acl_jax import data as data_lib
-from acl_jax import evaluate as eval_lib
 from acl_jax import logs, provenance
 from acl_jax.data import fingerprint
 from acl_jax.models import hf
 from acl_jax.train import checkpoint as ckpt_lib
-from acl_jax.train import objectives, optim, setup as setup_lib, step as step_lib
+from acl_jax.train import objectives, optim, scoring, setup as setup_lib, step as step_lib
 from acl_jax.train.train_log import DeviceSums, MetricWriter
 
 log = logging.getLogger(__name__)
@@ -73,7 +72,8 @@ def params_fingerprint(params) -> str:
   return h.hexdigest()[:16]
 
 
-def _gloss_sigma(s: setup_lib.Setup, eval_step, ls: LoopState, fresh: bool) -> float | None:
+def _gloss_sigma(s: setup_lib.Setup, sc: scoring.Scorer, ls: LoopState,
+                 fresh: bool) -> float | None:
   """G-Loss's kernel width (None for other losses): the config's, or with sigma_mode "sqrt"
   the heuristic on pretrained train features (<= 2000 examples; kept in the loop state).
 
@@ -88,7 +88,7 @@ def _gloss_sigma(s: setup_lib.Setup, eval_step, ls: LoopState, fresh: bool) -> f
   if cfg.loss.sigma_mode == "sqrt":
     from acl_jax.losses import sigma_sqrt_heuristic  # pylint: disable=import-outside-toplevel
     if ls.sigma is None:
-      feats = eval_lib.train_features(s, eval_step, s.params, 2000)
+      feats = scoring.train_features(sc, s.params, 2000)
       ls.sigma = float(sigma_sqrt_heuristic(feats))
     sigma = ls.sigma
     log.info("G-Loss sigma (sqrt heuristic on pretrained train features): %.4f", sigma)
@@ -97,7 +97,7 @@ def _gloss_sigma(s: setup_lib.Setup, eval_step, ls: LoopState, fresh: bool) -> f
     size = cfg.batch_size // (1 if cfg.loss.gloss_global else jax.device_count())
     n = 4 * size
     if feats is None:
-      feats = eval_lib.train_features(s, eval_step, s.params, n)
+      feats = scoring.train_features(sc, s.params, n)
     share = objectives.gloss_floor_share(feats[:n], sigma, size)
     log.info("G-Loss at sigma=%.4g: %.1f%% of batch-graph edges at the weight floor on "
              "pretrained train features.", sigma, 100 * share)
@@ -138,7 +138,8 @@ def _train(config, workdir: str, origin: dict | None) -> dict:
   provenance.check_same_run(workdir, cfg)
   hf.check_max_length(cfg.model.name, cfg.task.max_length)  # from config.json, before data
   # Every split the run will score, checked before the model loads, not after training.
-  s = setup_lib.build(cfg, ["dev", *(x.strip() for x in cfg.eval_splits.split(",") if x.strip())])
+  eval_splits = [x.strip() for x in cfg.eval_splits.split(",") if x.strip()]
+  s = setup_lib.build(cfg, ["dev", *eval_splits])
   resuming = bool(provenance.checkpoint_steps(workdir))
   if resuming:
     fingerprint.check_same(workdir, s.data)
@@ -151,13 +152,13 @@ def _train(config, workdir: str, origin: dict | None) -> dict:
   total = cfg.num_steps if cfg.num_steps > 0 else cfg.num_epochs * steps_per_epoch
   eval_every = cfg.eval_every or steps_per_epoch
   ckpt_every = cfg.checkpoint_every or eval_every
-  eval_step = step_lib.make_eval_step(s.model, s.mesh)
+  sc = s.scorer()
   s.params = step_lib.replicate(s.params, s.mesh)
   ckpts = ckpt_lib.Checkpoints(workdir)
   # The loop state of the newest intact checkpoint, before the objective (G-Loss's sigma).
   prior = ckpts.latest_meta()
   ls = LoopState() if prior is None else LoopState.from_meta(prior)
-  sigma = _gloss_sigma(s, eval_step, ls, fresh=prior is None)
+  sigma = _gloss_sigma(s, sc, ls, fresh=prior is None)
   tr = setup_lib.make_trainer(
       cfg, s.model, s.params, s.mesh, num_labels=s.task.num_labels, total_steps=total,
       class_weights=setup_lib.class_weights(cfg, s.tok["train"]["label"], s.task.num_labels),
@@ -218,8 +219,6 @@ def _train(config, workdir: str, origin: dict | None) -> dict:
   for step, batch in batches:
     if step >= total or stopped:
       break
-    # The dataset index keys the example's randomness (dropout masks, the G-Loss split).
-    batch["example_id"] = batch.pop("index").astype(np.int32)
     state, m = tr.train_step(state, step_lib.shard_batch(batch, s.mesh))
     done = step + 1
     sums.add(m, done)
@@ -251,7 +250,7 @@ def _train(config, workdir: str, origin: dict | None) -> dict:
         bar.set_postfix(loss=f"{rec['loss']:.4f}")
       logged, since = {}, 0
     if eval_now:
-      res = eval_lib.evaluate(s, eval_step, state.params, "dev")
+      res = scoring.evaluate(sc, state.params, "dev")
       writer.write(done, "dev", res)
       cur = res[main_metric]
       if ls.best_metric is None or cur > ls.best_metric:
@@ -287,9 +286,9 @@ def _train(config, workdir: str, origin: dict | None) -> dict:
   if ls.early_stopped_at is not None:
     summary["early_stopped_at"] = ls.early_stopped_at
   summary["data"] = s.data  # counts (dropped, subsampled, at max length) and hash per split
-  results = eval_lib.evaluate_best(s, ckpts, state.params, eval_step,
-                                   cfg.eval_splits.split(","))
-  results["train"] = summary
+  params, meta = ckpts.restore_selected(state.params, "best")
+  results = {"checkpoint_step": int(meta["step"]),
+             **scoring.evaluate_splits(sc, params, eval_splits), "train": summary}
   ckpts.close()
   if is_main():
     provenance.write_atomic(os.path.join(workdir, "results.json"), json.dumps(results, indent=2))

@@ -1,7 +1,8 @@
 """From a config to the pieces of a run: the one place they are built and the config checked.
 
 - `check_config(cfg)`: every config error that needs no data or model, raised before loading.
-- `build(cfg, splits)`: the task, tokenizer, model, pretrained params and tokenised splits.
+- `build(cfg, splits)`: the task, tokenizer, model, pretrained params and tokenised splits;
+  `Setup.scorer()` scores params on them.
 - `make_trainer(cfg, model, params, mesh, ...)`: objective -> optimizer -> state -> step.
 
 The training loop, eval.py, the scripts, the benchmarks and the tests all build through these.
@@ -17,7 +18,7 @@ import optax
 from acl_jax import data as data_lib
 from acl_jax.data import fingerprint
 from acl_jax.models import hf
-from acl_jax.train import objectives, optim, step as step_lib
+from acl_jax.train import objectives, optim, scoring, step as step_lib
 from acl_jax.train.state import TrainState
 
 # The top-level fields that count something, and their least value.
@@ -67,12 +68,12 @@ class Setup:
   # split name -> its counts and content hash (data.fingerprint.split_record)
   data: dict = dataclasses.field(default_factory=dict)
 
-
-def subsample(ds, n: int, seed: int):
-  """A seeded subsample of n rows (all of them when n is 0 or the dataset is smaller)."""
-  if n and len(ds) > n:
-    return ds.shuffle(seed=seed).select(range(n))
-  return ds
+  def scorer(self) -> scoring.Scorer:
+    """The model's eval step over the task's splits, batched as the config says."""
+    return scoring.Scorer(
+        step_lib.make_eval_step(self.model, self.mesh), self.mesh, self.task, self.tok,
+        tuple(self.model.cfg.exit_layers), int(self.config.eval_batch_size),
+        self.tokenizer.pad_token_id or 0, self.boundaries, self.packing)
 
 
 def check_splits(task, splits) -> None:
@@ -111,7 +112,7 @@ def build(config, splits=()) -> Setup:
   for split, ds in task.splits.items():
     n = t.max_train_examples if split == "train" else t.max_eval_examples
     rows = len(ds)
-    ds = subsample(ds, n, config.seed if split == "train" else 0)
+    ds = data_lib.subsample(ds, n, config.seed if split == "train" else 0)
     tok[split] = data_lib.tokenize_dataset(ds, tokenizer, t.max_length, cache_dir=_cache_dir())
     record[split] = fingerprint.split_record(tok[split], rows, task.num_dropped.get(split, 0),
                                              t.max_length)

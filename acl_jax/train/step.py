@@ -59,8 +59,8 @@ def shard_batch(batch: dict[str, np.ndarray], mesh) -> dict[str, jax.Array]:
 def example_ids(batch) -> jax.Array:
   """[local batch] global example ids of a device's rows, inside the per-device step.
 
-  The batch's "example_id" (the dataset index, set by the train loop) when present; else the
-  row's index in the global batch, which is also the same on any device count.
+  The batch's "example_id" (the dataset index, as `data.batching` sets it) when present; else
+  the row's index in the global batch, which is also the same on any device count.
   """
   if "example_id" in batch:
     return batch["example_id"]
