@@ -165,14 +165,16 @@ def decisions(rows: dict[str, list[dict]]) -> Decisions:
   """Walks stage 1's gates for every task (scripts/sweeps.py's STAGE1 and its diagnostics)."""
   idx = _index(rows)
   done = set(idx)
-  states, ready, waiting, planned, verdicts = {}, [], {}, [], {}
+  # The gates' runs (lr, anchor, budget) of every task come first: they are cheap and each
+  # decides a task's whole stage; then the comparisons, task by task.
+  states, gates, ready, waiting, planned, verdicts = {}, [], [], {}, [], {}
   order = list(dict.fromkeys([c.task for c in P.STAGE1]))
   for task in order:
     st, need = task_state(task, idx, states)
     states[task] = st
     planned += need
     if need or st.epochs is None:
-      ready += need
+      gates += need
       waiting[task] = st.waiting
       continue
     comps = [c for c in P.STAGE1 if c.task == task]
@@ -198,7 +200,7 @@ def decisions(rows: dict[str, list[dict]]) -> Decisions:
     runs = list(dict.fromkeys(runs))
     planned += runs
     ready += [r for r in runs if (r.sweep, r.name) not in done]
-  return Decisions(states, verdicts, ready, waiting, planned)
+  return Decisions(states, verdicts, gates + ready, waiting, planned)
 
 
 def later_stage_runs(stage: int, states: dict[str, TaskState]) -> list[Run]:

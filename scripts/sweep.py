@@ -558,6 +558,8 @@ def run_stage(stage: int, args) -> None:
     with lock:
       rows = records.read_all()
       ready, _ = stage_runs(stage, rows)
+      # Part-trained runs first: a stop between runs should leave as little half-done.
+      ready.sort(key=lambda r: not provenance.checkpoint_steps(job_of(r, root).workdir))
       rates = measured_rates(rows)
       for run in ready:
         job = job_of(run, root)
