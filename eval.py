@@ -15,6 +15,8 @@ import os
 
 from absl import app, flags
 
+from acl_jax import cli
+
 _WORKDIR = flags.DEFINE_multi_string("workdir", None, "A workdir written by train.py "
                                      "(repeat the flag for several, with --exit_policy).")
 _SPLIT = flags.DEFINE_string("split", "dev", "Comma list of splits to evaluate (dev, test, ...).")
@@ -80,6 +82,7 @@ def per_class_table(split: str, rows: dict) -> str:
   return "\n".join(lines)
 
 
+@cli.user_errors
 def main(argv):
   del argv
   from acl_jax import host_heap, logs  # pylint: disable=import-outside-toplevel
@@ -103,21 +106,26 @@ def main(argv):
     raise app.UsageError(str(e)) from e
   name = "results.json" if _CHECKPOINT.value == "best" else "results_latest.json"
   out = os.path.join(workdir, name)
+  # Printed before anything is written: a workdir that cannot be written still gives them.
+  print(json.dumps({k: ({m: v for m, v in r.items() if m != "per_class"}
+                        if isinstance(r, dict) else r) for k, r in results.items()}, indent=2))
+  for split, res in results.items():
+    if isinstance(res, dict) and "per_class" in res:
+      print(per_class_table(split, res["per_class"]), flush=True)
   # Merge: splits evaluated now replace their entries; other splits and the training record
   # written by train.py stay. Written to a temp file and renamed, so a crash keeps the old one.
   old = {}
   if os.path.isfile(out):
     with open(out) as f:
       old = json.load(f)
-  provenance.write_atomic(out, json.dumps(evaluate.merge_results(old, results), indent=2))
-  print(json.dumps({k: ({m: v for m, v in r.items() if m != "per_class"}
-                        if isinstance(r, dict) else r) for k, r in results.items()}, indent=2))
-  for split, res in results.items():
-    if isinstance(res, dict) and "per_class" in res:
-      print(per_class_table(split, res["per_class"]))
+  try:
+    provenance.write_atomic(out, json.dumps(evaluate.merge_results(old, results), indent=2))
+  except OSError as e:
+    raise OSError(f"The metrics above were not saved: {out} cannot be written ({e.strerror}). "
+                  "Copy them from here, or run eval.py where the workdir is writable.") from e
   print(f"wrote {out}")
 
 
 if __name__ == "__main__":
   flags.mark_flags_as_required(["workdir"])
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

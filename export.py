@@ -7,10 +7,13 @@ Then, with no acl-jax involved:
   from transformers import AutoModelForSequenceClassification, AutoTokenizer
   model = AutoModelForSequenceClassification.from_pretrained("exported/sst2")
 
-The run must have an exit head HF has (model.head=bert_pooler for BERT and MiniLM, roberta
-for RoBERTa; DistilBERT also exports the default linear head); see acl_jax/export.py.
+Every [CLS] exit head exports: the HF family's own head (bert_pooler, roberta, distilbert)
+and the default linear head, mapped exactly onto it; mean-pooled exits have no HF form (see
+acl_jax/export.py). --out must be new, empty, or an earlier export.
 """
 from absl import app, flags
+
+from acl_jax import cli
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "A workdir written by train.py.")
 _OUT = flags.DEFINE_string("out", None, "The HF model folder to write.")
@@ -19,17 +22,14 @@ _CHECKPOINT = flags.DEFINE_enum("checkpoint", "best", ["best", "latest"],
                                 "run's final weights.")
 
 
+@cli.user_errors
 def main(argv):
   del argv
   from acl_jax import export, logs  # pylint: disable=import-outside-toplevel
-  logs.setup()  # pylint: disable=import-outside-toplevel
-  try:
-    out = export.export_workdir(_WORKDIR.value, _OUT.value, _CHECKPOINT.value)
-  except (ValueError, FileNotFoundError) as e:
-    raise app.UsageError(str(e)) from e
-  print(f"wrote {out}")
+  logs.setup()
+  print(f"wrote {export.export_workdir(_WORKDIR.value, _OUT.value, _CHECKPOINT.value)}")
 
 
 if __name__ == "__main__":
   flags.mark_flags_as_required(["workdir", "out"])
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

@@ -9,15 +9,16 @@ import logging
 import os
 import sys
 
-from absl import flags
+from absl import app, flags
 
 from acl_jax import provenance
 
 VERBOSE = flags.DEFINE_bool("verbose", False, "On an error, print the whole traceback instead "
                             "of its one-line message.")
 # What bad input raises: ValueError (a value that cannot work), OSError (a missing, unreadable
-# or unwritable file, a full disk), a workdir another run holds, a flag absl refuses.
-USER_ERRORS = (ValueError, OSError, provenance.WorkdirBusy, flags.Error)
+# or unwritable file, a full disk), a workdir another run holds, a flag absl refuses, and a
+# misused command line (absl's UsageError, which app.run would answer with every flag's help).
+USER_ERRORS = (ValueError, OSError, provenance.WorkdirBusy, flags.Error, app.UsageError)
 EXIT_USER_ERROR = 2
 
 

@@ -4,8 +4,13 @@ The run is opened by `run.open` (its config, its label names, its best or latest
 its splits scored by `train.scoring`, exactly over every example, per exit where the model has
 several.
 """
+import logging
+
 from acl_jax import run as run_lib
+from acl_jax.data import fingerprint
 from acl_jax.train import scoring
+
+log = logging.getLogger(__name__)
 
 
 def evaluate_workdir(workdir: str, splits, dump_features: bool = False,
@@ -21,6 +26,10 @@ def evaluate_workdir(workdir: str, splits, dump_features: bool = False,
   """
   splits = [s.strip() for s in splits]
   run = run_lib.open(workdir, checkpoint, splits=splits)
+  trained_on = fingerprint.read(workdir)
+  for diff in fingerprint.differences(trained_on or {}, run.setup.data):
+    log.warning("The data scored here differs from what the run trained and selected on: %s. "
+                "The scores are of the data as it is now.", diff)
   return {"checkpoint_step": run.step,
           **scoring.evaluate_splits(run.setup.scorer(), run.params, splits,
                                     dump_dir=workdir if dump_features else None,

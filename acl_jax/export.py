@@ -234,7 +234,8 @@ def export_workdir(workdir: str, out_dir: str, checkpoint: str = "best") -> str:
   The run is opened by `run.open` (its model rebuilt from its config), its label names read
   from labels.json (LABEL_i, with a warning, when the run records none).
   """
-  # The head is refused before the checkpoint is read.
+  # The folder and the head are refused before the checkpoint is read.
+  check_out_dir(out_dir)
   run = run_lib.open(workdir, checkpoint, check_model=lambda m: exported_head(m.cfg))
   base = read_hf_config(hf.resolve_model_dir(run.config.model.name))
   record = {"checkpoint": checkpoint, "checkpoint_step": run.step,

@@ -84,3 +84,112 @@ def test_a_busy_workdir_is_one_message_naming_the_holder(tmp_path):
                         f"--config.task.train_file={_csv(str(tmp_path))}"])
   assert p.returncode == 2 and "Traceback" not in p.stderr, p.stderr[-2000:]
   assert f"being written by another process (pid {os.getpid()})" in p.stderr
+
+
+# ---- the tools that read a finished run: eval.py and export.py ---------------------------
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_model_dir, tmp_path_factory):
+  """A finished 6-step quickstart run of the tiny model (ckpt/ kept: steps 3 and 6)."""
+  from acl_jax.train import loop
+  wd = str(tmp_path_factory.mktemp("trained") / "run")
+  loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir), wd)
+  return wd
+
+
+def _copy(src, tmp):
+  import shutil
+  return shutil.copytree(src, os.path.join(tmp, "copy"))
+
+
+def _no_ckpt(wd, tmp):
+  import shutil
+  wd = _copy(wd, tmp)
+  shutil.rmtree(os.path.join(wd, "ckpt"))
+  return wd
+
+
+def _corrupt_latest(wd, tmp):
+  wd = _copy(wd, tmp)
+  files = [os.path.join(r, f) for r, _, fs in os.walk(os.path.join(wd, "ckpt", "6", "state", "d"))
+           for f in fs]
+  path = max(files, key=os.path.getsize)
+  os.truncate(path, os.path.getsize(path) // 2)
+  return wd
+
+
+def _results_unwritable(wd, tmp):
+  wd = _copy(wd, tmp)
+  os.remove(os.path.join(wd, "results.json"))
+  os.makedirs(os.path.join(wd, "results.json"))  # (root writes anywhere: a folder stops it)
+  return wd
+
+
+def _foreign_folder(tmp):
+  out = os.path.join(tmp, "theirs")
+  _write(os.path.join(out, "config.json"), b'{"model_type": "bert"}')
+  return out
+
+
+# (id, args given (trained workdir, tmp), exit code, words of the last line, most stderr lines)
+RUN_CASES = [
+    ("eval: no such workdir", lambda wd, t: ["eval.py", "--workdir", os.path.join(t, "nope")],
+     2, ["config.json not found"], 3),
+    ("eval: misspelt split", lambda wd, t: ["eval.py", "--workdir", wd, "--split", "dev,tset"],
+     2, ["Split 'tset' not in task"], 3),
+    ("eval: latest without ckpt/", lambda wd, t: ["eval.py", "--workdir", _no_ckpt(wd, t),
+                                                  "--checkpoint", "latest"], 2,
+     ["has no latest checkpoint", "missing or empty", "--checkpoint best"], 3),
+    ("eval: latest checkpoint corrupt", lambda wd, t: ["eval.py", "--workdir",
+                                                       _corrupt_latest(wd, t), "--checkpoint",
+                                                       "latest"], 2,
+     ["(step 6) cannot be read"], 3),
+    ("eval: results.json unwritable", lambda wd, t: ["eval.py", "--workdir",
+                                                     _results_unwritable(wd, t)], 2,
+     ["metrics above were not saved", "results.json cannot be written"], 3),
+    ("export: a folder of other files", lambda wd, t: ["export.py", "--workdir", wd, "--out",
+                                                       _foreign_folder(t)], 2,
+     ["holds other files", "not an earlier export"], 3),
+    ("export: no --out", lambda wd, t: ["export.py", "--workdir", wd], 2,
+     ["--out", "--help"], 2),
+]
+
+
+@pytest.mark.parametrize("name,args,code,words,max_lines", RUN_CASES,
+                         ids=[c[0] for c in RUN_CASES])
+def test_bad_input_to_a_finished_run_prints_one_message(trained, tmp_path, name, args, code,
+                                                        words, max_lines):
+  p = helpers.run_py(args(trained, str(tmp_path)))
+  err = [line for line in p.stderr.splitlines() if line.strip()]
+  assert p.returncode == code, p.stderr[-2000:]
+  assert "Traceback" not in p.stderr, p.stderr[-2000:]
+  assert len(err) <= max_lines, p.stderr
+  for w in words:
+    assert w in err[-1], err[-1]
+  if name == "eval: results.json unwritable":  # the metrics were printed all the same
+    assert '"accuracy"' in p.stdout and "[dev] per class" in p.stdout
+
+
+def test_the_default_run_exports_and_matches_predict_in_plain_transformers(trained, tmp_path):
+  """The quickstart's default head (linear on [CLS]) exports; transformers alone, with the
+  exported tokenizer's own max length, gives predict.py's probabilities to 1e-4, on texts
+  longer than the run's max length too."""
+  import numpy as np
+  import torch
+  import transformers
+  from acl_jax import predict, run as run_lib
+  out = str(tmp_path / "hf")
+  p = helpers.run_py(["export.py", "--workdir", trained, "--out", out])
+  assert p.returncode == 0, p.stderr[-2000:]
+  run = run_lib.open(trained)
+  assert run.model.cfg.head == "linear"
+  texts = ["a gripping , funny film", "dull", " ".join(["long and winding"] * 40)]
+  want = predict.softmax(predict.Predictor(run).logits(texts)[-1])
+  tok = transformers.AutoTokenizer.from_pretrained(out)
+  assert tok.model_max_length == run.config.task.max_length
+  model = transformers.AutoModelForSequenceClassification.from_pretrained(out).eval()
+  with torch.no_grad():
+    got = torch.softmax(model(**tok(texts, padding=True, truncation=True,
+                                    return_tensors="pt")).logits, -1).numpy()
+  np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -206,7 +206,7 @@ def test_no_intact_checkpoint_names_the_folder_to_delete(tiny_model_dir, ce_run,
   for step in (3, 6):
     _truncate_largest_shard(wd, step)
   ckpt = os.path.join(wd, "ckpt")
-  with pytest.raises(RuntimeError, match=rf"No checkpoint in {ckpt} can be read: the checkpoint "
+  with pytest.raises(OSError, match=rf"No checkpoint in {ckpt} can be read: the checkpoint "
                      rf"{ckpt}/6 \(step 6\) .*step 3.* delete {ckpt} to retrain"):
     loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir), wd)
   assert provenance.checkpoint_steps(wd) == [3, 6]  # nothing is moved without a fallback
@@ -227,7 +227,7 @@ def test_a_finished_run_is_read_at_its_own_step_or_not_at_all(ce_run, tmp_path):
   for f in os.listdir(data):
     os.truncate(os.path.join(data, f), 0)
   ckpt = os.path.join(wd, "ckpt")
-  with pytest.raises(RuntimeError, match=rf"The latest checkpoint {ckpt}/6 \(step 6\) cannot "
+  with pytest.raises(OSError, match=rf"The latest checkpoint {ckpt}/6 \(step 6\) cannot "
                      r"be read .*never at an earlier one"):
     run_lib.open(wd, "latest")
   assert provenance.checkpoint_steps(wd) == [3, 6]  # reading moves nothing

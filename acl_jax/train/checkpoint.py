@@ -35,8 +35,9 @@ CORRUPT_DIR = "ckpt_corrupt"
 CHECKPOINTS = ("best", "latest")
 
 
-class UnreadableCheckpoint(Exception):
-  """A checkpoint step whose files cannot be read back (as opposed to one that does not fit)."""
+class UnreadableCheckpoint(OSError):
+  """A checkpoint step whose files cannot be read back (as opposed to one that does not fit);
+  an OSError, as the files are at fault: the tools report it in one line."""
 
   def __init__(self, folder: str, step: int, error: BaseException):
     first = (str(error).strip().splitlines() or [""])[0]
@@ -215,7 +216,7 @@ class Checkpoints:
         bad.append(e)
     if not bad:
       return None
-    raise RuntimeError(
+    raise OSError(
         f"No checkpoint in {mngr.directory} can be read: the " + "; the ".join(map(str, bad)) +
         f". If they are damaged (e.g. a full disk truncated them), delete {mngr.directory} "
         "to retrain this run from step 0 (its records and best/ stay), or use a new --workdir.")
@@ -290,7 +291,7 @@ class Checkpoints:
     try:
       return self.restore_params(target_params, best=best)
     except UnreadableCheckpoint as e:
-      raise RuntimeError(
+      raise OSError(
           f"The {'best' if best else 'latest'} {e}. A finished run is read at that step "
           "alone, never at an earlier one in its place; if its files are damaged, retrain the "
           "run.") from e
@@ -324,9 +325,17 @@ def check_selected(workdir: str, checkpoint: str) -> None:
         f"No checkpoint in {workdir}: train it first (a run restored from a records archive, "
         "or pruned, keeps its results but not its weights).")
   if checkpoint == "latest" and not latest:
+    dropped = provenance.run_finished(workdir) and _config_keeps_no_state(workdir)
+    why = ("the run deleted it after training (checkpoint.keep_train_state=False)" if dropped
+           else "it is missing or empty")
     raise FileNotFoundError(
-        f"{workdir} keeps its best checkpoint alone (ckpt/, the final weights, was deleted "
-        "after training: checkpoint.keep_train_state=False); use --checkpoint best.")
+        f"{workdir} has no latest checkpoint: {os.path.join(workdir, 'ckpt')}, the final "
+        f"weights, holds none ({why}); use --checkpoint best.")
+
+
+def _config_keeps_no_state(workdir: str) -> bool:
+  cfg = provenance.run_config(workdir) or {}
+  return cfg.get("checkpoint", {}).get("keep_train_state") is False
 
 
 def drop_train_state(workdir: str) -> bool:
