@@ -57,7 +57,7 @@ def test_a_run_that_fails_to_start_leaves_no_folder(tmp_path):
   assert kept.is_dir()
 
 
-def test_resume_on_edited_data_is_refused(tiny_model_dir, tmp_path):
+def test_resume_on_edited_data_is_refused(tiny_model_dir, tmp_path, caplog):
   """The data record names each split's counts and hash; a resume on other data fails before
   it trains or rewrites results.json."""
   from acl_jax.train import loop
@@ -83,3 +83,7 @@ def test_resume_on_edited_data_is_refused(tiny_model_dir, tmp_path):
   with pytest.raises(ValueError, match=r"trained on other data: train: 48 examples now"):
     loop.train_and_evaluate(_csv_config(tiny_model_dir, data, num_steps=6), wd)
   assert open(os.path.join(wd, "results.json")).read() == before
+  # Evaluation still scores it, and says the data is not what the run trained on.
+  from acl_jax import evaluate
+  evaluate.evaluate_workdir(wd, ["dev"])
+  assert "differs from what the run trained and selected on: train: 48 examples" in caplog.text
