@@ -68,6 +68,15 @@ def parse_flags(argv):
     raise
 
 
+def train(config, workdir: str, heap) -> dict:
+  """The training loop, the host heap's free memory handed back (`heap`, an
+  `acl_jax.host_heap.Heap`) each time the loop turns from training to evaluating or saving
+  and back, so that the step's kept temp block and their buffers are never resident at
+  once."""
+  from acl_jax.train import loop  # pylint: disable=import-outside-toplevel
+  return loop.train_and_evaluate(config, workdir, on_phase=lambda _: heap.trim())
+
+
 def main(argv):
   del argv
   if _PRINT.value:
@@ -77,10 +86,10 @@ def main(argv):
     return 0
   from acl_jax import host_heap, logs  # pylint: disable=import-outside-toplevel
   logs.setup()
-  host_heap.keep_step_memory()  # before any JAX computation
-  init_distributed()
+  with host_heap.managed() as heap:  # before any JAX computation
+    init_distributed()
+    results = train(_CONFIG.value, _WORKDIR.value, heap)
   from acl_jax.train import loop  # pylint: disable=import-outside-toplevel
-  results = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value)
   if loop.is_main():
     for split, res in results.items():
       if isinstance(res, dict) and split != "train":

@@ -146,31 +146,31 @@ def _cache_size(jitted) -> int:
 def jax_worker(args, chan: common.Channel) -> None:
   """Warms up our train step on one shape, then serves timed repetitions."""
   from acl_jax import host_heap
-  kept = host_heap.keep_step_memory()  # as train.py does
-  import jax
-  from acl_jax.train import step as step_lib
-  rss_import = common.peak_rss_mib()
-  shape = all_shapes()[args.shape]
-  train_step, state, mesh, n_params = jax_train_setup(shape.model, args.seed)
-  vocab = model_spec(shape.model)[0]["vocab_size"]
-  batch = step_lib.shard_batch(synthetic_batch(shape, vocab, args.seed), mesh)
+  with host_heap.managed() as heap:  # as train.py runs its steps
+    import jax
+    from acl_jax.train import step as step_lib
+    rss_import = common.peak_rss_mib()
+    shape = all_shapes()[args.shape]
+    train_step, state, mesh, n_params = jax_train_setup(shape.model, args.seed)
+    vocab = model_spec(shape.model)[0]["vocab_size"]
+    batch = step_lib.shard_batch(synthetic_batch(shape, vocab, args.seed), mesh)
 
-  def steps(n):
-    nonlocal state
-    t0 = time.perf_counter()
-    for _ in range(n):
-      state, metrics = train_step(state, batch)
-    jax.block_until_ready((state, metrics))
-    return time.perf_counter() - t0, float(metrics["loss"])
+    def steps(n):
+      nonlocal state
+      t0 = time.perf_counter()
+      for _ in range(n):
+        state, metrics = train_step(state, batch)
+      jax.block_until_ready((state, metrics))
+      return time.perf_counter() - t0, float(metrics["loss"])
 
-  compile_s, _ = steps(1)
-  warm_s = [steps(1)[0] for _ in range(args.warmup)]
-  compiled = _cache_size(train_step)
-  chan.send(ready=True, n_params=int(n_params), first_step_s=compile_s, warmup_s=warm_s,
-            devices=jax.device_count(), backend=jax.default_backend(),
-            xla_flags=os.environ.get("XLA_FLAGS", ""), rss_after_import_mib=rss_import,
-            keep_step_memory=kept)
-  serve(chan, steps, lambda: {"recompiled": _cache_size(train_step) != compiled})
+    compile_s, _ = steps(1)
+    warm_s = [steps(1)[0] for _ in range(args.warmup)]
+    compiled = _cache_size(train_step)
+    chan.send(ready=True, n_params=int(n_params), first_step_s=compile_s, warmup_s=warm_s,
+              devices=jax.device_count(), backend=jax.default_backend(),
+              xla_flags=os.environ.get("XLA_FLAGS", ""), rss_after_import_mib=rss_import,
+              keep_step_memory=heap.kept)
+    serve(chan, steps, lambda: {"recompiled": _cache_size(train_step) != compiled})
 
 
 def torch_worker(args, chan: common.Channel) -> None:

@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 import time
+from typing import Callable
 
 import jax
 import numpy as np
@@ -109,9 +110,20 @@ def _gloss_sigma(s: setup_lib.Setup, eval_step, ls: LoopState, fresh: bool) -> f
   return sigma
 
 
-def train_and_evaluate(config, workdir: str) -> dict:
-  """Trains per `config` in `workdir` (resuming if it holds a checkpoint); returns results."""
+def train_and_evaluate(config, workdir: str,
+                       on_phase: Callable[[str], None] | None = None) -> dict:
+  """Trains per `config` in `workdir` (resuming if it holds a checkpoint); returns results.
+
+  Args:
+    config: the run's config (configs/common.py).
+    workdir: the run folder: checkpoints, logs, results.
+    on_phase: called with "evaluate" before each evaluation or checkpoint save, and with
+      "train" once they are done and training goes on. The train steps and the evaluation
+      and saves use different memory, so a process can tidy up between the two (train.py
+      returns the process's free memory to the system there).
+  """
   cfg = config
+  on_phase = on_phase or (lambda _: None)
   os.makedirs(workdir, exist_ok=True)
   setup_lib.check_config(cfg)
   provenance.check_not_pruned(workdir)
@@ -203,11 +215,9 @@ def train_and_evaluate(config, workdir: str) -> dict:
     eval_now = done % eval_every == 0 or done == total
     if not (log_now or eval_now or done % ckpt_every == 0):
       continue
-    # With the step's memory kept (acl_jax.host_heap), the heap holds its free temp block:
-    # handed back before evaluation and saves allocate, and what they free after them.
     heavy = eval_now or done % ckpt_every == 0
     if heavy:
-      step_lib.trim_heap()
+      on_phase("evaluate")
     # Host sync: raises on a non-finite step before anything is evaluated or saved.
     new, count = sums.fetch()
     logged = {k: logged.get(k, 0.0) + v for k, v in new.items()}
@@ -247,7 +257,7 @@ def train_and_evaluate(config, workdir: str) -> dict:
     if done % ckpt_every == 0 or done == total or stopped:
       save_latest(state, done)
     if heavy:
-      step_lib.trim_heap()
+      on_phase("train")
   if bar is not None:
     bar.close()
   writer.close()
