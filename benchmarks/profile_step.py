@@ -76,6 +76,21 @@ def summarize(trace_file: str, names: dict, steps: int, top: int) -> dict:
   return {"kinds_ms": dict(kinds.most_common()), "top_ops_ms": dict(ops.most_common(top))}
 
 
+def minilm_ce_step(batch: int, seq: int):
+  """The jitted CE train step of the packaged MiniLM-L6 (2 labels, AdamW) on one synthetic
+  batch: (step_fn, state, sharded_batch)."""
+  from acl_jax.models import load_pretrained  # pylint: disable=import-outside-toplevel
+  from acl_jax.train import setup as setup_lib, step as step_lib  # pylint: disable=import-outside-toplevel
+  from configs.common import base_config  # pylint: disable=import-outside-toplevel
+  mesh = step_lib.make_mesh()
+  data = step_lib.shard_batch(
+      common.synthetic_batch(common.Shape("minilm", batch, seq), 30522, 0), mesh)
+  model, params, _ = load_pretrained(common.minilm_folder(), 2, with_tokenizer=False)
+  tr = setup_lib.make_trainer(base_config(), model, params, mesh, num_labels=2,
+                              total_steps=1000)
+  return tr.train_step, tr.state, data
+
+
 def main():
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--seq", type=int, default=64)
@@ -87,7 +102,7 @@ def main():
   a = p.parse_args()
   import jax
   info = common.machine_info(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  fn, state, batch = common.minilm_ce_step(a.batch, a.seq)
+  fn, state, batch = minilm_ce_step(a.batch, a.seq)
   names = hlo_op_names(fn.lower(state, batch).compile().as_text())
   state, _ = fn(state, batch)
   jax.block_until_ready(state)
