@@ -12,7 +12,6 @@ Early-exit sweep of multi-exit runs (table per workdir, one plot with a curve pe
 """
 import json
 import os
-import sys
 
 from absl import app, flags
 
@@ -74,8 +73,7 @@ def early_exit(workdirs):
     print(open(md).read())
     print(f"wrote {md}")
     jsons.append(js)
-  sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "scripts"))
-  import plot_quality_speed  # pylint: disable=import-outside-toplevel
+  from scripts import plot_quality_speed  # pylint: disable=import-outside-toplevel
   png = _PLOT.value or os.path.join(workdirs[0], f"quality_speed_{_POLICY.value}_{split}.png")
   plot_quality_speed.main(jsons + ["--out", png])
   print(f"wrote {png}")

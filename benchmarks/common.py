@@ -141,10 +141,11 @@ class Channel:
 class Worker:
   """The parent's end: a subprocess that answers JSON requests, one at a time."""
 
-  def __init__(self, argv: Sequence[str], env: dict[str, str] | None = None):
+  def __init__(self, argv: Sequence[str], env: dict[str, str] | None = None,
+               cwd: str | None = None):
     self.argv = list(argv)
     self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 text=True, env=env)
+                                 text=True, env=env, cwd=cwd)
 
   def recv(self) -> dict[str, Any]:
     line = self.proc.stdout.readline()

@@ -1,6 +1,6 @@
 r"""Where the CE train step spends its time: a jax.profiler trace, summed by kind of op.
 
-  python benchmarks/profile_step.py --seq 64 --steps 3 --top 25
+  python -m benchmarks.profile_step --seq 64 --steps 3 --top 25
 
 Compiles the jitted `shard_map` CE step of `acl_jax.train` (MiniLM-L6, real weights, B32,
 dropout on), traces `--steps` steps with `jax.profiler`, and joins each XLA op of the trace to
@@ -19,13 +19,10 @@ import gzip
 import json
 import os
 import re
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks import common  # noqa: E402
+from benchmarks import common
 
 # (kind, test on the op's name in the trace, its HLO op_name and its result type), first match.
 KINDS = (

@@ -1,9 +1,9 @@
 r"""CPU train-step throughput and peak memory: acl-jax against Hugging Face PyTorch.
 
 Full run (on a quiet machine; roughly 15-25 min on 2 cores):
-  python benchmarks/throughput.py
+  python -m benchmarks.throughput
 Smoke test (tiny model, 2 reps, about 2 min):
-  python benchmarks/throughput.py --quick
+  python -m benchmarks.throughput --quick
 
 What is measured:
   (a) Examples/s of one CE train step (forward, backward, global-norm clip, AdamW update,
@@ -37,12 +37,9 @@ import time
 
 import numpy as np
 
+from benchmarks import common
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-  sys.path.insert(0, REPO)
-
-from benchmarks import common  # pylint: disable=wrong-import-position
-
 NUM_LABELS = 2
 LR = 2e-5
 TOTAL_STEPS = 100_000  # only shapes the LR schedule; no run gets near it
@@ -318,12 +315,12 @@ def worker_env(args, kind: str) -> dict[str, str]:
 
 
 def start_worker(args, kind: str, shape: str = "") -> common.Worker:
-  argv = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--shape", shape,
+  argv = [sys.executable, "-m", "benchmarks.throughput", "--worker", kind, "--shape", shape,
           "--seed", str(args.seed), "--warmup", str(args.warmup),
           "--torch_threads", str(args.torch_threads), "--torch_attn", args.torch_attn,
           "--data_dir", args.data_dir, "--epoch_batches", str(args.epoch_batches),
           "--epoch_reps", str(args.epoch_reps)] + (["--quick"] if args.quick else [])
-  return common.Worker(argv, env=worker_env(args, kind))
+  return common.Worker(argv, env=worker_env(args, kind), cwd=REPO)
 
 
 def bench_shape(args, name: str) -> dict:

@@ -6,16 +6,11 @@ train step and state; after each is compiled and warmed up, timed repetitions go
 """
 import argparse
 import os
-import sys
 import time
 
-
+from benchmarks import common
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-  sys.path.insert(0, REPO)
-
-from benchmarks import common  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def time_variants(model_name: str, batch_size: int, seq_len: int, variants: dict, *,
@@ -99,6 +94,5 @@ def ratio_rows(res: dict, base: str) -> list:
 def header(argv_note: str = "") -> dict:
   return {"command": common.command_line(), "machine": common.machine_info(REPO),
           "note": argv_note, "load_avg_start": os.getloadavg()}
-
 
 

@@ -3,7 +3,7 @@
 One curve per file (one file per training strategy or workdir). Left panel: metric against the
 measured wall-clock speed-up; right panel: metric against the layer speed-up M / mean layers.
 
-  python scripts/plot_quality_speed.py runs/jt/exits_entropy.json runs/acl/exits_entropy.json \
+  python -m scripts.plot_quality_speed runs/jt/exits_entropy.json runs/acl/exits_entropy.json \
       --labels JT ACL-CL --out quality_speed.png
 """
 import argparse

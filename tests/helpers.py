@@ -10,7 +10,6 @@ SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
 
 def tiny_config(model_dir, arg="runlocal", **overrides):
   """The quickstart runlocal config on a tiny model, with dotted-key overrides."""
-  sys.path.insert(0, REPO)
   from configs import quickstart  # pylint: disable=import-outside-toplevel
   c = quickstart.get_config(arg)
   c.model.name = model_dir

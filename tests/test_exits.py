@@ -10,7 +10,7 @@ from acl_jax.exits import POLICIES, early_exit_predict, select_exit, sweep, writ
 from acl_jax.exits import fast
 from acl_jax.models import Classifier, EncoderConfig, init_params
 from tests import numerics
-from tests.helpers import REPO, run_py
+from tests.helpers import run_py
 
 CFG = EncoderConfig(vocab_size=100, hidden_size=32, num_layers=4, num_heads=4,
                     intermediate_size=64, num_labels=3, exits="all")
@@ -357,7 +357,7 @@ def test_plot_script_writes_png(tmp_path):
     path.write_text(json.dumps({"label": name, "rows": rows} if i == 0 else rows))
     paths.append(str(path))
   out = tmp_path / "plots" / "qs.png"
-  proc = run_py([os.path.join(REPO, "scripts", "plot_quality_speed.py"), *paths,
+  proc = run_py(["-m", "scripts.plot_quality_speed", *paths,
                  "--labels", "JT", "ACL-CL", "--out", str(out)], timeout=120)
   assert proc.returncode == 0, proc.stderr
   assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
