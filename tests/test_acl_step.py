@@ -133,7 +133,7 @@ def test_combine_override_switches_the_lambda_form():
   c.lam = 2.0  # no [0, 1] bound in the additive form
   assert objectives.build_objective(c, num_labels=3, last_exit=3).aux_weight == 2.0
   c.combine = "sum"
-  with pytest.raises(ValueError, match="'convex' or 'additive'"):
+  with pytest.raises(ValueError, match=r"Unknown loss.combine 'sum'; known: \['convex', 'additive'\]"):
     objectives.build_objective(c, num_labels=3, last_exit=3)
   ce = common.base_config().loss
   ce.combine = "additive"

@@ -292,7 +292,7 @@ def test_unknown_task_model_loss(tiny_model_dir, tmp_path):
                             str(tmp_path / "a"))
   with pytest.raises(OSError, match="offline"):
     loop.train_and_evaluate(helpers.tiny_config("no-such-org/no-such-model"), str(tmp_path / "b"))
-  with pytest.raises(ValueError, match="known losses"):
+  with pytest.raises(ValueError, match="Unknown loss.name 'focal'; known"):
     loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir, **{"loss.name": "focal"}),
                             str(tmp_path / "c"))
 

@@ -25,6 +25,8 @@ import jax
 import orbax.checkpoint as ocp
 from etils import epath
 
+from acl_jax.names import check_known, path_names
+
 log = logging.getLogger(__name__)
 CORRUPT_DIR = "ckpt_corrupt"
 
@@ -76,12 +78,7 @@ def _drop_orphaned_read_errors(record: logging.LogRecord) -> bool:
 def _leaf_paths(tree) -> set[str]:
   """The leaves' paths as "a/0/b", alike for a live TrainState (attribute and sequence keys)
   and its saved tree metadata (dict keys)."""
-  def name(k):
-    for attr in ("key", "name", "idx"):
-      if hasattr(k, attr):
-        return str(getattr(k, attr))
-    return str(k)
-  return {"/".join(name(k) for k in path) for path, _ in jax.tree_util.tree_leaves_with_path(tree)}
+  return {"/".join(path_names(path)) for path, _ in jax.tree_util.tree_leaves_with_path(tree)}
 
 
 def _manager(path: str, keep: int, create: bool = True) -> ocp.CheckpointManager:
@@ -284,8 +281,7 @@ class Checkpoints:
                        ) -> tuple[Any, dict] | None:
     """The params a finished run is read by: checkpoint="best" is the dev-selected one (the
     latest when none is marked best), "latest" the run's final weights; None without one."""
-    if checkpoint not in ("best", "latest"):
-      raise ValueError(f"checkpoint must be 'best' or 'latest', got {checkpoint!r}.")
+    check_known(checkpoint, ("best", "latest"), "checkpoint")
     if (checkpoint == "latest" and self.latest.latest_step() is None
         and self.best.latest_step() is not None):
       raise FileNotFoundError(

@@ -26,6 +26,7 @@ from acl_jax.losses.gate import ANGLE_PARAMS
 from acl_jax.losses.graph import DEFAULT_W_FLOOR
 from acl_jax.losses.prototype import prototype_loss
 from acl_jax.models import label_embeddings
+from acl_jax.names import check_known, lookup
 from acl_jax.train.step import AXIS, example_ids
 
 # loss.lam's "unset" value: the loss family's SPEC default (`LossFamily.lam`).
@@ -188,9 +189,7 @@ def _gloss(cfg, ctx):
   gamma_keep = GAMMA_KEEP if keep == GAMMA_UNSET and hide == GAMMA_UNSET else \
       losses.resolve_gamma(None if keep == GAMMA_UNSET else keep,
                            None if hide == GAMMA_UNSET else hide)
-  if cfg.gloss_form not in losses.GLOSS_FORMS:
-    raise ValueError(f"loss.gloss_form must be one of {losses.GLOSS_FORMS}, got "
-                     f"{cfg.gloss_form!r}.")
+  check_known(cfg.gloss_form, losses.GLOSS_FORMS, "loss.gloss_form")
 
   def fn(x):
     # The split orders examples by a hash of (key, example id): with gloss_global every
@@ -240,9 +239,7 @@ LOSSES: dict[str, LossFamily] = {
 
 def get_loss(name: str) -> LossFamily:
   """The loss family `name`; an unknown name raises ValueError listing the known ones."""
-  if name not in LOSSES:
-    raise ValueError(f"Unknown loss.name {name!r}; known losses: {sorted(LOSSES)}.")
-  return LOSSES[name]
+  return lookup(LOSSES, name, "loss.name")
 
 
 # A G-Loss run warns when more than this share of its batch graph's edges sit at the weight
@@ -392,8 +389,7 @@ def _kd(me, x):
 def _check_kd(me_cfg):
   if me_cfg.kd_temperature <= 0 or not 0 <= me_cfg.kd_alpha <= 1:
     raise ValueError("multi_exit.kd_temperature must be > 0 and kd_alpha in [0, 1].")
-  if me_cfg.kd_form not in KD_FORMS:
-    raise ValueError(f"multi_exit.kd_form must be one of {KD_FORMS}, got {me_cfg.kd_form!r}.")
+  check_known(me_cfg.kd_form, KD_FORMS, "multi_exit.kd_form")
 
 
 def _acl_cl(me, x):
@@ -415,8 +411,7 @@ def _acl_cl(me, x):
 def _check_acl_cl(me_cfg):
   if me_cfg.lambda_cl < 0:
     raise ValueError(f"multi_exit.lambda_cl must be >= 0, got {me_cfg.lambda_cl}.")
-  if me_cfg.gate_ce not in GATE_CE:
-    raise ValueError(f"multi_exit.gate_ce must be one of {GATE_CE}, got {me_cfg.gate_ce!r}.")
+  check_known(me_cfg.gate_ce, GATE_CE, "multi_exit.gate_ce")
 
 
 STRATEGIES: dict[str, Strategy] = {
@@ -433,8 +428,7 @@ STRATEGIES: dict[str, Strategy] = {
 
 def exit_weights(kind: str, num_exits: int) -> np.ndarray:
   """`uniform` (1/M each) or `linear` (PABEE: m / sum(m)); both sum to 1."""
-  if kind not in EXIT_WEIGHTS:
-    raise ValueError(f"multi_exit.weights must be one of {EXIT_WEIGHTS}, got {kind!r}.")
+  check_known(kind, EXIT_WEIGHTS, "multi_exit.weights")
   w = np.ones(num_exits) if kind == "uniform" else np.arange(1, num_exits + 1, dtype=float)
   return (w / w.sum()).astype(np.float32)
 
@@ -449,9 +443,7 @@ def multi_exit_from_config(me_cfg, num_exits: int, total_steps: int) -> MultiExi
   s = me_cfg.strategy.lower()
   if not s:
     return None
-  if s not in STRATEGIES:
-    raise ValueError(f"Unknown multi_exit.strategy {me_cfg.strategy!r}; known: "
-                     f"{sorted(STRATEGIES)} (or '' for single-exit training).")
+  check_known(s, STRATEGIES, "multi_exit.strategy", " (or '' for single-exit training)")
   if num_exits < 2:
     raise ValueError(f"multi_exit.strategy={s!r} needs an exit on every layer: set "
                      "model.exits='all'.")
@@ -506,9 +498,7 @@ def _gate(loss_cfg, lam: float) -> GateSpec | None:
   if not loss_cfg.gate:
     return None
   losses.check_gate_args(lam, loss_cfg.gate_threshold, loss_cfg.gate_mode)
-  if loss_cfg.angle_params not in ANGLE_PARAMS:
-    raise ValueError(f"loss.angle_params must be one of {ANGLE_PARAMS}, got "
-                     f"{loss_cfg.angle_params!r}.")
+  check_known(loss_cfg.angle_params, ANGLE_PARAMS, "loss.angle_params")
   return GateSpec(float(loss_cfg.gate_threshold), loss_cfg.gate_mode, loss_cfg.angle_params)
 
 
@@ -528,9 +518,7 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
   family = get_loss(name)
   combine = family.combine
   if loss_cfg.combine:  # "": the family's own form
-    if loss_cfg.combine not in COMBINE_FORMS:
-      raise ValueError(f"loss.combine must be '', 'convex' or 'additive', got "
-                       f"{loss_cfg.combine!r}.")
+    check_known(loss_cfg.combine, COMBINE_FORMS, "loss.combine", " (or '': the loss's own)")
     if combine == "none":
       raise ValueError(f"loss.combine={loss_cfg.combine!r} with loss.name={name!r}: plain CE "
                        "has no auxiliary term to combine; leave loss.combine=''.")
@@ -539,11 +527,8 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
                        f"{multi_exit.strategy!r}: multi-exit training adds the final exit's "
                        "auxiliary loss to the exits' CE (SPEC §2.5); leave loss.combine=''.")
     combine = loss_cfg.combine
-  if loss_cfg.class_weights not in ("", "balanced"):
-    raise ValueError(f"loss.class_weights must be '' or 'balanced', got "
-                     f"{loss_cfg.class_weights!r}.")
-  if loss_cfg.sigma_mode not in ("fixed", "sqrt"):
-    raise ValueError(f"loss.sigma_mode must be 'fixed' or 'sqrt', got {loss_cfg.sigma_mode!r}.")
+  check_known(loss_cfg.class_weights, ("", "balanced"), "loss.class_weights")
+  check_known(loss_cfg.sigma_mode, ("fixed", "sqrt"), "loss.sigma_mode")
   lam = _lambda(loss_cfg, family, combine)
   cw = None if class_weights is None else jnp.asarray(class_weights, jnp.float32)
   aux_fn = None

@@ -4,11 +4,13 @@ from typing import Any, Callable, NamedTuple, Optional
 import jax
 import optax
 
+from acl_jax.names import path_names
+
 
 def decay_mask(params):
   """True where weight decay applies: kernels and embeddings, not biases or LayerNorm."""
   def keep(path, x):
-    names = [getattr(k, "key", str(k)) for k in path]
+    names = path_names(path)
     return not (names[-1] in ("bias", "scale") or any("LayerNorm" in n for n in names))
   return jax.tree_util.tree_map_with_path(keep, params)
 
