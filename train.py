@@ -89,8 +89,8 @@ def main(argv):
   with host_heap.managed() as heap:  # before any JAX computation
     init_distributed()
     results = train(_CONFIG.value, _WORKDIR.value, heap)
-  from acl_jax.train import loop  # pylint: disable=import-outside-toplevel
-  if loop.is_main():
+  from acl_jax import provenance  # pylint: disable=import-outside-toplevel
+  if provenance.is_main():
     for split, res in results.items():
       if isinstance(res, dict) and split != "train":
         print(f"[{split}] " + " ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"

@@ -13,15 +13,12 @@ import numpy as np
 from acl_jax import data as data_lib
 from acl_jax import metrics as metrics_lib
 from acl_jax import provenance
+from acl_jax.provenance import is_main
 from acl_jax.train import checkpoint as ckpt_lib
 from acl_jax.train import step as step_lib
 from acl_jax.train.setup import Setup, build, check_splits, subsample
 
 log = logging.getLogger(__name__)
-
-
-def is_main() -> bool:
-  return jax.process_index() == 0
 
 
 def predict_split(setup: Setup, eval_step, params, ds, with_features: bool = False):

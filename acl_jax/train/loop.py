@@ -22,15 +22,12 @@ from acl_jax import data as data_lib
 from acl_jax import evaluate as eval_lib
 from acl_jax import provenance
 from acl_jax.models import hf
+from acl_jax.provenance import is_main
 from acl_jax.train import checkpoint as ckpt_lib
 from acl_jax.train import objectives, optim, setup as setup_lib, step as step_lib
 from acl_jax.train.train_log import DeviceSums, MetricWriter
 
 log = logging.getLogger(__name__)
-
-
-def is_main() -> bool:
-  return jax.process_index() == 0
 
 
 @dataclasses.dataclass
