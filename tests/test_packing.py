@@ -163,7 +163,7 @@ OBJECTIVES = ["ce", "scl", "acl_embed", "acl", "scl_grad", "gloss", "triplet", "
 
 def _objective(words, num_exits, last_exit):
   c = common.apply_args(common.base_config(), words)
-  me = objectives.multi_exit_from_config(c.multi_exit, num_exits, total_steps=10)
+  me = objectives.multi_exit_from_config(c.multi_exit, range(1, num_exits + 1), total_steps=10)
   return objectives.build_objective(c.loss, num_labels=3, last_exit=last_exit, multi_exit=me)
 
 

@@ -290,6 +290,7 @@ def gloss_floor_share(feats: np.ndarray, sigma: float, graph_size: int,
 class MultiExit:
   """A validated `multi_exit` block (`multi_exit_from_config`)."""
   strategy: str
+  exit_layers: tuple[int, ...]  # the model's (`EncoderConfig.exit_layers`), the last one final
   weights: np.ndarray  # [num_exits], sums to 1
   stage1_steps: int  # 2ST: steps of stage 1
   kd_temperature: float
@@ -394,7 +395,7 @@ def _check_kd(me_cfg):
 
 def _acl_cl(me, x):
   """Each lower exit's CE + lambda_cl * cross-layer contrastive loss against the top."""
-  layers = sorted(int(k.split("_")[1]) for k in x.params if k.startswith("exit_"))
+  layers = me.exit_layers
   feats, labels, mask = x.feats, x.labels, x.mask
   if x.pairs_global:  # loss.contrastive_global: positives and negatives from every device
     feats, (labels, mask) = gather_global(*feats), gather_global(labels, mask)
@@ -438,25 +439,28 @@ def stage1_length(fraction: float, total_steps: int) -> int:
   return max(1, min(int(round(fraction * total_steps)), total_steps - 1))
 
 
-def multi_exit_from_config(me_cfg, num_exits: int, total_steps: int) -> MultiExit | None:
-  """Validates the config's `multi_exit` block; None for single-exit training."""
+def multi_exit_from_config(me_cfg, exit_layers, total_steps: int) -> MultiExit | None:
+  """Validates the config's `multi_exit` block for a model with exits after `exit_layers`
+  (`EncoderConfig.exit_layers`); None for single-exit training."""
   s = me_cfg.strategy.lower()
   if not s:
     return None
   check_known(s, STRATEGIES, "multi_exit.strategy", " (or '' for single-exit training)")
-  if num_exits < 2:
+  exit_layers = tuple(exit_layers)
+  if len(exit_layers) < 2:
     raise ValueError(f"multi_exit.strategy={s!r} needs an exit on every layer: set "
                      "model.exits='all'.")
   STRATEGIES[s].check(me_cfg)
-  return MultiExit(s, exit_weights(me_cfg.weights, num_exits),
+  return MultiExit(s, exit_layers, exit_weights(me_cfg.weights, len(exit_layers)),
                    stage1_length(me_cfg.stage1_fraction, total_steps),
                    float(me_cfg.kd_temperature), float(me_cfg.kd_alpha),
                    float(me_cfg.lambda_cl), bool(me_cfg.teacher_grad), me_cfg.kd_form,
                    me_cfg.gate_ce)
 
 
-def two_stage_freeze(stage1_steps: int):
-  """2ST's gradient mask: (grads, step) -> grads with the frozen groups' gradients zeroed.
+def two_stage_freeze(stage1_steps: int, exit_layers):
+  """2ST's gradient mask: (grads, step) -> grads with the frozen groups' gradients zeroed
+  (the groups of `optim.param_groups` for a model with exits after `exit_layers`).
 
   The optimizer already leaves a frozen group's params unchanged; zeroing its gradients too
   keeps them out of the global-norm clipping, so stage 2's lower heads are clipped on their
@@ -469,7 +473,7 @@ def two_stage_freeze(stage1_steps: int):
     def mask(g, group):
       on = jnp.logical_not(stage1) if group == "lower_heads" else stage1
       return jnp.where(on, g, jnp.zeros_like(g))  # a select: a frozen inf/NaN stays out
-    return jax.tree.map(mask, grads, param_groups(grads))
+    return jax.tree.map(mask, grads, param_groups(grads, exit_layers))
   return freeze
 
 
@@ -591,7 +595,7 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
   roles = ("main",) + (("aux",) if aux_fn is not None else ()) + (
       ("outside",) if split_last else ())
   label = (multi_exit.strategy + ":" if multi_exit else "") + name + ("+grad" if gate else "")
-  freeze = (two_stage_freeze(multi_exit.stage1_steps)
+  freeze = (two_stage_freeze(multi_exit.stage1_steps, multi_exit.exit_layers)
             if multi_exit is not None and multi_exit.strategy == "2st" else None)
   scaled = multi_exit is not None and aux_fn is not None
   return Objective(label, terms, roles, main_weight, lam if aux_fn is not None else 0.0, gate,

@@ -38,9 +38,9 @@ def check_config(cfg) -> None:
     if cfg[key] % jax.device_count():
       raise ValueError(f"{key} {cfg[key]} must be divisible by the device count "
                        f"{jax.device_count()}: set --config.{key} to a multiple of it.")
-  num_exits = 2 if cfg.model.exits == "all" else 1
-  multi = objectives.multi_exit_from_config(cfg.multi_exit, num_exits, total_steps=2)
-  objectives.build_objective(cfg.loss, num_labels=2, last_exit=num_exits, multi_exit=multi,
+  exit_layers = (1, 2) if cfg.model.exits == "all" else (1,)
+  multi = objectives.multi_exit_from_config(cfg.multi_exit, exit_layers, total_steps=2)
+  objectives.build_objective(cfg.loss, num_labels=2, last_exit=exit_layers[-1], multi_exit=multi,
                              sigma=1.0 if cfg.loss.sigma_mode == "sqrt" else None)
   optim.lr_groups(**_lr_args(cfg, total_steps=2, multi=multi))
 
@@ -158,7 +158,7 @@ def make_trainer(cfg, model, params, mesh, *, num_labels: int, total_steps: int,
     donate: donate the state buffers to the step.
     max_traces: fail when the step is traced more often (catches recompiles).
   """
-  multi = objectives.multi_exit_from_config(cfg.multi_exit, len(model.cfg.exit_layers),
+  multi = objectives.multi_exit_from_config(cfg.multi_exit, model.cfg.exit_layers,
                                             total_steps)
   objective = objectives.build_objective(cfg.loss, num_labels=num_labels,
                                          last_exit=model.cfg.exit_layers[-1],
@@ -167,7 +167,8 @@ def make_trainer(cfg, model, params, mesh, *, num_labels: int, total_steps: int,
   lr_args = _lr_args(cfg, total_steps, multi)
   if tx is None:
     tx = optim.make_optimizer(weight_decay=cfg.optim.weight_decay,
-                              clip_norm=cfg.optim.clip_norm, **lr_args)
+                              clip_norm=cfg.optim.clip_norm, exit_layers=model.cfg.exit_layers,
+                              **lr_args)
   state = step_lib.replicate(TrainState.create(params, tx, cfg.seed), mesh)
   train_step = step_lib.make_train_step(model, objective, tx, mesh, donate=donate,
                                         max_traces=max_traces)
