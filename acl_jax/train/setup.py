@@ -142,8 +142,8 @@ class Trainer:
 
 def make_trainer(cfg, model, params, mesh, *, num_labels: int, total_steps: int,
                  class_weights=None, sigma: float | None = None,
-                 tx: optax.GradientTransformation | None = None, donate: bool = True,
-                 max_traces: int | None = None) -> Trainer:
+                 tx: optax.GradientTransformation | None = None, donate: bool = True
+                 ) -> Trainer:
   """The objective, optimizer, initial state and jitted train step of a config.
 
   Args:
@@ -156,7 +156,6 @@ def make_trainer(cfg, model, params, mesh, *, num_labels: int, total_steps: int,
     sigma: G-Loss's kernel width from the `sqrt` heuristic, overriding loss.sigma.
     tx: an optax transformation instead of the config's AdamW (tests capture gradients).
     donate: donate the state buffers to the step.
-    max_traces: fail when the step is traced more often (catches recompiles).
   """
   multi = objectives.multi_exit_from_config(cfg.multi_exit, model.cfg.exit_layers,
                                             total_steps)
@@ -170,7 +169,6 @@ def make_trainer(cfg, model, params, mesh, *, num_labels: int, total_steps: int,
                               clip_norm=cfg.optim.clip_norm, exit_layers=model.cfg.exit_layers,
                               **lr_args)
   state = step_lib.replicate(TrainState.create(params, tx, cfg.seed), mesh)
-  train_step = step_lib.make_train_step(model, objective, tx, mesh, donate=donate,
-                                        max_traces=max_traces)
+  train_step = step_lib.make_train_step(model, objective, tx, mesh, donate=donate)
   return Trainer(objective, multi, tx, optim.lr_groups(**lr_args), state, train_step)
 

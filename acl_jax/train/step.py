@@ -86,7 +86,7 @@ def _gate_metrics(info, objective):
 
 
 def make_train_step(model, objective, tx: optax.GradientTransformation, mesh,
-                    donate: bool = True, max_traces: int | None = None):
+                    donate: bool = True):
   """Builds `train_step(state, batch) -> (state, metrics)`, jitted, state donated.
 
   Args:
@@ -95,7 +95,6 @@ def make_train_step(model, objective, tx: optax.GradientTransformation, mesh,
     tx: the optax transformation.
     mesh: 1-D data mesh from `make_mesh`.
     donate: donate the input state buffers.
-    max_traces: if set, fail when the step is traced more often (catches recompiles).
   """
   gate = objective.gate
 
@@ -150,9 +149,6 @@ def make_train_step(model, objective, tx: optax.GradientTransformation, mesh,
     new_state = state.replace(step=state.step + 1, params=new_params, opt_state=opt_state)
     return new_state, metrics_out
 
-  if max_traces is not None:
-    import chex  # pylint: disable=import-outside-toplevel
-    per_device = chex.assert_max_traces(per_device, n=max_traces)
   mapped = jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(AXIS)), out_specs=(P(), P()))
   return jax.jit(mapped, donate_argnums=(0,) if donate else ())
 
