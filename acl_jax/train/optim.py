@@ -76,7 +76,7 @@ def lr_groups(*, lr: float, total_steps: int, warmup_ratio: float = 0.1, strateg
     return {"encoder": Group(sched(lr), None, every)}
   head_lr = lr * head_lr_mult
   if strategy == "2st":
-    s1 = max(1, min(stage1_steps, total_steps - 1))  # objectives.stage1_length already is
+    s1 = max(1, min(stage1_steps, total_steps - 1))  # strategies.stage1_length already is
     stage1 = lambda c: c < s1
     return {"encoder": Group(sched(lr, s1), stage1, lambda c: min(c, s1)),
             "head": Group(sched(head_lr, s1), stage1, lambda c: min(c, s1)),
@@ -119,7 +119,7 @@ def make_optimizer(*, lr: float, total_steps: int, warmup_ratio: float = 0.1,
     clip_norm: global-norm gradient clipping over all gradients (<= 0 disables it).
     strategy: multi-exit strategy. Freezing is done here, in the optimizer (for 2ST the train
       step also zeroes the frozen groups' gradients before clipping, see
-      `objectives.two_stage_freeze`): a frozen group's AdamW is skipped outright
+      `strategies.two_stage_freeze`): a frozen group's AdamW is skipped outright
       (`optax.transforms.conditionally_mask`: zero update, moments and step count left as
       they were), so its bias correction and moments count only its own updates, as a fresh
       optimizer for a stage (DeeBERT) or PyTorch's Adam skipping gradient-less parameters

@@ -16,7 +16,7 @@ import optax
 
 from acl_jax import data as data_lib
 from acl_jax.models import hf
-from acl_jax.train import objectives, optim, step as step_lib
+from acl_jax.train import objectives, optim, step as step_lib, strategies
 from acl_jax.train.state import TrainState
 
 # The top-level fields that count something, and their least value.
@@ -39,7 +39,7 @@ def check_config(cfg) -> None:
       raise ValueError(f"{key} {cfg[key]} must be divisible by the device count "
                        f"{jax.device_count()}: set --config.{key} to a multiple of it.")
   exit_layers = (1, 2) if cfg.model.exits == "all" else (1,)
-  multi = objectives.multi_exit_from_config(cfg.multi_exit, exit_layers, total_steps=2)
+  multi = strategies.multi_exit_from_config(cfg.multi_exit, exit_layers, total_steps=2)
   objectives.build_objective(cfg.loss, num_labels=2, last_exit=exit_layers[-1], multi_exit=multi,
                              sigma=1.0 if cfg.loss.sigma_mode == "sqrt" else None)
   optim.lr_groups(**_lr_args(cfg, total_steps=2, multi=multi))
@@ -133,7 +133,7 @@ def _lr_args(cfg, total_steps: int, multi=None) -> dict:
 class Trainer:
   """Objective -> optimizer -> state -> step, as `make_trainer` assembles them."""
   objective: objectives.Objective
-  multi_exit: objectives.MultiExit | None
+  multi_exit: strategies.MultiExit | None
   tx: optax.GradientTransformation
   lr_groups: dict  # the optimizer's learning rates, for the train log (optim.learning_rates)
   state: TrainState  # the initial state, replicated on the mesh
@@ -157,7 +157,7 @@ def make_trainer(cfg, model, params, mesh, *, num_labels: int, total_steps: int,
     tx: an optax transformation instead of the config's AdamW (tests capture gradients).
     donate: donate the state buffers to the step.
   """
-  multi = objectives.multi_exit_from_config(cfg.multi_exit, model.cfg.exit_layers,
+  multi = strategies.multi_exit_from_config(cfg.multi_exit, model.cfg.exit_layers,
                                             total_steps)
   objective = objectives.build_objective(cfg.loss, num_labels=num_labels,
                                          last_exit=model.cfg.exit_layers[-1],

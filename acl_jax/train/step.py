@@ -70,6 +70,16 @@ def example_ids(batch) -> jax.Array:
   return lax.axis_index(AXIS) * n + jnp.arange(n)
 
 
+def gather_global(*xs):
+  """Each array (None passes through) gathered over the data axis into the global batch.
+
+  A loss computed on the gathered batch is the same on every device; its gradient is still
+  exact after the step's pmean: all_gather's transpose sums every device's cotangent of a
+  device's rows back onto that device (N times its share), and the pmean divides by N.
+  """
+  return tuple(None if x is None else jax.lax.all_gather(x, AXIS, tiled=True) for x in xs)
+
+
 def _forward(model, params, batch, key, train):
   """The model on a batch, one example a row or packed (`models.apply_batch`)."""
   rngs = {"dropout": key} if train else None
