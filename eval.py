@@ -87,7 +87,12 @@ def main(argv):
   del argv
   from acl_jax import host_heap, logs  # pylint: disable=import-outside-toplevel
   logs.setup()
-  host_heap.keep_step_memory()  # before any JAX computation
+  with host_heap.managed():  # before any JAX computation
+    return evaluate_workdirs()
+
+
+def evaluate_workdirs():
+  """What the flags ask for: the early-exit sweep, or one workdir's splits evaluated."""
   from acl_jax import evaluate, provenance  # pylint: disable=import-outside-toplevel
   workdirs = _WORKDIR.value
   if _POLICY.value:

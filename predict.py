@@ -49,7 +49,13 @@ def main(argv):
   del argv
   from acl_jax import host_heap, logs  # pylint: disable=import-outside-toplevel
   logs.setup(stream=sys.stderr)  # stdout may carry the predictions
-  host_heap.keep_step_memory()  # before any JAX computation
+  with host_heap.managed():  # before any JAX computation
+    predict_input()
+
+
+def predict_input():
+  """--input's texts classified and written to --output."""
+  from acl_jax import predict  # pylint: disable=import-outside-toplevel
   threshold = None
   if _POLICY.value:
     threshold = _threshold()

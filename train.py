@@ -67,6 +67,15 @@ def _closest_field(argv):
   return None
 
 
+def train(config, workdir: str, heap, origin: dict | None = None) -> dict:
+  """The training loop, the host heap's free memory handed back (`heap`, an
+  `acl_jax.host_heap.Heap`) each time the loop turns from training to evaluating or saving
+  and back, so that the step's kept temp block and their buffers are never resident at
+  once."""
+  from acl_jax.train import loop  # pylint: disable=import-outside-toplevel
+  return loop.train_and_evaluate(config, workdir, origin, on_phase=lambda _: heap.trim())
+
+
 @cli.user_errors
 def main(argv):
   del argv
@@ -77,13 +86,13 @@ def main(argv):
     return 0
   from acl_jax import host_heap, logs  # pylint: disable=import-outside-toplevel
   logs.setup()
-  host_heap.keep_step_memory()  # before any JAX computation
-  init_distributed()
-  from acl_jax.train import loop  # pylint: disable=import-outside-toplevel
-  origin = {"command": [os.path.basename(sys.executable), *sys.argv],
-            "config": config_flags.get_config_filename(flags.FLAGS["config"])}
-  results = loop.train_and_evaluate(_CONFIG.value, _WORKDIR.value, origin)
-  if loop.is_main():
+  with host_heap.managed() as heap:  # before any JAX computation
+    init_distributed()
+    origin = {"command": [os.path.basename(sys.executable), *sys.argv],
+              "config": config_flags.get_config_filename(flags.FLAGS["config"])}
+    results = train(_CONFIG.value, _WORKDIR.value, heap, origin)
+  from acl_jax import provenance  # pylint: disable=import-outside-toplevel
+  if provenance.is_main():
     for split, res in results.items():
       if isinstance(res, dict) and split != "train":
         print(f"[{split}] " + " ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"

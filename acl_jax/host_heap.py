@@ -1,41 +1,51 @@
-"""Host heap set-up for training on JAX's CPU backend under glibc.
+"""The host heap of a JAX process on its CPU backend under glibc: `managed()`.
 
-XLA:CPU allocates a step's working memory (its temp block: 647 MiB for MiniLM-L6's CE step at
-B32 L64) on every call and frees it after. glibc serves a block that large with a fresh
-`mmap` and unmaps it on free, so every step faults all of it in again: about 175k minor page
-faults and 0.4-0.6 s of system CPU per step on 2 cores (BENCHMARKS.md, "Page faults").
+XLA:CPU allocates a step's working memory (its temp block) on every call and frees it after.
+glibc serves a block that large with a fresh `mmap` and unmaps it on free, so every step
+faults all of it in again and spends system CPU time doing so (BENCHMARKS.md, "Page faults,
+and the temp block reused").
 
-`keep_step_memory` makes the block reusable from one step to the next:
-- glibc serves every allocation from its heap and keeps what is freed there (`mallopt`:
-  M_MMAP_MAX 0, M_TRIM_THRESHOLD at its maximum). Memory the compiler frees is still handed
-  back after each compile (`acl_jax.train.step.release_compiler_memory`).
-- JAX's CPU client runs each computation on the calling thread
-  (`jax_cpu_enable_async_dispatch` off). The temp block then comes from the main heap and is
-  freed before the next step asks for its own. With asynchronous dispatch the next step could
-  allocate its block while the last one was still held, and the heap would keep both.
-  The train loop's host work between steps (packing the next batch: about 0.5 ms) no longer
-  overlaps the step.
-A small allocation between two steps can still split the freed block, and the next step
-then maps a new one (its pages faulted in once, the old block kept as free heap). The train
-loop trims the heap around each evaluation and save, which hands such memory back.
+`managed()` is the one place that tunes the heap for the process. On entry it:
+- makes the block reusable from one step to the next (`keep_step_memory` below): glibc
+  serves every allocation from its heap and keeps what is freed there (`mallopt`:
+  M_MMAP_MAX 0, M_TRIM_THRESHOLD at its maximum), and JAX's CPU client runs each
+  computation on the calling thread (`jax_cpu_enable_async_dispatch` off). The temp block
+  then comes from the main heap and is freed before the next step asks for its own. With
+  asynchronous dispatch the next step could allocate its block while the last one was still
+  held, and the heap would keep both. The host work between steps (packing the next batch)
+  no longer overlaps the step.
+- hands the heap's free memory back to the operating system after every XLA compile
+  (glibc's `malloc_trim`): the compiler's freed memory would otherwise stay resident beside
+  the step's temp block (BENCHMARKS.md, "Where the memory goes").
+It yields a `Heap`, whose `trim()` does the same on demand: train.py calls it where the loop
+turns from training to evaluating or saving and back. A small allocation between two steps
+can still split the freed block, and the next step then maps a new one (its pages faulted in
+once, the old block kept as free heap); and an evaluation's or a save's buffers would
+otherwise be allocated beside the free temp block (BENCHMARKS.md, "Memory in the real job").
 
-train.py, eval.py and predict.py call it first. It must run before JAX starts its backends,
-and it does nothing (returning False) when they have started, off glibc, where JAX would pick
-an accelerator, or with ACL_JAX_KEEP_STEP_MEMORY=0 in the environment. Scripts that use the
-library directly can call it first too.
+The step settings must be applied before JAX starts its backends; they are skipped (and
+`Heap.kept` is False) when the backends have started, off glibc, where JAX would pick an
+accelerator, or with ACL_JAX_KEEP_STEP_MEMORY=0 in the environment. They last for the
+process; the compile trims end with the context. train.py, eval.py and predict.py enter it
+first; a script that uses the library directly can too.
 """
+import contextlib
 import ctypes
+import dataclasses
 import importlib.metadata
 import importlib.util
 import logging
 import os
 import pkgutil
 import sys
+from typing import Callable, Iterator
 
 ENV = "ACL_JAX_KEEP_STEP_MEMORY"
 # glibc's mallopt parameters (malloc.h).
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
 _INT_MAX = 2 ** 31 - 1
+# jax's event after each XLA backend compile (jax._src.dispatch.BACKEND_COMPILE_EVENT).
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +92,7 @@ def keep_step_memory() -> bool:
   from jax._src import xla_bridge  # pylint: disable=import-outside-toplevel
   if xla_bridge.backends_are_initialized():
     log.info("JAX's backends have started, so each step's temp memory stays mapped afresh; "
-             "call acl_jax.host_heap.keep_step_memory() before the first JAX computation.")
+             "enter acl_jax.host_heap.managed() before the first JAX computation.")
     return False
   jax.config.update("jax_cpu_enable_async_dispatch", False)
   if not (libc.mallopt(_M_MMAP_MAX, 0) and libc.mallopt(_M_TRIM_THRESHOLD, _INT_MAX)):
@@ -90,3 +100,42 @@ def keep_step_memory() -> bool:
                        f"{ENV}=0 to run with the C library's defaults.")
   log.info("CPU steps reuse their working memory (acl_jax.host_heap; %s=0 turns it off).", ENV)
   return True
+
+
+@dataclasses.dataclass(frozen=True)
+class Heap:
+  """What `managed()` set up.
+
+  Attributes:
+    kept: whether each CPU step reuses the last one's temp block (`keep_step_memory`).
+    malloc_trim: glibc's `malloc_trim`, or None without glibc.
+  """
+  kept: bool
+  malloc_trim: Callable[[int], int] | None
+
+  def trim(self) -> None:
+    """Hands the heap's free memory back to the operating system now (a no-op without
+    glibc)."""
+    if self.malloc_trim is not None:
+      self.malloc_trim(0)
+
+
+@contextlib.contextmanager
+def managed() -> Iterator[Heap]:
+  """The process's heap tuned for JAX's CPU steps (module docstring), the heap trimmed after
+  every XLA compile while inside. Enter it before any JAX computation."""
+  kept = keep_step_memory()
+  heap = Heap(kept=kept, malloc_trim=getattr(glibc(), "malloc_trim", None))
+  if heap.malloc_trim is None:
+    yield heap
+    return
+  import jax  # pylint: disable=import-outside-toplevel
+
+  def after_compile(event, _duration, **_):
+    if event == COMPILE_EVENT:
+      heap.trim()
+  jax.monitoring.register_event_duration_secs_listener(after_compile)
+  try:
+    yield heap
+  finally:
+    jax.monitoring.unregister_event_duration_listener(after_compile)

@@ -1,7 +1,8 @@
 """What produced a result: the git revision of the checkout acl_jax runs from, the run's
 config as flat dotted fields and its record of changes across resumes (a resume trains the
 same run: `check_same_run`, `record_config`); and the atomic write that puts run records on
-disk. Imports nothing heavy (the sweep runner uses it)."""
+disk, by the process that writes them (`is_main`), and the lock that lets one process at a
+time write a workdir. Imports nothing heavy at import time (the sweep runner uses it)."""
 import contextlib
 import fcntl
 import json
@@ -255,6 +256,13 @@ def checkpoint_steps(workdir: str, kind: str = "ckpt") -> list[int]:
   if not os.path.isdir(path):
     return []
   return sorted(int(d) for d in os.listdir(path) if d.isdigit())
+
+
+def is_main() -> bool:
+  """Whether this process writes the run's records: process 0 of a multi-process job (every
+  process computes; one writes)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  return jax.process_index() == 0
 
 
 def _tmp_name(path: str) -> str:

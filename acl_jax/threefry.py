@@ -22,10 +22,10 @@ def threefry2x32(k0: jax.Array, k1: jax.Array, x0: jax.Array, x1: jax.Array) -> 
   On CPU the primitive lowers to a rolled loop of five steps, each reading and writing the
   whole state (for attention dropout, [batch, heads, q, k]). Above UNROLLED_ABOVE elements
   the rounds are written out instead, so that XLA fuses the hash with the counters it reads
-  and the dropout it feeds into one elementwise pass: a MiniLM-L6 train step at B32 L64 took
-  0.90x the time (BENCHMARKS.md). The written-out form takes longer to compile, which only a
-  large array's run time repays (a tiny model's few steps do not), so smaller arrays keep the
-  loop. Both give the same bits, so the choice changes no mask.
+  and the dropout it feeds into one elementwise pass, which shortens a train step
+  (BENCHMARKS.md, "Where the step's time goes"). The written-out form takes longer to
+  compile, which only a large array's run time repays (a tiny model's few steps do not), so
+  smaller arrays keep the loop. Both give the same bits, so the choice changes no mask.
   """
   if x0.size <= UNROLLED_ABOVE:
     # Adding a zero taken from the counters gives the scalar key words the counters'

@@ -1,6 +1,6 @@
 r"""Step time of ACL-Grad against the ungated CE+ACL sum and CE alone (MiniLM-L6, B32 L64).
 
-  python benchmarks/acl_grad_overhead.py [--reps 5] [--model minilm] [--batch 32] [--seq 64]
+  python -m benchmarks.acl_grad_overhead [--reps 5] [--model minilm] [--batch 32] [--seq 64]
 
 Variants, timed in alternating repetitions in one process:
   ce           CE only (one gradient)
@@ -11,12 +11,8 @@ Variants, timed in alternating repetitions in one process:
 Target: acl_grad <= 1.6x ce. Writes benchmarks/results/acl_grad_overhead.json.
 """
 import json
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks import common, variants  # noqa: E402
+from benchmarks import common, variants
 
 VARIANTS = {
     "ce": {"name": "ce"},

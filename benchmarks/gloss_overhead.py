@@ -1,6 +1,6 @@
 r"""Step time of CE+G-Loss against CE (and CE+SCL) at batch 32, 64 and 128 (MiniLM-L6, L64).
 
-  python benchmarks/gloss_overhead.py [--batches 32,64,128] [--seq 64] [--reps 5]
+  python -m benchmarks.gloss_overhead [--batches 32,64,128] [--seq 64] [--reps 5]
 
 G-Loss builds the batch graph and solves label propagation with jnp.linalg.solve inside the
 step; the paper reports graph construction plus propagation under 2% of epoch time. Target:
@@ -8,12 +8,7 @@ ratio <= 1.05. CE+SCL is timed alongside because the paper also reports a G-Loss
 faster than an SCL one on MR (27.77 s against 33.04 s). Writes
 benchmarks/results/gloss_overhead.json.
 """
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks import common, variants  # noqa: E402
+from benchmarks import common, variants
 
 VARIANTS = {"ce": {"name": "ce"}, "gloss": {"name": "gloss", "lam": 0.8, "sigma": 0.667},
             "scl": {"name": "scl", "lam": 0.9, "tau": 0.3}}

@@ -9,7 +9,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1
 # A second run on the same machine loads its compiled steps instead of compiling them again.
 export JAX_COMPILATION_CACHE_DIR="${JAX_COMPILATION_CACHE_DIR:-/tmp/acl_jax_gpu_cache}"
@@ -24,7 +23,7 @@ if d.platform == "cpu" and os.environ["GPU_SMOKE"] != "1":
            "script here.")
 PYEOF
 if [[ "${GPU_SMOKE:-0}" == "1" ]]; then
-  exec timeout 300 "$PY" benchmarks/gpu_step.py --smoke "$@"
+  exec timeout 300 "$PY" -m benchmarks.gpu_step --smoke "$@"
 fi
 # 420 s of cases at most (a case in flight finishes), inside a hard 470 s stop.
-exec timeout 470 "$PY" benchmarks/gpu_step.py --budget 420 "$@"
+exec timeout 470 "$PY" -m benchmarks.gpu_step --budget 420 "$@"

@@ -1,7 +1,7 @@
 r"""Train-step throughput and model FLOP utilisation on an accelerator (GPU or TPU).
 
   bash benchmarks/gpu.sh                      # the prepared run: under 8 minutes
-  python benchmarks/gpu_step.py --smoke       # tiny shapes on any backend, CPU included
+  python -m benchmarks.gpu_step --smoke       # tiny shapes on any backend, CPU included
 
 Times the jitted data-parallel train step of acl-jax (forward, backward, global-norm clip,
 AdamW, dropout on) for two objectives, CE and ACL-Grad (CE + ACL-Embed, gated, the angle over
@@ -39,14 +39,11 @@ import gc
 import json
 import os
 import platform
-import sys
 import time
 
 import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-  sys.path.insert(0, REPO)
 
 NUM_LABELS = 2
 

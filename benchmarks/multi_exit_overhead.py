@@ -1,6 +1,6 @@
 r"""Step time of the multi-exit strategies, and of gated ACL-CL's backward passes (MiniLM-L6).
 
-  python benchmarks/multi_exit_overhead.py [--reps 5] [--model minilm] [--batch 32] [--seq 64]
+  python -m benchmarks.multi_exit_overhead [--reps 5] [--model minilm] [--batch 32] [--seq 64]
 
 A head on every layer, mean-pooled exits (the RESULTS.md multi-exit setting). Variants, timed in
 alternating repetitions in one process:
@@ -16,12 +16,8 @@ alternating repetitions in one process:
 Writes benchmarks/results/multi_exit_overhead.json.
 """
 import json
-import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks import common, variants  # noqa: E402
+from benchmarks import common, variants
 
 _ACL = {"name": "acl_embed", "lam": 0.5, "tau": 0.3}
 VARIANTS = {

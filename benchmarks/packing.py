@@ -1,6 +1,6 @@
 r"""Packed sequences on real data: real-token share, rows per batch, and the CE step time.
 
-  python benchmarks/packing.py [--steps 10] [--reps 1] [--data_dir ../shared/data]
+  python -m benchmarks.packing [--steps 10] [--reps 1] [--data_dir ../shared/data]
 
 (1) Token shares over epoch 0 of MR and SST-2 train (MiniLM tokenizer, max length 64, batch
     32, seed 0), for the ways a batch can be laid out:
@@ -20,17 +20,13 @@ Writes benchmarks/results/packing.json.
 """
 import argparse
 import os
-import sys
 import time
 
 import numpy as np
 
+from benchmarks import common
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-  sys.path.insert(0, REPO)
-
-from benchmarks import common  # noqa: E402  pylint: disable=wrong-import-position
-
 MAX_LEN, BATCH, SEED = 64, 32, 0
 TASKS = {"mr": "", "sst2": "glue"}
 

@@ -1,6 +1,6 @@
 r"""Where the CE train step spends its time: a jax.profiler trace, summed by kind of op.
 
-  python benchmarks/profile_step.py --seq 64 --steps 3 --top 25
+  python -m benchmarks.profile_step --seq 64 --steps 3 --top 25
 
 Compiles the jitted `shard_map` CE step of `acl_jax.train` (MiniLM-L6, real weights, B32,
 dropout on), traces `--steps` steps with `jax.profiler`, and joins each XLA op of the trace to
@@ -19,13 +19,10 @@ import gzip
 import json
 import os
 import re
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from benchmarks import common  # noqa: E402
+from benchmarks import common
 
 # (kind, test on the op's name in the trace, its HLO op_name and its result type), first match.
 KINDS = (
@@ -76,6 +73,21 @@ def summarize(trace_file: str, names: dict, steps: int, top: int) -> dict:
   return {"kinds_ms": dict(kinds.most_common()), "top_ops_ms": dict(ops.most_common(top))}
 
 
+def minilm_ce_step(batch: int, seq: int):
+  """The jitted CE train step of the packaged MiniLM-L6 (2 labels, AdamW) on one synthetic
+  batch: (step_fn, state, sharded_batch)."""
+  from acl_jax.models import load_pretrained  # pylint: disable=import-outside-toplevel
+  from acl_jax.train import setup as setup_lib, step as step_lib  # pylint: disable=import-outside-toplevel
+  from configs.common import base_config  # pylint: disable=import-outside-toplevel
+  mesh = step_lib.make_mesh()
+  data = step_lib.shard_batch(
+      common.synthetic_batch(common.Shape("minilm", batch, seq), 30522, 0), mesh)
+  model, params, _ = load_pretrained(common.minilm_folder(), 2, with_tokenizer=False)
+  tr = setup_lib.make_trainer(base_config(), model, params, mesh, num_labels=2,
+                              total_steps=1000)
+  return tr.train_step, tr.state, data
+
+
 def main():
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--seq", type=int, default=64)
@@ -87,7 +99,7 @@ def main():
   a = p.parse_args()
   import jax
   info = common.machine_info(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  fn, state, batch = common.minilm_ce_step(a.batch, a.seq)
+  fn, state, batch = minilm_ce_step(a.batch, a.seq)
   names = hlo_op_names(fn.lower(state, batch).compile().as_text())
   state, _ = fn(state, batch)
   jax.block_until_ready(state)

@@ -9,6 +9,6 @@ mkdir -p benchmarks/results
 for b in throughput acl_grad_overhead gloss_overhead multi_exit_overhead; do
   if [ -f "benchmarks/results/$b.json" ] && [ -z "${FORCE:-}" ]; then echo "skip $b (done)"; continue; fi
   echo "=== $b $(date -u +%FT%TZ)"
-  "$PY" "benchmarks/$b.py" 2>&1 | grep -v "it/s\]" | tee "benchmarks/results/$b.log"
+  "$PY" -m "benchmarks.$b" 2>&1 | grep -v "it/s\]" | tee "benchmarks/results/$b.log"
 done
 echo "=== done $(date -u +%FT%TZ)"

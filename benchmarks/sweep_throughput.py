@@ -1,6 +1,6 @@
 r"""How a sweep should use the machine: one run at a time on every core, or one run per core.
 
-  python benchmarks/sweep_throughput.py --steps 40 --rounds 1
+  python -m benchmarks.sweep_throughput --steps 40 --rounds 1
 
 Trains the same short train.py job (real MiniLM-L6, MRPC, CE) in pairs: "one at a time" runs
 the pair back to back, each on all cores (XLA's intra-op threads); "one per core" runs the two
@@ -19,10 +19,9 @@ import sys
 import tempfile
 import time
 
+from benchmarks import common
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-  sys.path.insert(0, REPO)
-from benchmarks import common  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def command(workdir: str, args) -> list[str]:

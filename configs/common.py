@@ -9,6 +9,8 @@ import functools
 
 import ml_collections
 
+from acl_jax.names import check_known
+
 # Method presets: loss-related overrides on top of the base config (SPEC §2 defaults). A
 # preset without `lam` takes its loss family's SPEC lambda from the objective registry
 # (`acl_jax.train.objectives.LOSSES`), written into the config so that config.json states it.
@@ -214,8 +216,7 @@ def _get(config: ml_collections.ConfigDict, path: str):
 def task_config(arg: str | None, default: str, tasks, kind: str):
   """Splits `task[,words]`, checks the task, returns (base config for it, remaining words)."""
   task, _, rest = (arg or default).partition(",")
-  if task not in tasks:
-    raise ValueError(f"Unknown {kind} {task!r}; known: {tuple(tasks)}.")
+  check_known(task, tasks, kind)
   c = base_config()
   c.task.name = task
   return c, rest

@@ -5,9 +5,9 @@ the same batch and dropout key, three separate gradients (CE, SCL, ACL-Embed) an
 angles CE/SCL and CE/ACL over all parameters, plus over the top layer and heads only (what
 ACL-Grad's fast `angle_params="top"` mode sees), so the two gates' agreement can be counted.
 
-  python scripts/grad_conflict.py --task rte --data_dir ../shared/data/glue --steps 100 \
+  python -m scripts.grad_conflict --task rte --data_dir ../shared/data/glue --steps 100 \
       --out runs/grad_conflict/rte
-  python scripts/grad_conflict.py --task mr --data_dir ../shared/data --steps 100 \
+  python -m scripts.grad_conflict --task mr --data_dir ../shared/data --steps 100 \
       --max_length 64 --out runs/grad_conflict/mr
 
 Writes per-step JSONL, `summary.json` (fraction of steps above 90 degrees, quantiles) and
@@ -15,7 +15,7 @@ Writes per-step JSONL, `summary.json` (fraction of steps above 90 degrees, quant
 run's per-step angles also become a row of that record (scripts/records.py), which
 scripts/report.py tabulates:
 
-  python scripts/grad_conflict.py --task rte --data_dir ../shared/data/glue --steps 100 \
+  python -m scripts.grad_conflict --task rte --data_dir ../shared/data/glue --steps 100 \
       --batch_size 16 --out runs/grad_conflict/rte \
       --record results/records/pilot_grad_conflict.jsonl
 """
@@ -28,13 +28,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from acl_jax import data as data_lib  # noqa: E402
-from acl_jax import losses  # noqa: E402
-from acl_jax.models import label_embeddings  # noqa: E402
-from acl_jax.train import setup as setup_lib, step as step_lib  # noqa: E402
-from configs import common  # noqa: E402
+from acl_jax import data as data_lib
+from acl_jax import losses
+from acl_jax.models import label_embeddings
+from acl_jax.train import setup as setup_lib, step as step_lib
+from configs import common
 
 
 def _angle(a, b, mask=None):

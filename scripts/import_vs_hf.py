@@ -2,7 +2,7 @@ r"""Imports benchmarks/vs_hf.py's runs as anchor records: our CE and HF transfor
 PyTorch at the same settings, one row per framework and seed; MR's go to `anchor_mr_hf`,
 GLUE's (with their final weights' dev scores) to `anchor_glue_hf`.
 
-  python scripts/import_vs_hf.py benchmarks/results/vs_hf_intel_xeon.json
+  python -m scripts.import_vs_hf benchmarks/results/vs_hf_intel_xeon.json
 
 The rows keep the benchmark's file, revision and machine; a run already recorded is not
 written again.
@@ -10,10 +10,8 @@ written again.
 import argparse
 import json
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import records  # noqa: E402  pylint: disable=wrong-import-position
+from scripts import records
 
 SWEEP, GLUE_SWEEP = "anchor_mr_hf", "anchor_glue_hf"
 

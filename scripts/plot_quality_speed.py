@@ -3,7 +3,7 @@
 One curve per file (one file per training strategy or workdir). Left panel: metric against the
 measured wall-clock speed-up; right panel: metric against the layer speed-up M / mean layers.
 
-  python scripts/plot_quality_speed.py runs/jt/exits_entropy.json runs/acl/exits_entropy.json \
+  python -m scripts.plot_quality_speed runs/jt/exits_entropy.json runs/acl/exits_entropy.json \
       --labels JT ACL-CL --out quality_speed.png
 """
 import argparse
@@ -11,10 +11,7 @@ import os
 import sys
 from typing import Optional, Sequence
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:  # run as a script from scripts/
-  sys.path.insert(0, REPO)
-from acl_jax.exits import plot  # noqa: E402  pylint: disable=wrong-import-position
+from acl_jax.exits import plot
 
 
 def main(argv: Optional[Sequence[str]] = None) -> str:

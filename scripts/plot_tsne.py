@@ -1,7 +1,7 @@
 r"""t-SNE of dev features for several runs side by side, coloured by class.
 
   python eval.py --workdir runs/sst2_ce --split dev --dump_features     # once per run
-  python scripts/plot_tsne.py runs/sst2_ce runs/sst2_scl runs/sst2_acl \
+  python -m scripts.plot_tsne runs/sst2_ce runs/sst2_scl runs/sst2_acl \
       --labels CE CE+SCL ACL --out runs/tsne_sst2.png
 
 Features are L2-normalised and embedded with t-SNE (one per run, seed 0, at most --max_points
@@ -12,12 +12,10 @@ names its run, task, model and split; the legend names the classes (the run's la
 """
 import argparse
 import os
-import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from acl_jax import provenance  # noqa: E402  (light: no jax)  pylint: disable=wrong-import-position
+from acl_jax import provenance  # light: no jax
 
 # Losses whose label embeddings (the exit's classifier rows) are items of the contrastive loss.
 LABEL_EMBEDDING_LOSSES = ("acl_embed",)

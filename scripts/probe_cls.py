@@ -1,7 +1,7 @@
 r"""How informative is each layer's exit input before fine-tuning? (multi-exit diagnostic)
 
-  python scripts/probe_cls.py --task sst2 --data_dir ../shared/data/glue --split dev
-  python scripts/probe_cls.py --task sst2 --data_dir ../shared/data/glue --pooling mean
+  python -m scripts.probe_cls --task sst2 --data_dir ../shared/data/glue --split dev
+  python -m scripts.probe_cls --task sst2 --data_dir ../shared/data/glue --pooling mean
 
 For the pretrained model, prints per layer the spread of the exit input ([CLS] state, or the
 masked token mean with --pooling mean) across examples (mean over dimensions of the
@@ -9,12 +9,8 @@ per-dimension std), its mean norm, and the accuracy of a logistic-regression pro
 on a seeded 70% of the split and tested on the rest.
 """
 import argparse
-import os
-import sys
 
 import numpy as np
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def main():

@@ -27,12 +27,10 @@ Metrics are fractions (0.8123), as train.py writes them. Imports nothing heavy.
 import fcntl
 import json
 import os
-import sys
+
+from acl_jax import provenance  # light: no jax
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if REPO not in sys.path:  # run as a script from scripts/ (report.py, sweep.py)
-  sys.path.insert(0, REPO)
-from acl_jax import provenance  # noqa: E402  (light: no jax)  pylint: disable=wrong-import-position
 
 # ACL_JAX_RECORDS points a sweep running from another checkout (a worktree pinned to a
 # commit) at the records of the tree they are committed from.

@@ -8,7 +8,7 @@ scripts/report.py reads the same decisions (`decisions`) to state them. Imports 
 """
 import dataclasses
 
-import sweeps as P
+from scripts import sweeps as P
 
 @dataclasses.dataclass(frozen=True)
 class Run:

@@ -1,20 +1,19 @@
 r"""Resumable sweeps over methods, config fields and seeds; each finished run becomes a row of
 the sweep's record (results/records/<sweep>.jsonl, scripts/records.py).
 
-The sweeps behind RESULTS.md are named in scripts/sweeps.py:
+The protocol behind RESULTS.md is fixed in scripts/sweeps.py, its stages run by --stage:
 
-  python scripts/sweep.py --status                 # every sweep: done, remaining, compute
-  python scripts/sweep.py --status glue            # and the runs glue still has to train
-  nohup python scripts/sweep.py --sweep glue > runs/glue.log 2>&1 &
+  python -m scripts.sweep --status --runs        # every stage: done, left, machine-hours
+  nohup nice -n 19 python -m scripts.sweep --stage 1 --workers 2 > runs/stage1.log 2>&1 &
 
 Ad hoc, a grid on the command line (the record is optional):
 
-  python scripts/sweep.py --root runs/sweeps/sst2 --config configs/glue.py:sst2 \
+  python -m scripts.sweep --root runs/sweeps/sst2 --config configs/glue.py:sst2 \
       --methods ce,scl,acl_embed,acl --seeds 0,1,2 \
       --set task.data_dir=../shared/data/glue --set task.max_train_examples=2000 \
       --grid loss.lam=0.1,0.5,0.9 --record results/records/sst2_lam.jsonl
 
-Every run gets its own workdir under the root (`runs/sweeps/<sweep>` for a named sweep),
+Every run gets its own workdir under the root (`runs/sweeps/<record>` for a stage's runs),
 named from its settings (`task=mr,method=acl,loss.lam=0.5,seed=1`), and is one `train.py`
 process, so re-running the same command skips finished runs and resumes half-finished ones
 from their checkpoints. A run is done once its row is in the record, or once train.py has
@@ -64,13 +63,10 @@ import time
 
 import numpy as np
 
+from acl_jax import provenance  # light: no jax
+from scripts import records, stages, sweeps as sweep_specs
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from acl_jax import provenance  # noqa: E402  (light: no jax)  pylint: disable=wrong-import-position
-import records  # noqa: E402  pylint: disable=wrong-import-position
-import stages  # noqa: E402  pylint: disable=wrong-import-position
-import sweeps as sweep_specs  # noqa: E402  pylint: disable=wrong-import-position
 
 run_name = records.run_name
 # The machine the cost model is stated in: hours of this many cores.

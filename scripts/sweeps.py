@@ -1,7 +1,7 @@
 r"""The protocol behind RESULTS.md's verdicts, fixed before the runs it judges.
 
-  python scripts/sweep.py --status                      # every stage: done, left, machine-hours
-  nohup nice -n 19 python scripts/sweep.py --stage 1 > runs/stage1.log 2>&1 &
+  python -m scripts.sweep --status                      # every stage: done, left, machine-hours
+  nohup nice -n 19 python -m scripts.sweep --stage 1 > runs/stage1.log 2>&1 &
 
 Everything a verdict depends on is stated here, as data, and RESULTS.md's protocol section
 says the same in words (tests/test_records.py checks that the two agree where they can). A

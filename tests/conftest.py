@@ -7,9 +7,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # The suite's models are tiny, so it spends most of its time in XLA:CPU's compiler, and most
-# of that in LLVM. At optimisation level 0 with LLVM's expensive passes off, a tiny gated
-# train step compiled in 4.7 s, against 6.6 s at level 1 and 11 s at the default level 2 (on
-# an Intel Xeon), and the slower code costs little at these sizes. The generated
+# of that in LLVM. At optimisation level 0 with LLVM's expensive passes off it compiles much
+# faster (BENCHMARKS.md, "The test suite's duration"), and the slower code costs little at
+# these sizes. The generated
 # code rounds a few elementwise ops differently (seen: 1 ulp on a step's loss), which the
 # tests' tolerances allow: they follow from float32 arithmetic, and the suite passes under
 # XLA:CPU's alternative kernels too. ACL_JAX_TEST_FAST_COMPILE=0 compiles as training runs

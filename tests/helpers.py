@@ -1,4 +1,6 @@
 """Test utilities shared by the training tests."""
+import collections
+import contextlib
 import os
 import subprocess
 import sys
@@ -10,7 +12,6 @@ SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
 
 def tiny_config(model_dir, arg="runlocal", **overrides):
   """The quickstart runlocal config on a tiny model, with dotted-key overrides."""
-  sys.path.insert(0, REPO)
   from configs import quickstart  # pylint: disable=import-outside-toplevel
   c = quickstart.get_config(arg)
   c.model.name = model_dir
@@ -22,6 +23,30 @@ def tiny_config(model_dir, arg="runlocal", **overrides):
       node = node[p]
     node[leaf] = v
   return c
+
+
+# jax's event after tracing a jitted function (jax._src.dispatch.JAXPR_TRACE_EVENT).
+TRACE_EVENT = "/jax/core/compile/jaxpr_trace_duration"
+
+
+@contextlib.contextmanager
+def count_traces():
+  """A Counter of the jit traces inside the block, by the traced function's name.
+
+  Counts top-level traces only (jax records none for a jit traced inside another), from
+  jax's trace event, so library code carries no counters of its own.
+  """
+  import jax  # pylint: disable=import-outside-toplevel
+  counts = collections.Counter()
+
+  def listener(event, _duration, fun_name="?", **_):
+    if event == TRACE_EVENT:
+      counts[fun_name] += 1
+  jax.monitoring.register_event_duration_secs_listener(listener)
+  try:
+    yield counts
+  finally:
+    jax.monitoring.unregister_event_duration_listener(listener)
 
 
 def env(**extra):

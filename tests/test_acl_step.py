@@ -73,12 +73,13 @@ def test_gated_step_traces_once(setup):
   mesh = step_lib.make_mesh(jax.devices()[:1])
   c = acl_utils.config("acl", gate=True)
   c.optim.lr = 1e-3
-  tr = setup_lib.make_trainer(c, model, params, mesh, num_labels=3, total_steps=10,
-                              max_traces=1)
+  tr = setup_lib.make_trainer(c, model, params, mesh, num_labels=3, total_steps=10)
   state, fn = tr.state, tr.train_step
-  for b in batches * 2:
-    state, m = fn(state, step_lib.shard_batch(b, mesh))
+  with helpers.count_traces() as traces:
+    for b in batches * 2:
+      state, m = fn(state, step_lib.shard_batch(b, mesh))
   assert int(state.step) == 4 and np.isfinite(float(m["loss"]))
+  assert traces[fn.__name__] == 1, traces  # compiled once, for all four steps
 
 
 def test_gate_is_global_on_two_devices(tmp_path):
@@ -133,7 +134,7 @@ def test_combine_override_switches_the_lambda_form():
   c.lam = 2.0  # no [0, 1] bound in the additive form
   assert objectives.build_objective(c, num_labels=3, last_exit=3).aux_weight == 2.0
   c.combine = "sum"
-  with pytest.raises(ValueError, match="'convex' or 'additive'"):
+  with pytest.raises(ValueError, match=r"Unknown loss.combine 'sum'; known: \['convex', 'additive'\]"):
     objectives.build_objective(c, num_labels=3, last_exit=3)
   ce = common.base_config().loss
   ce.combine = "additive"

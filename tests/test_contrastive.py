@@ -191,7 +191,7 @@ def test_bad_tau_raises(tau):
 
 def test_bad_anchors_raises():
   feats, labels, label_emb = _batch(0, 4, 3, 2)
-  with pytest.raises(ValueError, match=r"anchors must be one of \('all', 'samples'\)"):
+  with pytest.raises(ValueError, match=r"Unknown anchors 'labels'; known: \['all', 'samples'\]"):
     acl_embed_loss(feats, labels, label_emb, TAU, anchors="labels")
 
 
@@ -200,5 +200,5 @@ def test_registry():
   assert set(LOSSES) >= {"ce", "scl", "acl_embed", "gloss", "triplet", "cosine"}
   assert (get_loss("scl").lam, get_loss("scl").combine) == (0.9, "convex")  # SPEC §2.2
   assert (get_loss("acl_embed").lam, get_loss("acl_embed").combine) == (0.5, "additive")
-  with pytest.raises(ValueError, match="known losses: .*acl_embed"):
+  with pytest.raises(ValueError, match="Unknown loss.name 'supcon'; known: .*acl_embed"):
     get_loss("supcon")

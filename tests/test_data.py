@@ -197,7 +197,7 @@ def test_textgcn_layout_errors(tmp_path):
   assert os.path.join("mr", "corpus", "mr.txt.gz") in str(e.value)
   with pytest.raises(ValueError, match="data_dir"):
     data.load_task("r8")
-  with pytest.raises(ValueError, match="'raw' or 'clean'"):
+  with pytest.raises(ValueError, match=r"Unknown text 'tokens'; known: \['raw', 'clean'\]"):
     data.load_task("mr", DATA, text="tokens")
 
 

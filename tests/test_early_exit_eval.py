@@ -76,5 +76,5 @@ def test_evaluate_latest_checkpoint(jt_workdir):
   best = evaluate.evaluate_workdir(jt_workdir, ["dev"])
   assert best["checkpoint_step"] == res["checkpoint_step"] == res["train"]["best_step"]
   assert best["dev"]["accuracy"] == pytest.approx(res["dev"]["accuracy"])
-  with pytest.raises(ValueError, match="'best' or 'latest'"):
+  with pytest.raises(ValueError, match=r"Unknown checkpoint 'last'; known: \['best', 'latest'\]"):
     evaluate.evaluate_workdir(jt_workdir, ["dev"], checkpoint="last")

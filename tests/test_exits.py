@@ -9,8 +9,8 @@ import pytest
 from acl_jax.exits import POLICIES, early_exit_predict, select_exit, sweep, write_table
 from acl_jax.exits import fast
 from acl_jax.models import Classifier, EncoderConfig, init_params
-from tests import numerics
-from tests.helpers import REPO, run_py
+from tests import helpers, numerics
+from tests.helpers import run_py
 
 CFG = EncoderConfig(vocab_size=100, hidden_size=32, num_layers=4, num_heads=4,
                     intermediate_size=64, num_labels=3, exits="all")
@@ -214,51 +214,57 @@ def test_fast_path_equals_select_exit(model, batch, pooling):
 
 
 def test_fast_path_bounded_shapes_and_custom_buckets(model):
+  """The layer blocks compile once per (policy, bucket, pool, seq_len), so a sweep compiles a
+  bounded number of shapes and a second pass over the same inputs compiles none."""
   params, forward = model
-  fast.TRACES.clear()
   batch, seqs = 32, (SEQ, 8)
   runs = (("entropy", 0.3), ("entropy", 0.6), ("confidence", 0.8), ("patience", 1),
           ("patience", 2))
-  for seq in seqs:
-    for seed in range(3):
-      ids, mask, tt = make_inputs(batch, 100 + seed, seq)
-      # a second seq_len only for entropy: each new shape costs a compile
-      for policy, t in runs if seq == SEQ else runs[:2]:
-        early_exit_predict(CFG, params, ids, mask, tt, policy, t)
+
+  def sweep_inputs(seeds):
+    for seq in seqs:
+      for seed in seeds:
+        ids, mask, tt = make_inputs(batch, 100 + seed, seq)
+        # a second seq_len only for entropy: each new shape costs a compile
+        for policy, t in runs if seq == SEQ else runs[:2]:
+          early_exit_predict(CFG, params, ids, mask, tt, policy, t)
+  with helpers.count_traces() as traces:
+    sweep_inputs(range(3))
   buckets = fast.default_buckets(batch)
   assert buckets == (1, 2, 4, 8, 16, 24, 32)
   assert fast.default_buckets(7) == (1, 2, 4, 7) and fast.default_buckets(1) == (1,)
   assert fast.default_buckets(128) == (1, 2, 4, 8, 16) + tuple(range(32, 129, 16))
-  assert all(v == 1 for v in fast.TRACES.values()), "a shape was traced twice"
-  for policy in POLICIES:
-    blocks = {k for k in fast.TRACES if k[:2] == ("block", policy)}
-    assert len(blocks) <= len(buckets) * len(seqs)
-    assert {k[2] for k in blocks} <= set(buckets) and {k[3] for k in blocks} <= {batch}
+  # entropy ran at both lengths, confidence and patience at one; one pool size (the batch)
+  assert traces["block"] <= len(buckets) * (len(seqs) + 2), traces
+  with helpers.count_traces() as again:
+    sweep_inputs(range(1))
+  assert not again, f"traced again: {again}"
 
   # custom buckets: same answers, only those sizes compiled; the largest is the block, the
   # most rows one layer call takes, and may be smaller than the pool
-  fast.TRACES.clear()
   ids, mask, tt = make_inputs(20, 7)
   logits = np.asarray(forward(params, ids, mask, tt))
-  for buckets in ((24, 6), (4, 8)):
-    for t in safe_thresholds(logits, "entropy", n=3)[:3]:
-      ref = jax.device_get(select_exit(logits, "entropy", t))
-      stats = {}
-      got = early_exit_predict(CFG, params, ids, mask, tt, "entropy", t, buckets=buckets,
-                               stats=stats)
-      np.testing.assert_array_equal(got[0], ref[0])
-      np.testing.assert_array_equal(got[1], ref[1])
-      # stats: rows run per layer, against what the real examples needed
-      assert stats["example_layers"] == int(ref[0].sum())
-      want, live, block = 0, 20, max(buckets)
-      for m in range(1, 5):  # full blocks of the live rows, then the smallest bucket >= the rest
-        want += live // block * block + (min(b for b in buckets if b >= live % block)
-                                         if live % block else 0)
-        live = int((ref[0] > m).sum())
-        if live == 0:
-          break
-      assert stats["row_layers"] == want
-  assert {k[2] for k in fast.TRACES if k[0] == "block"} <= {4, 6, 8, 24}
+  with helpers.count_traces() as traces:
+    for buckets in ((24, 6), (4, 8)):
+      for t in safe_thresholds(logits, "entropy", n=3)[:3]:
+        ref = jax.device_get(select_exit(logits, "entropy", t))
+        stats = {}
+        got = early_exit_predict(CFG, params, ids, mask, tt, "entropy", t, buckets=buckets,
+                                 stats=stats)
+        np.testing.assert_array_equal(got[0], ref[0])
+        np.testing.assert_array_equal(got[1], ref[1])
+        # stats: rows run per layer, against what the real examples needed
+        assert stats["example_layers"] == int(ref[0].sum())
+        # full blocks of the live rows, then the smallest bucket >= the rest
+        want, live, block = 0, 20, max(buckets)
+        for m in range(1, 5):
+          want += live // block * block + (min(b for b in buckets if b >= live % block)
+                                           if live % block else 0)
+          live = int((ref[0] > m).sum())
+          if live == 0:
+            break
+        assert stats["row_layers"] == want
+  assert traces["block"] <= len({4, 6, 8, 24}), traces  # entropy, one pool, one seq_len
 
 
 def test_pooled_batches_equal_each_batch_alone(model):
@@ -357,7 +363,7 @@ def test_plot_script_writes_png(tmp_path):
     path.write_text(json.dumps({"label": name, "rows": rows} if i == 0 else rows))
     paths.append(str(path))
   out = tmp_path / "plots" / "qs.png"
-  proc = run_py([os.path.join(REPO, "scripts", "plot_quality_speed.py"), *paths,
+  proc = run_py(["-m", "scripts.plot_quality_speed", *paths,
                  "--labels", "JT", "ACL-CL", "--out", str(out)], timeout=120)
   assert proc.returncode == 0, proc.stderr
   assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

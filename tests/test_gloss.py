@@ -207,7 +207,7 @@ def test_gloss_traces_once_across_keys():
     ({"gamma_keep": 1.0}, r"gamma_keep .* must lie in \(0, 1\)"),
     ({"gamma_keep": 0.04}, "keeps 0 labelled and 10 hidden"),
     ({"gamma_keep": 0.96}, "keeps 10 labelled and 0 hidden"),
-    ({"form": "torch"}, r"form must be one of \('clean', 'official'\)"),
+    ({"form": "torch"}, r"Unknown G-Loss form 'torch'; known: \['clean', 'official'\]"),
     ({"num_classes": 0}, "num_classes must be >= 1"),
 ])
 def test_gloss_bad_arguments_raise(kwargs, match):

@@ -8,8 +8,9 @@ restructuring of `acl_jax/train` must leave them unchanged:
 - on the machine that wrote the record, with ACL_JAX_GOLDEN_EXACT=1, the final params are
   bit-identical (sha256). The hash is not portable: another CPU's kernels round differently.
 
-Slow (about 5 minutes here): `pytest --runslow tests/test_golden_runs.py`. To record anew
-(only where a change of behaviour is intended, and say why in the commit):
+Slow (BENCHMARKS.md, "The test suite's duration"): `pytest --runslow
+tests/test_golden_runs.py`. To record anew (only where a change of behaviour is intended, and
+say why in the commit):
   python -m tests.workers golden_runs MODEL_DIR ROOT tests/golden/trainer_runs.json
 with MODEL_DIR made by `tests.conftest.make_tiny_model_dir`.
 """

@@ -1,6 +1,8 @@
-"""acl_jax.host_heap: a CPU step reuses its temp block instead of faulting it in afresh."""
+"""acl_jax.host_heap: a CPU step reuses its temp block instead of faulting it in afresh, and
+the heap is trimmed after compiles."""
 import json
 
+import numpy as np
 import pytest
 
 from acl_jax import host_heap
@@ -12,19 +14,19 @@ from tests import helpers
 _PROBE = r"""
 import json, os, resource, sys
 from acl_jax import host_heap
-kept = host_heap.keep_step_memory()
-import jax, jax.numpy as jnp
-f = jax.jit(lambda x: (jnp.cumsum(jnp.sin(x), axis=0) * jnp.cos(x)[::-1]).sum())
-x = jnp.ones((3072, 3072), jnp.float32)
-temp = f.lower(x).compile().memory_analysis().temp_size_in_bytes
-for _ in range(2):
-  f(x).block_until_ready()
-faults = []
-for _ in range(5):
-  before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-  f(x).block_until_ready()
-  faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-print(json.dumps({"kept": kept, "temp_pages": temp // os.sysconf("SC_PAGE_SIZE"),
+with host_heap.managed() as heap:
+  import jax, jax.numpy as jnp
+  f = jax.jit(lambda x: (jnp.cumsum(jnp.sin(x), axis=0) * jnp.cos(x)[::-1]).sum())
+  x = jnp.ones((3072, 3072), jnp.float32)
+  temp = f.lower(x).compile().memory_analysis().temp_size_in_bytes
+  for _ in range(2):
+    f(x).block_until_ready()
+  faults = []
+  for _ in range(5):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    f(x).block_until_ready()
+    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(json.dumps({"kept": heap.kept, "temp_pages": temp // os.sysconf("SC_PAGE_SIZE"),
                   "faults": faults}))
 """
 
@@ -62,8 +64,8 @@ def test_a_warm_step_does_not_fault_its_temp_block_in_again():
 
 
 def test_nothing_changes_once_the_backends_have_started(monkeypatch):
-  """Called after JAX's first computation, it applies nothing: the dispatch mode is fixed
-  by then, and the heap settings alone would not make the block reusable."""
+  """Entered after JAX's first computation, it applies no step setting: the dispatch mode
+  is fixed by then, and the heap settings alone would not make the block reusable."""
   import jax
   jax.devices()
   calls = []
@@ -72,9 +74,35 @@ def test_nothing_changes_once_the_backends_have_started(monkeypatch):
     def mallopt(self, *args):
       calls.append(args)
       return 1
+
+    def malloc_trim(self, pad):
+      return 0
   monkeypatch.setattr(host_heap, "glibc", FakeLibc)
   monkeypatch.setattr(host_heap, "accelerator_expected", lambda: False)
-  assert host_heap.keep_step_memory() is False
+  with host_heap.managed() as heap:
+    assert heap.kept is False
+  assert not calls
+
+
+def test_every_compile_inside_hands_the_compilers_freed_memory_back(monkeypatch):
+  """Inside `managed()` the heap is trimmed after each XLA compile, and after it no more.
+  The listener keys on jax's compile event by name, so a renamed event, which would keep
+  the memory silently, fails here."""
+  import jax
+  import jax.numpy as jnp
+  if host_heap.glibc() is None:
+    pytest.skip("no glibc malloc_trim in this C library")
+  calls = []
+  monkeypatch.setattr(host_heap.Heap, "trim", lambda self: calls.append(self))
+
+  def compile_new():  # a program no cache holds
+    token = float(np.random.default_rng().integers(1 << 20))
+    jax.jit(lambda x: jnp.sin(x) * token)(jnp.ones(3)).block_until_ready()
+  with host_heap.managed() as heap:
+    compile_new()
+  assert calls and all(c is heap for c in calls)
+  calls.clear()
+  compile_new()
   assert not calls
 
 

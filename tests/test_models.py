@@ -128,7 +128,7 @@ def test_mean_pooled_exits(tmp_path):
   ids2 = np.where(mask > 0, ids, 7)  # different ids under the padding
   logits2, _ = m_mean.apply({"params": p}, ids2, mask, types)
   np.testing.assert_allclose(logits2, logits, atol=1e-6)
-  with pytest.raises(ValueError, match="exit_pooling must be one of"):
+  with pytest.raises(ValueError, match="Unknown exit_pooling 'max'; known"):
     acl_jax.load_pretrained(folder, 2, exit_pooling="max", with_tokenizer=False)
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from acl_jax import losses
 from acl_jax.models import label_embeddings
-from acl_jax.train import objectives, optim, setup as setup_lib, step as step_lib
+from acl_jax.train import objectives, optim, setup as setup_lib, step as step_lib, strategies
 from configs import common
 from tests import numerics
 from tests.acl_utils import capture_grads, tiny_setup
@@ -132,7 +132,7 @@ def test_kd_and_train_acc_skip_padding_examples(setup):
   real examples, like CE."""
   model, params, (batch,) = setup
   c = _cfg("kd")
-  multi = objectives.multi_exit_from_config(c.multi_exit, 3, TOTAL)
+  multi = strategies.multi_exit_from_config(c.multi_exit, (1, 2, 3), TOTAL)
   obj = objectives.build_objective(c.loss, num_labels=3, last_exit=3, multi_exit=multi)
 
   def terms(b):
@@ -188,23 +188,26 @@ def test_gloss_objective_ignores_padding_rows(setup):
 def test_multi_exit_bad_config():
   c = _cfg("pabee")
   with pytest.raises(ValueError, match="Unknown multi_exit.strategy 'pabee'"):
-    objectives.multi_exit_from_config(c.multi_exit, 3, 10)
+    strategies.multi_exit_from_config(c.multi_exit, (1, 2, 3), 10)
   with pytest.raises(ValueError, match="model.exits='all'"):
-    objectives.multi_exit_from_config(_cfg("jt").multi_exit, 1, 10)
+    strategies.multi_exit_from_config(_cfg("jt").multi_exit, (1,), 10)
   with pytest.raises(ValueError, match="weights"):
-    objectives.multi_exit_from_config(_cfg("jt", weights="square").multi_exit, 3, 10)
+    strategies.multi_exit_from_config(_cfg("jt", weights="square").multi_exit, (1, 2, 3), 10)
   with pytest.raises(ValueError, match="gate_ce"):
-    objectives.multi_exit_from_config(_cfg("acl_cl", gate_ce="first").multi_exit, 3, 10)
+    strategies.multi_exit_from_config(_cfg("acl_cl", gate_ce="first").multi_exit, (1, 2, 3),
+                                      10)
   c = _cfg("jt")
   c.loss.update(common.METHODS["scl"])
   with pytest.raises(ValueError, match="only ACL-CL"):
-    objectives.build_objective(c.loss, num_labels=3, last_exit=3,
-                               multi_exit=objectives.multi_exit_from_config(c.multi_exit, 3, 10))
+    objectives.build_objective(
+        c.loss, num_labels=3, last_exit=3,
+        multi_exit=strategies.multi_exit_from_config(c.multi_exit, (1, 2, 3), 10))
   c = _cfg("acl_cl")
   c.loss.combine = "convex"  # the final exit's ACL term is additive in multi-exit training
   with pytest.raises(ValueError, match="leave loss.combine"):
-    objectives.build_objective(c.loss, num_labels=3, last_exit=3,
-                               multi_exit=objectives.multi_exit_from_config(c.multi_exit, 3, 10))
+    objectives.build_objective(
+        c.loss, num_labels=3, last_exit=3,
+        multi_exit=strategies.multi_exit_from_config(c.multi_exit, (1, 2, 3), 10))
 
 
 def test_presets_set_all_exits():
@@ -220,7 +223,7 @@ def test_head_lr_mult_scales_head_updates_only():
   grads = jax.tree.map(jnp.ones_like, params)
   for strategy in ("", "jt"):
     tx = optim.make_optimizer(lr=1e-3, total_steps=10, warmup_ratio=0.0, clip_norm=0.0,
-                              head_lr_mult=10.0, strategy=strategy)
+                              head_lr_mult=10.0, strategy=strategy, exit_layers=(1, 2))
     up, _ = tx.update(grads, tx.init(params), params)
     enc = float(up["encoder"]["b"]["bias"][0])
     assert enc == pytest.approx(-1e-3, rel=1e-3)
@@ -244,7 +247,7 @@ def test_frozen_group_keeps_its_adam_state(strategy):
   grads = [jax.tree.map(lambda x: jnp.asarray(rng.normal(size=x.shape), jnp.float32), params)
            for _ in range(total)]
   kw = dict(lr=1e-2, total_steps=total, warmup_ratio=0.2, clip_norm=0.0, weight_decay=0.0)
-  tx = optim.make_optimizer(strategy=strategy, stage1_steps=s1, **kw)
+  tx = optim.make_optimizer(strategy=strategy, stage1_steps=s1, exit_layers=(1, 2), **kw)
   state = tx.init(params)
   ups = []
   for g in grads:

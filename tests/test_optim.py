@@ -19,7 +19,7 @@ def test_logged_learning_rates_are_the_applied_ones(strategy, head_lr_mult):
             head_lr_mult=head_lr_mult)
   params = {"encoder": {"kernel": jnp.zeros(2)}, "exit_1": {"kernel": jnp.zeros(2)},
             "exit_2": {"kernel": jnp.zeros(2)}}
-  tx = optim.make_optimizer(weight_decay=0.0, clip_norm=0.0, **kw)
+  tx = optim.make_optimizer(weight_decay=0.0, clip_norm=0.0, exit_layers=(1, 2), **kw)
   groups = optim.lr_groups(**kw)
   state = tx.init(params)
   ones = jax.tree.map(jnp.ones_like, params)

@@ -20,7 +20,7 @@ S1 = P.STAGE_SWEEP[1]
 
 def test_committed_reports_are_what_the_committed_records_give():
   """Every table block of RESULTS.md, and results/PILOTS.md, equal scripts/report.py's output
-  on results/records/ (run `python scripts/report.py` after a sweep adds rows)."""
+  on results/records/ (run `python -m scripts.report` after a sweep adds rows)."""
   text = open(RESULTS).read()
   assert {b[1] for b in report.BLOCK.findall(text)} == set(report.TABLES), (
       "a table is missing from RESULTS.md")

@@ -88,37 +88,22 @@ def test_the_donating_step_writes_the_replicated_state_in_place(source):
   assert pointers(state) == before
 
 
-def test_every_compile_hands_the_compilers_freed_memory_back(monkeypatch):
-  """A train step registers `release_compiler_memory`, whose listener trims the heap after
-  each XLA compile. It keys on jax's compile event by name, so a renamed event, which would
-  keep the memory silently, fails here."""
-  import jax
-  import jax.numpy as jnp
-  from acl_jax.train import step as step_lib
-  if step_lib._TRIM is None:
-    pytest.skip("no glibc malloc_trim in this C library")
-  calls = []
-  step_lib.release_compiler_memory()
-  monkeypatch.setattr(step_lib, "_TRIM", lambda pad: calls.append(pad))
-  x = jnp.ones(3)
-  token = float(np.random.default_rng().integers(1 << 20))  # a program no cache holds
-  jax.jit(lambda x: jnp.sin(x) * token)(x).block_until_ready()
-  assert calls and set(calls) == {0}
-
-
-def test_each_evaluation_is_bracketed_by_heap_trims(tiny_model_dir, tmp_path, monkeypatch):
-  """The loop hands the heap's free memory back before an evaluation (the train step's
-  temp block, which acl_jax.host_heap keeps) and after it and its saves, so their buffers
-  and the next step's block are never resident at once."""
-  from acl_jax.train import loop, scoring, step as step_lib
+def test_train_py_trims_the_heap_around_each_evaluation(tiny_model_dir, tmp_path, monkeypatch):
+  """train.py hands the heap's free memory back before an evaluation (the train step's temp
+  block, which acl_jax.host_heap keeps) and after it and its saves, so their buffers and the
+  next step's block are never resident at once: the loop's `on_phase` hook, wired by
+  train.py to `Heap.trim`."""
+  import train
+  from acl_jax import host_heap
+  from acl_jax.train import scoring
   events, evaluate = [], scoring.evaluate
 
   def recorded(*a, **kw):
     events.append("eval")
     return evaluate(*a, **kw)
-  monkeypatch.setattr(step_lib, "trim_heap", lambda: events.append("trim"))
   monkeypatch.setattr(scoring, "evaluate", recorded)
-  loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir), str(tmp_path / "run"))
+  heap = host_heap.Heap(kept=False, malloc_trim=lambda pad: events.append("trim"))
+  train.train(helpers.tiny_config(tiny_model_dir), str(tmp_path / "run"), heap)
   first = events.index("eval")
   assert events[first - 1:first + 2] == ["trim", "eval", "trim"], events
 
@@ -308,7 +293,7 @@ def test_unknown_task_model_loss(tiny_model_dir, tmp_path):
                             str(tmp_path / "a"))
   with pytest.raises(OSError, match="offline"):
     loop.train_and_evaluate(helpers.tiny_config("no-such-org/no-such-model"), str(tmp_path / "b"))
-  with pytest.raises(ValueError, match="known losses"):
+  with pytest.raises(ValueError, match="Unknown loss.name 'focal'; known"):
     loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir, **{"loss.name": "focal"}),
                             str(tmp_path / "c"))
 

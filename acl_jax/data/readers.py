@@ -16,6 +16,8 @@ import os
 import sys
 from typing import Optional, Union
 
+from acl_jax.names import check_known
+
 Columns = dict[str, list]
 
 # Some corpora (20NG, Ohsumed) hold very long documents on one line.
@@ -106,8 +108,7 @@ def textgcn_paths(data_dir: str, dir_name: str, text: str) -> tuple[str, str]:
   Returns:
     (meta path, corpus path).
   """
-  if text not in ("raw", "clean"):
-    raise ValueError(f"text must be 'raw' or 'clean', got {text!r}.")
+  check_known(text, ("raw", "clean"), "text")
   suffix = ".txt.gz" if text == "raw" else ".clean.txt.gz"
   meta = os.path.join(data_dir, dir_name, dir_name + ".txt")
   corpus = os.path.join(data_dir, dir_name, "corpus", dir_name + suffix)
@@ -230,13 +231,12 @@ def _jsonl_records(f, path: str):
 def iter_records(lines, fmt: str, path: str):
   """The records of a CSV, TSV or JSONL text, one dict per row (CSV quoted as usual, TSV
   unquoted like the GLUE files), from an open file or any iterable of its lines."""
+  check_known(fmt, GENERIC_FORMATS, "file format")
   if fmt == "jsonl":
     return _jsonl_records(lines, path)
   if fmt == "csv":
     return csv.DictReader(lines)
-  if fmt == "tsv":
-    return csv.DictReader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)
-  raise ValueError(f"Unknown file format {fmt!r}; known: {list(GENERIC_FORMATS)}.")
+  return csv.DictReader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)
 
 
 def sniff_format(first_line: str) -> str:
@@ -277,8 +277,7 @@ def read_generic(path: str, fmt: str, text_column: str, text_pair_column: Option
   Returns:
     Raw columns.
   """
-  if fmt not in GENERIC_FORMATS:
-    raise ValueError(f"Unknown file format {fmt!r}; known: {list(GENERIC_FORMATS)}.")
+  check_known(fmt, GENERIC_FORMATS, "file format")
   if not os.path.isfile(path):
     raise FileNotFoundError(f"Missing {fmt} file {path}.")
   wanted = {"text": text_column, "label": label_column}

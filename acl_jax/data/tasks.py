@@ -13,6 +13,7 @@ from typing import Any, Callable, NamedTuple, Optional
 import datasets
 import numpy as np
 
+from acl_jax.names import check_known, env_true
 from acl_jax.data import readers
 
 log = logging.getLogger(__name__)
@@ -20,7 +21,6 @@ log = logging.getLogger(__name__)
 GLUE_HUB_PATH = "nyu-mll/glue"
 # Metric names understood by acl_jax.metrics; `main_metric` overrides must be one of them.
 METRIC_NAMES = ("accuracy", "f1", "macro_f1", "mcc")
-_TRUE = ("1", "ON", "YES", "TRUE")
 
 
 class RawTask(NamedTuple):
@@ -156,8 +156,8 @@ def _sorted_labels(values) -> tuple[str, ...]:
 
 
 def _hub_offline() -> bool:
-  env = [os.environ.get(k, "").upper() for k in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")]
-  return any(v in _TRUE for v in env) or bool(datasets.config.HF_HUB_OFFLINE)
+  return (env_true("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+          or bool(datasets.config.HF_HUB_OFFLINE))
 
 
 # ---------------------------------------------------------------------------- loaders
@@ -427,7 +427,7 @@ def get_task(name: str) -> TaskSpec:
   """Registry lookup; case-, dash- and underscore-insensitive ("SST-2" -> "sst2")."""
   key = name.lower().replace("-", "").replace("_", "")
   if key not in TASKS:
-    raise ValueError(f"Unknown task {name!r}; known tasks: {sorted(TASKS)}.")
+    check_known(name, TASKS, "task")
   return TASKS[key]
 
 
@@ -493,12 +493,10 @@ def load_task(name: str, data_dir: Optional[str] = None, *, text: str = "raw",
     The task's splits, label names and metrics.
   """
   spec = get_task(name)
-  if on_empty not in ("skip", "error"):
-    raise ValueError(f"on_empty must be 'skip' or 'error', got {on_empty!r}.")
+  check_known(on_empty, ("skip", "error"), "on_empty")
   metrics = spec.metrics
   if main_metric is not None:
-    if main_metric not in METRIC_NAMES:
-      raise ValueError(f"Unknown main_metric {main_metric!r}; known: {list(METRIC_NAMES)}.")
+    check_known(main_metric, METRIC_NAMES, "main_metric")
     metrics = metrics if main_metric in metrics else metrics + (main_metric,)
   opts = LoadOptions(text, val_fraction, split_seed, text_column, text_pair_column,
                      label_column, files, hub_id, hub_config, hub_splits)

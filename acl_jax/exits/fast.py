@@ -30,12 +30,6 @@ from acl_jax.exits import policies
 from acl_jax.models.bert import Embeddings, ExitHead, TransformerLayer, attention_bias, pool
 from acl_jax.models.config import EncoderConfig
 
-# How many times each compiled shape was traced, keyed by ("embed", batch, seq),
-# ("step", policy, batch, seq) or ("gather", batch_from, batch_to, seq). Tests read it to
-# check that the number of compiled shapes stays bounded and that nothing re-traces.
-TRACES: collections.Counter = collections.Counter()
-
-
 def default_buckets(batch_size: int) -> tuple[int, ...]:
   """Powers of two below `step`, multiples of `step` = max(8, batch_size // 8), the batch size.
 
@@ -66,7 +60,6 @@ def _fit(buckets: tuple[int, ...], n: int) -> int:
 def _embed_fn(cfg: EncoderConfig):
   @jax.jit
   def embed(emb_params, input_ids, token_type_ids):
-    TRACES["embed", *input_ids.shape] += 1
     return Embeddings(cfg).apply({"params": emb_params}, input_ids, token_type_ids, False)
   return embed
 
@@ -82,7 +75,6 @@ def _block_fn(cfg: EncoderConfig, policy: str):
   """
   @functools.partial(jax.jit, donate_argnums=(2, 3))
   def block(layer_params, head_params, x_pool, state_pool, mask_pool, idx, threshold):
-    TRACES["block", policy, idx.shape[0], *mask_pool.shape] += 1
     take = lambda a: jnp.take(a, idx, axis=0)
     x, mask, state = take(x_pool), take(mask_pool), jax.tree.map(take, state_pool)
     x = TransformerLayer(cfg).apply({"params": layer_params}, x, attention_bias(mask))

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from acl_jax.exits.margin import check_margin, margin_rule
+from acl_jax.names import lookup
 
 ONE_EXIT_MSG = "early-exit needs a model trained with exits='all' (this checkpoint has one exit)"
 
@@ -108,9 +109,7 @@ POLICIES = {
 
 
 def get_policy(policy: str) -> Policy:
-  if policy not in POLICIES:
-    raise ValueError(f"Unknown exit policy {policy!r}; known: {sorted(POLICIES)}.")
-  return POLICIES[policy]
+  return lookup(POLICIES, policy, "exit policy")
 
 
 def normalize_threshold(policy: str, threshold: Any) -> float | int:

@@ -13,6 +13,8 @@ from typing import Optional
 import jax
 import jax.numpy as jnp
 
+from acl_jax.names import check_known
+
 ANCHOR_MODES = ("all", "samples")
 
 
@@ -30,8 +32,7 @@ def check_tau(tau) -> None:
 
 def check_anchors(anchors: str) -> None:
   """Raises ValueError for an anchor mode other than 'all' or 'samples'."""
-  if anchors not in ANCHOR_MODES:
-    raise ValueError(f"anchors must be one of {ANCHOR_MODES}, got {anchors!r}.")
+  check_known(anchors, ANCHOR_MODES, "anchors")
 
 
 def at_least_f32(x: jax.Array) -> jax.Array:

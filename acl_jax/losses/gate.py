@@ -6,6 +6,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from acl_jax.names import check_known, path_names
+
 GATE_MODES = ("drop", "project")
 # What the ACL-Grad angle is measured over (`angle_mask`).
 ANGLE_PARAMS = ("all", "encoder", "top")
@@ -14,8 +16,7 @@ _EPS = 1e-12
 
 def check_gate_args(lam, threshold_deg, mode) -> None:
   """Raises ValueError for a negative lambda, a threshold outside (0, 180] or a bad mode."""
-  if mode not in GATE_MODES:
-    raise ValueError(f"gate mode must be one of {GATE_MODES}, got {mode!r}.")
+  check_known(mode, GATE_MODES, "gate mode")
   if not isinstance(threshold_deg, jax.core.Tracer):
     if not 0.0 < float(threshold_deg) <= 180.0:
       raise ValueError(
@@ -157,13 +158,6 @@ def angle_gate(
   return grads, info
 
 
-def _key_name(entry) -> str:
-  for attr in ("key", "name", "idx"):
-    if hasattr(entry, attr):
-      return str(getattr(entry, attr))
-  return str(entry)
-
-
 def encoder_angle_mask(params: Any) -> Any:
   """Bool pytree selecting encoder weights for the gate angle (`angle_params=encoder`).
 
@@ -179,7 +173,7 @@ def encoder_angle_mask(params: Any) -> Any:
     Pytree of Python bools with params' structure.
   """
   def keep(path, _):
-    names = [_key_name(p) for p in path]
+    names = path_names(path)
     if names and names[0] == "params":
       names = names[1:]
     if not names:
@@ -203,7 +197,7 @@ def top_angle_mask(params: Any) -> Any:
   top = f"layer_{layers[-1]}"
 
   def keep(path, _):
-    names = [_key_name(p) for p in path]
+    names = path_names(path)
     return names[0] != "encoder" or names[1] == top
   return jax.tree.map_with_path(keep, params)
 
@@ -213,8 +207,6 @@ def angle_mask(params: Any, angle_params: str) -> Any:
   """The parameter partition the ACL-Grad angle is measured over, as `angle_gate`'s
   `params_mask`: None for "all", `encoder_angle_mask` for "encoder" (RomeBERT: no heads,
   LayerNorm or biases), `top_angle_mask` for "top" (the top layer and the heads)."""
-  if angle_params not in ANGLE_PARAMS:
-    raise ValueError(f"loss.angle_params must be one of {ANGLE_PARAMS}, got {angle_params!r}.")
-  if angle_params == "all":
+  if check_known(angle_params, ANGLE_PARAMS, "loss.angle_params") == "all":
     return None
   return encoder_angle_mask(params) if angle_params == "encoder" else top_angle_mask(params)

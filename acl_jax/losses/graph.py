@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from acl_jax.losses.contrastive import safe_normalize
+from acl_jax.names import check_known
 from acl_jax.threefry import threefry2x32
 
 GLOSS_FORMS = ("clean", "official")
@@ -228,8 +229,7 @@ def gloss(
     loss: scalar (0 when fewer than two rows are real: no hidden node is left).
     aux: {"lp_acc": accuracy of argmax F_U against the hidden labels}.
   """
-  if form not in GLOSS_FORMS:
-    raise ValueError(f"G-Loss form must be one of {GLOSS_FORMS}, got {form!r}.")
+  check_known(form, GLOSS_FORMS, "G-Loss form")
   check_sigma(sigma)
   batch = feats.shape[0]
   num_labelled = check_gamma_keep(gamma_keep, batch)

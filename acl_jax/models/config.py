@@ -10,6 +10,8 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from acl_jax.names import check_known
+
 # model_type -> family. MiniLM checkpoints declare model_type "bert".
 FAMILIES = {
     "bert": "bert",
@@ -97,14 +99,10 @@ class EncoderConfig:
   dtype: str = "float32"
 
   def __post_init__(self):
-    if self.family not in set(FAMILIES.values()):
-      raise ValueError(f"Unknown encoder family {self.family!r}; known: {sorted(set(FAMILIES.values()))}.")
-    if self.exits not in EXIT_MODES:
-      raise ValueError(f"exits must be one of {EXIT_MODES}, got {self.exits!r}.")
-    if self.head not in EXIT_HEADS:
-      raise ValueError(f"Unknown exit head {self.head!r}; known: {sorted(EXIT_HEADS)}.")
-    if self.exit_pooling not in EXIT_POOLING:
-      raise ValueError(f"exit_pooling must be one of {EXIT_POOLING}, got {self.exit_pooling!r}.")
+    check_known(self.family, set(FAMILIES.values()), "encoder family")
+    check_known(self.exits, EXIT_MODES, "exits")
+    check_known(self.head, EXIT_HEADS, "exit head")
+    check_known(self.exit_pooling, EXIT_POOLING, "exit_pooling")
     if self.hidden_size % self.num_heads:
       raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}.")
     if self.num_labels < 1:

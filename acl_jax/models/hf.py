@@ -17,9 +17,9 @@ import numpy as np
 from acl_jax.models import bert
 from acl_jax.models.config import (EXIT_HEADS, FAMILIES, EncoderConfig, config_from_hf,
                                     read_hf_config)
+from acl_jax.names import check_known, env_true
 
 log = logging.getLogger(__name__)
-_OFFLINE_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 _HUB_FILES = ["config.json", "*.safetensors", "pytorch_model.bin", "tokenizer.json",
               "tokenizer_config.json", "vocab.txt", "vocab.json", "merges.txt",
               "special_tokens_map.json", "sentencepiece.bpe.model"]
@@ -27,8 +27,7 @@ _PREFIXES = ("bert.", "roberta.", "distilbert.", "model.")
 
 
 def _offline() -> bool:
-  return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
-             for v in _OFFLINE_VARS)
+  return env_true("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
 
 def _packaged_minilm() -> str:
@@ -444,8 +443,8 @@ def load_pretrained(name_or_path: str, num_labels: int, exits: str = "last", *,
   """
   folder, cfg = encoder_config(name_or_path, num_labels=num_labels, exits=exits, dtype=dtype,
                                **overrides)
-  if head is not None and head not in EXIT_HEADS:
-    raise ValueError(f"Unknown exit head {head!r}; known: {sorted(EXIT_HEADS)}.")
+  if head is not None:
+    check_known(head, EXIT_HEADS, "exit head")
   sd = read_state_dict(folder)
   found = checkpoint_head(sd, read_hf_config(folder))
   if found is None and not ignore_head and any(k.startswith(_HEAD_PREFIXES) for k in sd):

@@ -28,6 +28,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 
 from acl_jax import provenance
+from acl_jax.names import check_known, path_names
 
 log = logging.getLogger(__name__)
 CORRUPT_DIR = "ckpt_corrupt"
@@ -83,12 +84,7 @@ def _drop_orphaned_read_errors(record: logging.LogRecord) -> bool:
 def _leaf_paths(tree) -> set[str]:
   """The leaves' paths as "a/0/b", alike for a live TrainState (attribute and sequence keys)
   and its saved tree metadata (dict keys)."""
-  def name(k):
-    for attr in ("key", "name", "idx"):
-      if hasattr(k, attr):
-        return str(getattr(k, attr))
-    return str(k)
-  return {"/".join(name(k) for k in path) for path, _ in jax.tree_util.tree_leaves_with_path(tree)}
+  return {"/".join(path_names(path)) for path, _ in jax.tree_util.tree_leaves_with_path(tree)}
 
 
 def _manager(path: str, keep: int, create: bool = True) -> ocp.CheckpointManager:
@@ -317,8 +313,7 @@ def check_selected(workdir: str, checkpoint: str) -> None:
   """Raises, saying what to do, when `workdir` holds no checkpoint that `checkpoint` ("best"
   or "latest") is read from. Reads the folder names alone, so it runs before any model loads.
   """
-  if checkpoint not in CHECKPOINTS:
-    raise ValueError(f"checkpoint must be 'best' or 'latest', got {checkpoint!r}.")
+  check_known(checkpoint, CHECKPOINTS, "checkpoint")
   latest = provenance.checkpoint_steps(workdir)
   if not (latest or provenance.checkpoint_steps(workdir, "best")):
     raise FileNotFoundError(

@@ -14,6 +14,7 @@ import os
 import shutil
 import sys
 import time
+from typing import Callable
 
 import jax
 import numpy as np
@@ -22,15 +23,12 @@ from acl_jax import data as data_lib
 from acl_jax import logs, provenance
 from acl_jax.data import fingerprint
 from acl_jax.models import hf
+from acl_jax.provenance import is_main
 from acl_jax.train import checkpoint as ckpt_lib
 from acl_jax.train import objectives, optim, scoring, setup as setup_lib, step as step_lib
 from acl_jax.train.train_log import DeviceSums, MetricWriter
 
 log = logging.getLogger(__name__)
-
-
-def is_main() -> bool:
-  return jax.process_index() == 0
 
 
 @dataclasses.dataclass
@@ -111,13 +109,22 @@ def _gloss_sigma(s: setup_lib.Setup, sc: scoring.Scorer, ls: LoopState,
   return sigma
 
 
-def train_and_evaluate(config, workdir: str, origin: dict | None = None) -> dict:
+def train_and_evaluate(config, workdir: str, origin: dict | None = None,
+                       on_phase: Callable[[str], None] | None = None) -> dict:
   """Trains per `config` in `workdir` (resuming if it holds a checkpoint); returns results.
 
   The workdir is locked while the run writes it (a second run on it is refused), its log
   lines (warnings included) are kept in it (`logs.keep_in`), and a run that fails before
-  anything is written leaves no new folder behind. `origin` (the command and config file)
-  goes into a fresh run's config.json.
+  anything is written leaves no new folder behind.
+
+  Args:
+    config: the run's config (configs/common.py).
+    workdir: the run folder: checkpoints, logs, results.
+    origin: the command and config file that started the run, for a fresh run's config.json.
+    on_phase: called with "evaluate" before each evaluation or checkpoint save, and with
+      "train" once they are done and training goes on. The train steps and the evaluation
+      and saves use different memory, so a process can tidy up between the two (train.py
+      returns the process's free memory to the system there).
   """
   setup_lib.check_config(config)
   created = not os.path.isdir(workdir)
@@ -125,14 +132,14 @@ def train_and_evaluate(config, workdir: str, origin: dict | None = None) -> dict
   try:
     with provenance.workdir_lock(workdir, take=jax.process_index() == 0), logs.keep_in(
         workdir, jax.process_index()):
-      return _train(config, workdir, origin)
+      return _train(config, workdir, origin, on_phase or (lambda _: None))
   except BaseException:
     if created and set(os.listdir(workdir)) <= {provenance.LOCK, "train.log"}:
       shutil.rmtree(workdir, ignore_errors=True)
     raise
 
 
-def _train(config, workdir: str, origin: dict | None) -> dict:
+def _train(config, workdir: str, origin: dict | None, on_phase: Callable[[str], None]) -> dict:
   cfg = config
   provenance.check_not_pruned(workdir)
   provenance.check_same_run(workdir, cfg)
@@ -228,11 +235,9 @@ def _train(config, workdir: str, origin: dict | None) -> dict:
     eval_now = done % eval_every == 0 or done == total
     if not (log_now or eval_now or done % ckpt_every == 0):
       continue
-    # With the step's memory kept (acl_jax.host_heap), the heap holds its free temp block:
-    # handed back before evaluation and saves allocate, and what they free after them.
     heavy = eval_now or done % ckpt_every == 0
     if heavy:
-      step_lib.trim_heap()
+      on_phase("evaluate")
     # Host sync: raises on a non-finite step before anything is evaluated or saved.
     new, count = sums.fetch()
     logged = {k: logged.get(k, 0.0) + v for k, v in new.items()}
@@ -272,7 +277,7 @@ def _train(config, workdir: str, origin: dict | None) -> dict:
     if done % ckpt_every == 0 or done == total or stopped:
       save_latest(state, done)
     if heavy:
-      step_lib.trim_heap()
+      on_phase("train")
   if bar is not None:
     bar.close()
   writer.close()

@@ -1,4 +1,5 @@
-"""Training objectives: two registries, loss families and multi-exit strategies.
+"""Training objectives: the loss-family registry, and the objective a config builds from it
+and a multi-exit strategy (`strategies`).
 
 An objective hands the step its loss terms by role (`Terms`), never by name:
 - `main`, the gated main term: the CE that ACL-Grad measures the angle against (single exit:
@@ -9,10 +10,11 @@ An objective hands the step its loss terms by role (`Terms`), never by name:
 The total is `main_weight * main + aux_weight * aux + outside`; the step differentiates it
 whole, or with a gate each role on its own (`train.step`).
 
-`LOSSES` holds one `LossFamily` per `loss.name` (SPEC §2) and `STRATEGIES` one `Strategy`
-per `multi_exit.strategy` (SPEC §3). Each entry validates its own config fields, states its
-SPEC defaults (the ones a config leaves unset) and builds a pure loss function. Adding a
-loss is one function in `acl_jax/losses/` and one `LOSSES` entry (README, "Adding a loss").
+`LOSSES` holds one `LossFamily` per `loss.name` (SPEC §2), as `strategies.STRATEGIES` holds
+one `Strategy` per `multi_exit.strategy` (SPEC §3). Each entry validates its own config
+fields, states its SPEC defaults (the ones a config leaves unset) and builds a pure loss
+function. Adding a loss is one function in `acl_jax/losses/` and one `LOSSES` entry (README,
+"Adding a loss").
 """
 import dataclasses
 from typing import Any, Callable, Optional
@@ -26,18 +28,14 @@ from acl_jax.losses.gate import ANGLE_PARAMS
 from acl_jax.losses.graph import DEFAULT_W_FLOOR
 from acl_jax.losses.prototype import prototype_loss
 from acl_jax.models import label_embeddings
-from acl_jax.train.step import AXIS, example_ids
+from acl_jax.names import check_known, lookup
+from acl_jax.train.step import AXIS, example_ids, gather_global
+from acl_jax.train.strategies import STRATEGIES, ExitInputs, MultiExit, two_stage_freeze
 
 # loss.lam's "unset" value: the loss family's SPEC default (`LossFamily.lam`).
 LAM_DEFAULT = -1.0
 # loss.gamma_keep / gamma_hide's "unset" value.
 GAMMA_UNSET = -1.0
-EXIT_WEIGHTS = ("uniform", "linear")
-KD_FORMS = ("add", "convex")
-# Gated ACL-CL: the CE the angle is measured against. "last" is SPEC §2.5 (the final exit's
-# CE; the lower exits' losses are added outside the gate, a third backward pass); "all"
-# measures against the gradient of every exit's loss (two backward passes).
-GATE_CE = ("last", "all")
 COMBINE_FORMS = ("convex", "additive")
 
 
@@ -119,16 +117,6 @@ class AuxInputs:
   ids: jax.Array
 
 
-def gather_global(*xs):
-  """Each array (None passes through) gathered over the data axis into the global batch.
-
-  A loss computed on the gathered batch is the same on every device; its gradient is still
-  exact after the step's pmean: all_gather's transpose sums every device's cotangent of a
-  device's rows back onto that device (N times its share), and the pmean divides by N.
-  """
-  return tuple(None if x is None else jax.lax.all_gather(x, AXIS, tiled=True) for x in xs)
-
-
 def gathered(x: AuxInputs) -> AuxInputs:
   """The inputs over the global batch (every device's rows, in global order)."""
   f, y, m, ids = gather_global(x.feats, x.labels, x.mask, x.ids)
@@ -188,9 +176,7 @@ def _gloss(cfg, ctx):
   gamma_keep = GAMMA_KEEP if keep == GAMMA_UNSET and hide == GAMMA_UNSET else \
       losses.resolve_gamma(None if keep == GAMMA_UNSET else keep,
                            None if hide == GAMMA_UNSET else hide)
-  if cfg.gloss_form not in losses.GLOSS_FORMS:
-    raise ValueError(f"loss.gloss_form must be one of {losses.GLOSS_FORMS}, got "
-                     f"{cfg.gloss_form!r}.")
+  check_known(cfg.gloss_form, losses.GLOSS_FORMS, "loss.gloss_form")
 
   def fn(x):
     # The split orders examples by a hash of (key, example id): with gloss_global every
@@ -240,9 +226,7 @@ LOSSES: dict[str, LossFamily] = {
 
 def get_loss(name: str) -> LossFamily:
   """The loss family `name`; an unknown name raises ValueError listing the known ones."""
-  if name not in LOSSES:
-    raise ValueError(f"Unknown loss.name {name!r}; known losses: {sorted(LOSSES)}.")
-  return LOSSES[name]
+  return lookup(LOSSES, name, "loss.name")
 
 
 # A G-Loss run warns when more than this share of its batch graph's edges sit at the weight
@@ -286,202 +270,6 @@ def gloss_floor_share(feats: np.ndarray, sigma: float, graph_size: int,
 
 
 # ---------------------------------------------------------------------------------------------
-# Multi-exit strategies (SPEC §3): how the exits' CE losses are weighted.
-
-
-@dataclasses.dataclass(frozen=True)
-class MultiExit:
-  """A validated `multi_exit` block (`multi_exit_from_config`)."""
-  strategy: str
-  weights: np.ndarray  # [num_exits], sums to 1
-  stage1_steps: int  # 2ST: steps of stage 1
-  kd_temperature: float
-  kd_alpha: float
-  lambda_cl: float
-  teacher_grad: bool
-  kd_form: str  # "add": CE_m + alpha T^2 KL (SPEC §3, JT plus KL); "convex": Hinton's mix
-  gate_ce: str  # see GATE_CE
-
-
-@dataclasses.dataclass(frozen=True)
-class ExitInputs:
-  """What a strategy reads, inside the per-device step.
-
-  Attributes:
-    params: the model params.
-    logits: [num_exits, batch, K].
-    feats: [num_exits, batch, d] every exit's features.
-    labels: [batch]; mask: [batch] or None.
-    ce: [num_exits] each exit's CE over the global batch.
-    step: the global step (traced).
-    tau: the contrastive temperature (ACL-CL).
-    pairs_global: loss.contrastive_global (ACL-CL pairs over the gathered batch).
-  """
-  params: Any
-  logits: jax.Array
-  feats: jax.Array
-  labels: jax.Array
-  mask: Optional[jax.Array]
-  ce: jax.Array
-  step: jax.Array
-  tau: float
-  pairs_global: bool
-
-
-@dataclasses.dataclass(frozen=True)
-class Strategy:
-  """One `multi_exit.strategy`.
-
-  Attributes:
-    description: one line for logs and docs.
-    exit_losses: (MultiExit, ExitInputs) -> ([num_exits] weighted per-exit losses, whose
-      sum is the strategy's loss, and metrics).
-    check: validates the strategy's own fields of the `multi_exit` block.
-    takes_aux: a final-exit auxiliary loss (loss.name) may join it (ACL-CL: SPEC §2.5).
-  """
-  description: str
-  exit_losses: Callable[[MultiExit, ExitInputs], tuple[jax.Array, dict]]
-  check: Callable[[Any], None] = lambda me_cfg: None
-  takes_aux: bool = False
-
-
-def _last_only(w):
-  return jnp.zeros_like(w).at[-1].set(1.0)
-
-
-def _jt(me, x):
-  return jnp.asarray(me.weights) * x.ce, {}
-
-
-def _alt(me, x):
-  # Even steps: the final exit alone; odd steps: every exit (the optimizer also leaves the
-  # lower heads untouched on even steps, see optim.make_optimizer).
-  w = jnp.asarray(me.weights)
-  return jnp.where(x.step % 2 == 0, _last_only(w), w) * x.ce, {}
-
-
-def _2st(me, x):
-  w = jnp.asarray(me.weights)
-  lower_w = w.at[-1].set(0.0) / jnp.sum(w[:-1])
-  return jnp.where(x.step < me.stage1_steps, _last_only(w), lower_w) * x.ce, {}
-
-
-def _check_2st(me_cfg):
-  if not 0 < me_cfg.stage1_fraction < 1:
-    raise ValueError(f"multi_exit.stage1_fraction must be in (0, 1), got "
-                     f"{me_cfg.stage1_fraction}.")
-
-
-def _kd_term(student_logits, teacher_logits, temperature, mask):
-  """T^2 * KL(softmax(teacher/T) || softmax(student/T)), mean over the unmasked global batch
-  (normalised as `losses.cross_entropy` is)."""
-  t = jax.nn.log_softmax(jax.lax.stop_gradient(teacher_logits) / temperature, -1)
-  s = jax.nn.log_softmax(student_logits / temperature, -1)
-  kl = jnp.sum(jnp.exp(t) * (t - s), -1)
-  return temperature ** 2 * losses.weighted_mean(kl, mask, AXIS)
-
-
-def _kd(me, x):
-  kd = jnp.stack([_kd_term(lg, x.logits[-1], me.kd_temperature, x.mask)
-                  for lg in x.logits[:-1]])
-  ce_share = 1.0 - me.kd_alpha if me.kd_form == "convex" else 1.0
-  per_exit = jnp.concatenate([ce_share * x.ce[:-1] + me.kd_alpha * kd, x.ce[-1:]])
-  return jnp.asarray(me.weights) * per_exit, {f"kd/exit_{i + 1}": kd[i] for i in range(len(kd))}
-
-
-def _check_kd(me_cfg):
-  if me_cfg.kd_temperature <= 0 or not 0 <= me_cfg.kd_alpha <= 1:
-    raise ValueError("multi_exit.kd_temperature must be > 0 and kd_alpha in [0, 1].")
-  if me_cfg.kd_form not in KD_FORMS:
-    raise ValueError(f"multi_exit.kd_form must be one of {KD_FORMS}, got {me_cfg.kd_form!r}.")
-
-
-def _acl_cl(me, x):
-  """Each lower exit's CE + lambda_cl * cross-layer contrastive loss against the top."""
-  layers = sorted(int(k.split("_")[1]) for k in x.params if k.startswith("exit_"))
-  feats, labels, mask = x.feats, x.labels, x.mask
-  if x.pairs_global:  # loss.contrastive_global: positives and negatives from every device
-    feats, (labels, mask) = gather_global(*feats), gather_global(labels, mask)
-  t_feat, t_emb = feats[-1], label_embeddings(x.params, layers[-1])
-  cl = jnp.stack([losses.acl_cl_loss(feats[i], label_embeddings(x.params, m), t_feat, t_emb,
-                                     labels, x.tau, teacher_grad=me.teacher_grad,
-                                     example_mask=mask)
-                  for i, m in enumerate(layers[:-1])])
-  per_exit = jnp.concatenate([x.ce[:-1] + me.lambda_cl * cl, x.ce[-1:]])
-  return (jnp.asarray(me.weights) * per_exit,
-          {f"acl_cl/exit_{i + 1}": cl[i] for i in range(len(cl))})
-
-
-def _check_acl_cl(me_cfg):
-  if me_cfg.lambda_cl < 0:
-    raise ValueError(f"multi_exit.lambda_cl must be >= 0, got {me_cfg.lambda_cl}.")
-  if me_cfg.gate_ce not in GATE_CE:
-    raise ValueError(f"multi_exit.gate_ce must be one of {GATE_CE}, got {me_cfg.gate_ce!r}.")
-
-
-STRATEGIES: dict[str, Strategy] = {
-    "jt": Strategy("joint: the weighted sum of every exit's CE", _jt),
-    "2st": Strategy("two-stage (DeeBERT): backbone + final exit, then the lower exits", _2st,
-                    _check_2st),
-    "alt": Strategy("alternating (BERxiT): the final exit on even steps, all exits on odd",
-                    _alt),
-    "kd": Strategy("JT plus KL from the final exit's softened logits", _kd, _check_kd),
-    "acl_cl": Strategy("cross-layer contrastive distillation, SPEC §2.5", _acl_cl,
-                       _check_acl_cl, takes_aux=True),
-}
-
-
-def exit_weights(kind: str, num_exits: int) -> np.ndarray:
-  """`uniform` (1/M each) or `linear` (PABEE: m / sum(m)); both sum to 1."""
-  if kind not in EXIT_WEIGHTS:
-    raise ValueError(f"multi_exit.weights must be one of {EXIT_WEIGHTS}, got {kind!r}.")
-  w = np.ones(num_exits) if kind == "uniform" else np.arange(1, num_exits + 1, dtype=float)
-  return (w / w.sum()).astype(np.float32)
-
-
-def stage1_length(fraction: float, total_steps: int) -> int:
-  """2ST's stage-1 steps: round(fraction * total), kept in [1, total - 1] so both stages run."""
-  return max(1, min(int(round(fraction * total_steps)), total_steps - 1))
-
-
-def multi_exit_from_config(me_cfg, num_exits: int, total_steps: int) -> MultiExit | None:
-  """Validates the config's `multi_exit` block; None for single-exit training."""
-  s = me_cfg.strategy.lower()
-  if not s:
-    return None
-  if s not in STRATEGIES:
-    raise ValueError(f"Unknown multi_exit.strategy {me_cfg.strategy!r}; known: "
-                     f"{sorted(STRATEGIES)} (or '' for single-exit training).")
-  if num_exits < 2:
-    raise ValueError(f"multi_exit.strategy={s!r} needs an exit on every layer: set "
-                     "model.exits='all'.")
-  STRATEGIES[s].check(me_cfg)
-  return MultiExit(s, exit_weights(me_cfg.weights, num_exits),
-                   stage1_length(me_cfg.stage1_fraction, total_steps),
-                   float(me_cfg.kd_temperature), float(me_cfg.kd_alpha),
-                   float(me_cfg.lambda_cl), bool(me_cfg.teacher_grad), me_cfg.kd_form,
-                   me_cfg.gate_ce)
-
-
-def two_stage_freeze(stage1_steps: int):
-  """2ST's gradient mask: (grads, step) -> grads with the frozen groups' gradients zeroed.
-
-  The optimizer already leaves a frozen group's params unchanged; zeroing its gradients too
-  keeps them out of the global-norm clipping, so stage 2's lower heads are clipped on their
-  own gradients alone, as when the backbone is truly frozen (DeeBERT).
-  """
-  from acl_jax.train.optim import param_groups  # pylint: disable=import-outside-toplevel
-
-  def freeze(grads, step):
-    stage1 = jnp.asarray(step) < stage1_steps
-    def mask(g, group):
-      on = jnp.logical_not(stage1) if group == "lower_heads" else stage1
-      return jnp.where(on, g, jnp.zeros_like(g))  # a select: a frozen inf/NaN stays out
-    return jax.tree.map(mask, grads, param_groups(grads))
-  return freeze
-
-
-# ---------------------------------------------------------------------------------------------
 # The objective of a config.
 
 
@@ -506,9 +294,7 @@ def _gate(loss_cfg, lam: float) -> GateSpec | None:
   if not loss_cfg.gate:
     return None
   losses.check_gate_args(lam, loss_cfg.gate_threshold, loss_cfg.gate_mode)
-  if loss_cfg.angle_params not in ANGLE_PARAMS:
-    raise ValueError(f"loss.angle_params must be one of {ANGLE_PARAMS}, got "
-                     f"{loss_cfg.angle_params!r}.")
+  check_known(loss_cfg.angle_params, ANGLE_PARAMS, "loss.angle_params")
   return GateSpec(float(loss_cfg.gate_threshold), loss_cfg.gate_mode, loss_cfg.angle_params)
 
 
@@ -528,9 +314,7 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
   family = get_loss(name)
   combine = family.combine
   if loss_cfg.combine:  # "": the family's own form
-    if loss_cfg.combine not in COMBINE_FORMS:
-      raise ValueError(f"loss.combine must be '', 'convex' or 'additive', got "
-                       f"{loss_cfg.combine!r}.")
+    check_known(loss_cfg.combine, COMBINE_FORMS, "loss.combine", " (or '': the loss's own)")
     if combine == "none":
       raise ValueError(f"loss.combine={loss_cfg.combine!r} with loss.name={name!r}: plain CE "
                        "has no auxiliary term to combine; leave loss.combine=''.")
@@ -539,11 +323,8 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
                        f"{multi_exit.strategy!r}: multi-exit training adds the final exit's "
                        "auxiliary loss to the exits' CE (SPEC §2.5); leave loss.combine=''.")
     combine = loss_cfg.combine
-  if loss_cfg.class_weights not in ("", "balanced"):
-    raise ValueError(f"loss.class_weights must be '' or 'balanced', got "
-                     f"{loss_cfg.class_weights!r}.")
-  if loss_cfg.sigma_mode not in ("fixed", "sqrt"):
-    raise ValueError(f"loss.sigma_mode must be 'fixed' or 'sqrt', got {loss_cfg.sigma_mode!r}.")
+  check_known(loss_cfg.class_weights, ("", "balanced"), "loss.class_weights")
+  check_known(loss_cfg.sigma_mode, ("fixed", "sqrt"), "loss.sigma_mode")
   lam = _lambda(loss_cfg, family, combine)
   cw = None if class_weights is None else jnp.asarray(class_weights, jnp.float32)
   aux_fn = None
@@ -606,7 +387,7 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
   roles = ("main",) + (("aux",) if aux_fn is not None else ()) + (
       ("outside",) if split_last else ())
   label = (multi_exit.strategy + ":" if multi_exit else "") + name + ("+grad" if gate else "")
-  freeze = (two_stage_freeze(multi_exit.stage1_steps)
+  freeze = (two_stage_freeze(multi_exit.stage1_steps, multi_exit.exit_layers)
             if multi_exit is not None and multi_exit.strategy == "2st" else None)
   scaled = multi_exit is not None and aux_fn is not None
   return Objective(label, terms, roles, main_weight, lam if aux_fn is not None else 0.0, gate,

@@ -1,14 +1,17 @@
 """Optax AdamW with warmup + linear decay, clipping, and no decay on biases and LayerNorm."""
-from typing import Any, Callable, NamedTuple, Optional
+import functools
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import jax
 import optax
+
+from acl_jax.names import path_names
 
 
 def decay_mask(params):
   """True where weight decay applies: kernels and embeddings, not biases or LayerNorm."""
   def keep(path, x):
-    names = [getattr(k, "key", str(k)) for k in path]
+    names = path_names(path)
     return not (names[-1] in ("bias", "scale") or any("LayerNorm" in n for n in names))
   return jax.tree_util.tree_map_with_path(keep, params)
 
@@ -26,15 +29,15 @@ def _adamw(lr_fn, b1, b2, eps, weight_decay):
   return optax.adamw(lr_fn, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay, mask=decay_mask)
 
 
-def param_groups(params):
-  """'encoder', 'head' (the final exit) or 'lower_heads' (the other exits) for every leaf."""
-  exits = sorted(int(k.split("_")[1]) for k in params if k.startswith("exit_"))
-  lower = {f"exit_{m}" for m in exits[:-1]}
+def param_groups(params, exit_layers: Sequence[int]):
+  """'encoder', 'head' (the final exit) or 'lower_heads' (the other exits) for every leaf of a
+  model with exits after `exit_layers` (`EncoderConfig.exit_layers`)."""
+  head, lower = f"exit_{exit_layers[-1]}", {f"exit_{m}" for m in exit_layers[:-1]}
 
   def group(k):
     if k in lower:
       return "lower_heads"
-    return "head" if k.startswith("exit_") else "encoder"
+    return "head" if k == head else "encoder"
   return {k: jax.tree.map(lambda _, g=group(k): g, v) for k, v in params.items()}
 
 
@@ -73,7 +76,7 @@ def lr_groups(*, lr: float, total_steps: int, warmup_ratio: float = 0.1, strateg
     return {"encoder": Group(sched(lr), None, every)}
   head_lr = lr * head_lr_mult
   if strategy == "2st":
-    s1 = max(1, min(stage1_steps, total_steps - 1))  # objectives.stage1_length already is
+    s1 = max(1, min(stage1_steps, total_steps - 1))  # strategies.stage1_length already is
     stage1 = lambda c: c < s1
     return {"encoder": Group(sched(lr, s1), stage1, lambda c: min(c, s1)),
             "head": Group(sched(head_lr, s1), stage1, lambda c: min(c, s1)),
@@ -104,8 +107,8 @@ def learning_rates(groups: dict[str, Group], step: int) -> dict[str, float]:
 def make_optimizer(*, lr: float, total_steps: int, warmup_ratio: float = 0.1,
                    weight_decay: float = 0.01, clip_norm: float = 1.0, b1: float = 0.9,
                    b2: float = 0.999, eps: float = 1e-6, strategy: str = "",
-                   stage1_steps: int = 0, head_lr_mult: float = 1.0
-                   ) -> optax.GradientTransformation:
+                   stage1_steps: int = 0, head_lr_mult: float = 1.0,
+                   exit_layers: Sequence[int] = ()) -> optax.GradientTransformation:
   """AdamW as in BERT fine-tuning recipes, with parameter groups for exit heads.
 
   Args:
@@ -116,7 +119,7 @@ def make_optimizer(*, lr: float, total_steps: int, warmup_ratio: float = 0.1,
     clip_norm: global-norm gradient clipping over all gradients (<= 0 disables it).
     strategy: multi-exit strategy. Freezing is done here, in the optimizer (for 2ST the train
       step also zeroes the frozen groups' gradients before clipping, see
-      `objectives.two_stage_freeze`): a frozen group's AdamW is skipped outright
+      `strategies.two_stage_freeze`): a frozen group's AdamW is skipped outright
       (`optax.transforms.conditionally_mask`: zero update, moments and step count left as
       they were), so its bias correction and moments count only its own updates, as a fresh
       optimizer for a stage (DeeBERT) or PyTorch's Adam skipping gradient-less parameters
@@ -129,6 +132,8 @@ def make_optimizer(*, lr: float, total_steps: int, warmup_ratio: float = 0.1,
     stage1_steps: 2ST's stage-1 length.
     head_lr_mult: the exit heads' peak learning rate is lr * head_lr_mult. Fresh heads on a
       pretrained encoder often need more than the encoder's 2e-5..5e-5 in short runs.
+    exit_layers: the model's `EncoderConfig.exit_layers`, which name the exit heads' params;
+      needed when the heads have their own group (a strategy, or head_lr_mult != 1).
 
   The groups' learning rates come from `lr_groups`, which the training loop also reads to log
   them (`learning_rates`).
@@ -145,5 +150,9 @@ def make_optimizer(*, lr: float, total_steps: int, warmup_ratio: float = 0.1,
     t = _adamw(g.schedule, **adam)
     return t if g.on is None else optax.transforms.conditionally_mask(t, g.on)
 
-  return optax.chain(*clip, optax.multi_transform({k: gated(g) for k, g in groups.items()},
-                                                  param_groups))
+  if not exit_layers:
+    raise ValueError("The exit heads have their own learning rate here: make_optimizer needs "
+                     "the model's exit_layers.")
+  return optax.chain(*clip, optax.multi_transform(
+      {k: gated(g) for k, g in groups.items()},
+      functools.partial(param_groups, exit_layers=tuple(exit_layers))))

@@ -18,7 +18,7 @@ import optax
 from acl_jax import data as data_lib
 from acl_jax.data import fingerprint
 from acl_jax.models import hf
-from acl_jax.train import objectives, optim, scoring, step as step_lib
+from acl_jax.train import objectives, optim, scoring, step as step_lib, strategies
 from acl_jax.train.state import TrainState
 
 # The top-level fields that count something, and their least value.
@@ -40,9 +40,9 @@ def check_config(cfg) -> None:
     if cfg[key] % jax.device_count():
       raise ValueError(f"{key} {cfg[key]} must be divisible by the device count "
                        f"{jax.device_count()}: set --config.{key} to a multiple of it.")
-  num_exits = 2 if cfg.model.exits == "all" else 1
-  multi = objectives.multi_exit_from_config(cfg.multi_exit, num_exits, total_steps=2)
-  objectives.build_objective(cfg.loss, num_labels=2, last_exit=num_exits, multi_exit=multi,
+  exit_layers = (1, 2) if cfg.model.exits == "all" else (1,)
+  multi = strategies.multi_exit_from_config(cfg.multi_exit, exit_layers, total_steps=2)
+  objectives.build_objective(cfg.loss, num_labels=2, last_exit=exit_layers[-1], multi_exit=multi,
                              sigma=1.0 if cfg.loss.sigma_mode == "sqrt" else None)
   optim.lr_groups(**_lr_args(cfg, total_steps=2, multi=multi))
 
@@ -141,7 +141,7 @@ def _lr_args(cfg, total_steps: int, multi=None) -> dict:
 class Trainer:
   """Objective -> optimizer -> state -> step, as `make_trainer` assembles them."""
   objective: objectives.Objective
-  multi_exit: objectives.MultiExit | None
+  multi_exit: strategies.MultiExit | None
   tx: optax.GradientTransformation
   lr_groups: dict  # the optimizer's learning rates, for the train log (optim.learning_rates)
   state: TrainState  # the initial state, replicated on the mesh
@@ -150,8 +150,8 @@ class Trainer:
 
 def make_trainer(cfg, model, params, mesh, *, num_labels: int, total_steps: int,
                  class_weights=None, sigma: float | None = None,
-                 tx: optax.GradientTransformation | None = None, donate: bool = True,
-                 max_traces: int | None = None) -> Trainer:
+                 tx: optax.GradientTransformation | None = None, donate: bool = True
+                 ) -> Trainer:
   """The objective, optimizer, initial state and jitted train step of a config.
 
   Args:
@@ -164,9 +164,8 @@ def make_trainer(cfg, model, params, mesh, *, num_labels: int, total_steps: int,
     sigma: G-Loss's kernel width from the `sqrt` heuristic, overriding loss.sigma.
     tx: an optax transformation instead of the config's AdamW (tests capture gradients).
     donate: donate the state buffers to the step.
-    max_traces: fail when the step is traced more often (catches recompiles).
   """
-  multi = objectives.multi_exit_from_config(cfg.multi_exit, len(model.cfg.exit_layers),
+  multi = strategies.multi_exit_from_config(cfg.multi_exit, model.cfg.exit_layers,
                                             total_steps)
   objective = objectives.build_objective(cfg.loss, num_labels=num_labels,
                                          last_exit=model.cfg.exit_layers[-1],
@@ -175,9 +174,9 @@ def make_trainer(cfg, model, params, mesh, *, num_labels: int, total_steps: int,
   lr_args = _lr_args(cfg, total_steps, multi)
   if tx is None:
     tx = optim.make_optimizer(weight_decay=cfg.optim.weight_decay,
-                              clip_norm=cfg.optim.clip_norm, **lr_args)
+                              clip_norm=cfg.optim.clip_norm, exit_layers=model.cfg.exit_layers,
+                              **lr_args)
   state = step_lib.replicate(TrainState.create(params, tx, cfg.seed), mesh)
-  train_step = step_lib.make_train_step(model, objective, tx, mesh, donate=donate,
-                                        max_traces=max_traces)
+  train_step = step_lib.make_train_step(model, objective, tx, mesh, donate=donate)
   return Trainer(objective, multi, tx, optim.lr_groups(**lr_args), state, train_step)
 

@@ -14,7 +14,6 @@ import optax
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from acl_jax import host_heap
 from acl_jax.losses import angle_gate, angle_mask
 from acl_jax.models import apply_batch, is_packed
 from acl_jax.train.state import TrainState
@@ -71,6 +70,16 @@ def example_ids(batch) -> jax.Array:
   return lax.axis_index(AXIS) * n + jnp.arange(n)
 
 
+def gather_global(*xs):
+  """Each array (None passes through) gathered over the data axis into the global batch.
+
+  A loss computed on the gathered batch is the same on every device; its gradient is still
+  exact after the step's pmean: all_gather's transpose sums every device's cotangent of a
+  device's rows back onto that device (N times its share), and the pmean divides by N.
+  """
+  return tuple(None if x is None else jax.lax.all_gather(x, AXIS, tiled=True) for x in xs)
+
+
 def _forward(model, params, batch, key, train):
   """The model on a batch, one example a row or packed (`models.apply_batch`)."""
   rngs = {"dropout": key} if train else None
@@ -86,43 +95,8 @@ def _gate_metrics(info, objective):
   return {f"gate/{k}": v for k, v in info.items()}
 
 
-# jax's event after each XLA backend compile (jax._src.dispatch.BACKEND_COMPILE_EVENT).
-_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
-_trim_registered = False
-
-
-_TRIM = getattr(host_heap.glibc(), "malloc_trim", None)  # None without glibc
-
-
-def trim_heap() -> None:
-  """Hands the heap's free memory back to the operating system now (glibc's `malloc_trim`;
-  a no-op without glibc)."""
-  if _TRIM is not None:
-    _TRIM(0)
-
-
-def release_compiler_memory() -> None:
-  """After every XLA compile in this process, hands the heap memory the compiler freed back
-  to the operating system (glibc's `malloc_trim`).
-
-  glibc keeps freed memory for reuse, but a step's activations are one large block that it
-  maps afresh, so the compiler's freed memory stayed resident beside it: MiniLM-L6's CE step
-  at B32 L64 peaked at 1690 MiB RSS, and at 1542 MiB with that memory returned after the
-  compile (BENCHMARKS.md). Registered once per process; a no-op without glibc.
-  """
-  global _trim_registered
-  if _trim_registered or _TRIM is None:
-    return
-
-  def listener(event, _duration, **_):
-    if event == _COMPILE_EVENT:
-      trim_heap()
-  _trim_registered = True
-  jax.monitoring.register_event_duration_secs_listener(listener)
-
-
 def make_train_step(model, objective, tx: optax.GradientTransformation, mesh,
-                    donate: bool = True, max_traces: int | None = None):
+                    donate: bool = True):
   """Builds `train_step(state, batch) -> (state, metrics)`, jitted, state donated.
 
   Args:
@@ -131,9 +105,7 @@ def make_train_step(model, objective, tx: optax.GradientTransformation, mesh,
     tx: the optax transformation.
     mesh: 1-D data mesh from `make_mesh`.
     donate: donate the input state buffers.
-    max_traces: if set, fail when the step is traced more often (catches recompiles).
   """
-  release_compiler_memory()
   gate = objective.gate
 
   def per_device(state: TrainState, batch):
@@ -187,9 +159,6 @@ def make_train_step(model, objective, tx: optax.GradientTransformation, mesh,
     new_state = state.replace(step=state.step + 1, params=new_params, opt_state=opt_state)
     return new_state, metrics_out
 
-  if max_traces is not None:
-    import chex  # pylint: disable=import-outside-toplevel
-    per_device = chex.assert_max_traces(per_device, n=max_traces)
   mapped = jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(AXIS)), out_specs=(P(), P()))
   return jax.jit(mapped, donate_argnums=(0,) if donate else ())
 
