@@ -9,8 +9,9 @@ The input (CSV, TSV or JSONL; by extension, from --format, or guessed from the f
 stdin) holds the run's text column(s): task.text_column (and task.text_pair_column) for files
 and hub datasets, the task's own for GLUE (e.g. sentence1, sentence2 for RTE, or its dev.tsv's
 header). Each output line holds those fields, "label" (a name from the run's labels.json) and
-"probs" (label name -> probability), plus "exit_layer" with --exit_policy. Predictions are
-batched by length and jitted, as evaluation is; see acl_jax/predict.py.
+"probs" (label name -> probability), plus "exit_layer" with --exit_policy. Texts longer than
+the run's max_length are cut to it, as in training, with one warning that counts them.
+Predictions are batched by length and jitted, as evaluation is; see acl_jax/predict.py.
 """
 import sys
 

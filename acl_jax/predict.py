@@ -15,9 +15,12 @@ of one length are pooled, so the later layers still run in full blocks.
 `predict_file` reads CSV, TSV or JSONL (a file or stdin) with the run's text column(s) and
 writes one JSON line per input row, in input order:
   {<text column(s)>, "label": name, "probs": {name: p}, "exit_layer": m (early exit only)}
+Texts longer than the run's max_length are cut to it, as in training, and counted in one
+warning.
 """
 import itertools
 import json
+import logging
 import os
 import sys
 from typing import Any, Iterable, Iterator, Optional, Sequence
@@ -26,6 +29,8 @@ import numpy as np
 
 from acl_jax.data import batching, readers, tasks, tokenize
 from acl_jax.run import Run
+
+log = logging.getLogger(__name__)
 
 # Inputs read, tokenised and predicted at a time: bounds memory on large files and stdin.
 CHUNK = 4096
@@ -69,6 +74,7 @@ class Predictor:
     self._shard = lambda b: step_lib.shard_batch(b, run.mesh)
     self._to_host = step_lib.to_host
     self._fast_params = None
+    self.num_truncated = 0  # texts cut to max_length (`columns`), for `predict_records`' warning
 
   @property
   def num_exits(self) -> int:
@@ -76,10 +82,16 @@ class Predictor:
 
   def columns(self, texts: Sequence[str], pairs: Optional[Sequence[str]] = None
               ) -> batching.Columns:
-    """Token columns (`batching.to_columns` form) of the texts, tokenised as in training."""
-    enc = tokenize.encode(self.run.tokenizer, list(texts),
-                          None if pairs is None else list(pairs), self.max_length)
+    """Token columns (`batching.to_columns` form) of the texts, tokenised as in training.
+
+    Texts (with their pairs) longer than max_length are cut to it and added to
+    `num_truncated`.
+    """
+    texts, pairs = list(texts), None if pairs is None else list(pairs)
+    enc = tokenize.encode(self.run.tokenizer, texts, pairs, self.max_length)
     lengths = np.asarray(enc["length"], np.int64)
+    self.num_truncated += tokenize.count_truncated(self.run.tokenizer, texts, pairs,
+                                                   self.max_length, lengths)
     flat = lambda k: (np.concatenate([np.asarray(x, np.int32) for x in enc[k]])
                       if len(lengths) else np.zeros((0,), np.int32))
     return {"input_ids": flat("input_ids"), "token_type_ids": flat("token_type_ids"),
@@ -145,7 +157,8 @@ class Predictor:
   def predict_records(self, records: Iterable[dict], columns: Sequence[str],
                       policy: Optional[str] = None, threshold: Any = None,
                       chunk: int = CHUNK) -> Iterator[dict]:
-    """One output record per input record, in input order (see the module docstring).
+    """One output record per input record, in input order (see the module docstring). Logs
+    one warning with the count of texts cut to max_length.
 
     Args:
       records: dicts holding `columns`; a missing or null text is an empty string.
@@ -156,7 +169,9 @@ class Predictor:
     """
     names = self.run.label_names
     it = iter(records)
+    total, truncated = 0, self.num_truncated
     while batch := list(itertools.islice(it, chunk)):
+      total += len(batch)
       fields = [["" if r.get(c) is None else str(r[c]) for r in batch] for c in columns]
       pairs = fields[1] if len(fields) > 1 else None
       if policy:
@@ -171,6 +186,9 @@ class Predictor:
         if layers is not None:
           rec["exit_layer"] = int(layers[i])
         yield rec
+    if truncated := self.num_truncated - truncated:
+      log.warning("%d of %d inputs were longer than the run's max_length of %d tokens and were "
+                  "cut to it, as in training.", truncated, total, self.max_length)
 
 
 def input_columns(run: Run) -> list[tuple[str, ...]]:

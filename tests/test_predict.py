@@ -112,6 +112,32 @@ def test_early_exit_from_stdin_jsonl_writes_exit_layers(run, monkeypatch, capsys
   assert [r["exit_layer"] for r in preds] == [1] * 5
 
 
+def test_inputs_cut_to_max_length_are_counted_in_one_warning(run, caplog):
+  import logging
+  n = int(run.config.task.max_length)
+  # "red" and "blue" are one token each; a pair has 3 special tokens ([CLS] a [SEP] b [SEP]).
+  exact = {"premise": " ".join(["red"] * (n - 4)), "hypothesis": "blue"}  # n tokens: whole
+  over = {"premise": " ".join(["red"] * (n - 3)), "hypothesis": "blue"}  # n + 1: cut
+  huge = {"premise": " ".join(["red"] * 60_000), "hypothesis": "blue"}
+  short = {"premise": "the red box", "hypothesis": "a box"}
+  records = [short, exact, over, short, huge]
+  cols = ("premise", "hypothesis")
+  for pred, policy in ((predict.Predictor(run), None),
+                       (predict.Predictor(run, packed=False), None),
+                       (predict.Predictor(run), "entropy")):
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="acl_jax.predict"):
+      out = list(pred.predict_records(records, cols, policy, 0.1 if policy else None, chunk=2))
+    assert len(out) == 5
+    warnings = [r.getMessage() for r in caplog.records if r.name == "acl_jax.predict"]
+    assert warnings == [f"2 of 5 inputs were longer than the run's max_length of {n} tokens "
+                        "and were cut to it, as in training."], (pred.packed, policy)
+  caplog.clear()
+  with caplog.at_level(logging.WARNING, logger="acl_jax.predict"):
+    list(predict.Predictor(run).predict_records([short, exact], cols))
+  assert not [r for r in caplog.records if r.name == "acl_jax.predict"]
+
+
 def test_early_exit_matches_the_full_forward_reference(run):
   from acl_jax.exits import policies
   pred = predict.Predictor(run, batch_size=4)
