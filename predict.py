@@ -23,9 +23,12 @@ import sys
 
 from absl import app, flags
 
+from acl_jax import cli
+
 _WORKDIR = flags.DEFINE_string("workdir", None, "A workdir written by train.py.")
 _INPUT = flags.DEFINE_string("input", None, "CSV, TSV or JSONL file of texts; - reads stdin.")
-_OUTPUT = flags.DEFINE_string("output", "-", "JSONL file to write; - writes stdout.")
+_OUTPUT = flags.DEFINE_string("output", "-", "JSONL file to write, in an existing folder; - "
+                              "writes stdout.")
 _FORMAT = flags.DEFINE_enum("format", "auto", ["auto", "csv", "tsv", "jsonl"],
                             "Input format; auto: the file's extension, else its first line.")
 _TEXT = flags.DEFINE_string("text_column", None, "The text's column, by name or 0-based "
@@ -48,18 +51,19 @@ _THRESHOLD = flags.DEFINE_string("threshold", None, "The policy's threshold: ent
 def _threshold():
   from acl_jax import exits  # pylint: disable=import-outside-toplevel
   if _POLICY.value not in exits.POLICIES:
-    raise app.UsageError(f"Unknown --exit_policy {_POLICY.value!r}; known: "
-                         f"{sorted(exits.POLICIES)}.")
+    raise ValueError(f"Unknown --exit_policy {_POLICY.value!r}; known: "
+                     f"{sorted(exits.POLICIES)}.")
   if _THRESHOLD.value is None:
-    raise app.UsageError("--exit_policy needs --threshold, e.g. --threshold=0.2.")
+    raise ValueError("--exit_policy needs --threshold, e.g. --threshold=0.2.")
   cast = int if _POLICY.value == "patience" else float
   try:
     return cast(_THRESHOLD.value)
   except ValueError as e:
-    raise app.UsageError(f"--threshold for {_POLICY.value} must be an {cast.__name__}: "
-                         f"{e}") from e
+    raise ValueError(f"--threshold for {_POLICY.value} must be an {cast.__name__}: "
+                     f"{e}") from e
 
 
+@cli.user_errors
 def main(argv):
   del argv
   from acl_jax import host_heap, logs  # pylint: disable=import-outside-toplevel
@@ -69,20 +73,18 @@ def main(argv):
   if _POLICY.value:
     threshold = _threshold()
   elif _THRESHOLD.value is not None:
-    raise app.UsageError("--threshold needs --exit_policy.")
+    raise ValueError("--threshold needs --exit_policy.")
   from acl_jax import predict, run as run_lib  # pylint: disable=import-outside-toplevel
   layout = predict.Layout(_TEXT.value, _PAIR.value, header=not _NO_HEADER.value,
                           names=_COLUMNS.value)
-  try:
-    run = run_lib.open(_WORKDIR.value, _CHECKPOINT.value)
-    n = predict.predict_file(run, _INPUT.value, _OUTPUT.value, _FORMAT.value, _BATCH.value,
-                             _POLICY.value, threshold, layout)
-  except (ValueError, FileNotFoundError) as e:
-    raise app.UsageError(str(e)) from e
+  predict.check_output(_OUTPUT.value)  # before the model loads
+  run = run_lib.open(_WORKDIR.value, _CHECKPOINT.value)
+  n = predict.predict_file(run, _INPUT.value, _OUTPUT.value, _FORMAT.value, _BATCH.value,
+                           _POLICY.value, threshold, layout)
   print(f"wrote {n} predictions to {_OUTPUT.value} ({run.checkpoint} checkpoint, step "
         f"{run.step})", file=sys.stderr)
 
 
 if __name__ == "__main__":
   flags.mark_flags_as_required(["workdir", "input"])
-  app.run(main)
+  app.run(main, flags_parser=cli.parse_flags)

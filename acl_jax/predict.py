@@ -240,6 +240,22 @@ class Layout:
   names: Optional[Sequence[str]] = None
 
 
+def check_output(path: str) -> None:
+  """Raises when `path` ("-": stdout) cannot be written, before anything is predicted: its
+  folder is missing or not writable, or it is a folder."""
+  if path == "-":
+    return
+  folder = os.path.dirname(path) or "."
+  if not os.path.isdir(folder):
+    raise FileNotFoundError(f"--output {path}: the folder {folder} does not exist; create it "
+                            f"first (mkdir -p {folder}).")
+  if os.path.isdir(path):
+    raise IsADirectoryError(f"--output {path} is a folder; name a file in it, e.g. "
+                            f"{os.path.join(path, 'preds.jsonl')}.")
+  if not os.access(folder, os.W_OK):
+    raise PermissionError(f"--output {path}: the folder {folder} is not writable.")
+
+
 def _lines(path: str):
   """(lines, name for messages, the first line, the open file or None): a file, or stdin for
   "-"."""
@@ -406,8 +422,12 @@ def predict_file(run: Run, input_path: str, output_path: str, fmt: str = "auto",
                  batch_size: int = 0, policy: Optional[str] = None,
                  threshold: Any = None, layout: Layout = Layout()) -> int:
   """Classifies every row of `input_path` and writes the JSONL lines to `output_path` ("-":
-  stdout; a file is written through a temp file and renamed). Returns the row count;
-  `layout` says where the texts are (`read_inputs`)."""
+  stdout; a file is written through a temp file and renamed). Returns the row count.
+
+  The output's folder and the policy are checked before anything is read; `layout` says
+  where the texts are (`read_inputs`).
+  """
+  check_output(output_path)
   if policy:
     from acl_jax.exits import policies  # pylint: disable=import-outside-toplevel
     policies.check_threshold(policy, threshold)  # before reading anything

@@ -217,6 +217,18 @@ def test_inputs_cut_to_max_length_are_counted_in_one_warning(run, caplog):
   assert not [r for r in caplog.records if r.name == "acl_jax.predict"]
 
 
+def test_output_into_a_missing_folder_fails_before_predicting(run, run_dir, tmp_path):
+  _, dev = run_dir
+  out = tmp_path / "missing" / "preds.jsonl"
+  with pytest.raises(FileNotFoundError, match=r"--output .*missing/preds.jsonl: the folder "
+                                              r".*missing does not exist; create it first") as e:
+    predict.predict_file(run, dev, str(out))
+  assert ".tmp" not in str(e.value)
+  with pytest.raises(IsADirectoryError, match="is a folder; name a file in it"):
+    predict.predict_file(run, dev, str(tmp_path))
+  assert os.listdir(tmp_path) == []
+
+
 def test_header_less_and_positional_columns_are_read_or_refused_by_name(tmp_path):
   alts = [("text",)]
   bare = tmp_path / "ag.csv"
