@@ -12,23 +12,35 @@ layer-skipping fast path (`exits.early_exit_batches`); that path stays unpacked,
 row in length-sorted batches, since its rows leave one by one: the rows of a chunk's batches
 of one length are pooled, so the later layers still run in full blocks.
 
-`predict_file` reads CSV, TSV or JSONL (a file or stdin) with the run's text column(s) and
-writes one JSON line per input row, in input order:
-  {<text column(s)>, "label": name, "probs": {name: p}, "exit_layer": m (early exit only)}
+`predict_file` reads CSV, TSV or JSONL (a file or stdin) and writes one JSON line per input
+row, in input order:
+  {<every input column>, "label": name, "probs": {name: p}, "exit_layer": m (early exit only)}
+The texts are read from the run's text column(s), or from the columns a `Layout` names or
+numbers (a CSV or TSV file without a header row has its columns named "0", "1", ... or by
+`Layout.names`). Every input column is written back as it was read, so that predictions join
+back to their rows; one named "label", "probs" or "exit_layer" is written as "input.label"
+(and so on). Texts longer than the run's max_length are cut to it, as in training, and
+counted in one warning.
 """
+import dataclasses
 import itertools
 import json
+import logging
 import os
 import sys
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
 from acl_jax.data import batching, readers, tasks, tokenize
 from acl_jax.run import Run
 
+log = logging.getLogger(__name__)
+
 # Inputs read, tokenised and predicted at a time: bounds memory on large files and stdin.
 CHUNK = 4096
+# The keys a prediction adds to its input record.
+OUTPUT_KEYS = ("label", "probs", "exit_layer")
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -69,6 +81,7 @@ class Predictor:
     self._shard = lambda b: step_lib.shard_batch(b, run.mesh)
     self._to_host = step_lib.to_host
     self._fast_params = None
+    self.num_truncated = 0  # texts cut to max_length (`columns`), for `predict_records`' warning
 
   @property
   def num_exits(self) -> int:
@@ -76,10 +89,16 @@ class Predictor:
 
   def columns(self, texts: Sequence[str], pairs: Optional[Sequence[str]] = None
               ) -> batching.Columns:
-    """Token columns (`batching.to_columns` form) of the texts, tokenised as in training."""
-    enc = tokenize.encode(self.run.tokenizer, list(texts),
-                          None if pairs is None else list(pairs), self.max_length)
+    """Token columns (`batching.to_columns` form) of the texts, tokenised as in training.
+
+    Texts (with their pairs) longer than max_length are cut to it and added to
+    `num_truncated`.
+    """
+    texts, pairs = list(texts), None if pairs is None else list(pairs)
+    enc = tokenize.encode(self.run.tokenizer, texts, pairs, self.max_length)
     lengths = np.asarray(enc["length"], np.int64)
+    self.num_truncated += tokenize.count_truncated(self.run.tokenizer, texts, pairs,
+                                                   self.max_length, lengths)
     flat = lambda k: (np.concatenate([np.asarray(x, np.int32) for x in enc[k]])
                       if len(lengths) else np.zeros((0,), np.int32))
     return {"input_ids": flat("input_ids"), "token_type_ids": flat("token_type_ids"),
@@ -145,7 +164,10 @@ class Predictor:
   def predict_records(self, records: Iterable[dict], columns: Sequence[str],
                       policy: Optional[str] = None, threshold: Any = None,
                       chunk: int = CHUNK) -> Iterator[dict]:
-    """One output record per input record, in input order (see the module docstring).
+    """One output record per input record, in input order (see the module docstring): the
+    input's fields (`output_keys` renames those named like an output key), then "label",
+    "probs" and, with a policy, "exit_layer". Logs one warning with the count of texts cut to
+    max_length.
 
     Args:
       records: dicts holding `columns`; a missing or null text is an empty string.
@@ -156,7 +178,9 @@ class Predictor:
     """
     names = self.run.label_names
     it = iter(records)
+    total, truncated = 0, self.num_truncated
     while batch := list(itertools.islice(it, chunk)):
+      total += len(batch)
       fields = [["" if r.get(c) is None else str(r[c]) for r in batch] for c in columns]
       pairs = fields[1] if len(fields) > 1 else None
       if policy:
@@ -164,13 +188,29 @@ class Predictor:
       else:
         layers, logits = None, self.logits(fields[0], pairs)[-1]
       probs = softmax(logits)
-      for i, p in enumerate(probs):
-        rec = {c: f[i] for c, f in zip(columns, fields)}
+      for i, (r, p) in enumerate(zip(batch, probs)):
+        rec = {key: r[k] for k, key in output_keys(r).items()}
         rec["label"] = names[int(np.argmax(p))]
         rec["probs"] = {n: round(float(v), 6) for n, v in zip(names, p)}
         if layers is not None:
           rec["exit_layer"] = int(layers[i])
         yield rec
+    if truncated := self.num_truncated - truncated:
+      log.warning("%d of %d inputs were longer than the run's max_length of %d tokens and were "
+                  "cut to it, as in training.", truncated, total, self.max_length)
+
+
+def output_keys(fields: Iterable[str]) -> dict[str, str]:
+  """Input field -> its key in the output record: its own name, or for a field named like an
+  output key (`OUTPUT_KEYS`) "input." before it, as often as it takes to be unique."""
+  fields = list(fields)
+  out = {}
+  for f in fields:
+    key = f
+    while key in OUTPUT_KEYS or (key != f and key in fields):
+      key = "input." + key
+    out[f] = key
+  return out
 
 
 def input_columns(run: Run) -> list[tuple[str, ...]]:
@@ -178,6 +218,42 @@ def input_columns(run: Run) -> list[tuple[str, ...]]:
   t = run.config.task
   return tasks.input_columns(t.name, t.get("text_column", "text"),
                              t.get("text_pair_column", "") or None)
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+  """Where an input file's texts are, when not under the run's own column names.
+
+  Attributes:
+    text_column: the text's column, by name or by 0-based position (an int, or a string of
+      digits; a column named like a number is taken by its name). None: the run's.
+    text_pair_column: the second text's column, likewise, for a run on text pairs; it comes
+      with text_column.
+    header: whether a CSV or TSV file's first row names its columns. Without a header row,
+      the columns are named by their positions, "0", "1", ..., or by `names`.
+    names: the column names of a CSV or TSV file without a header row (it implies
+      header=False).
+  """
+  text_column: Optional[Union[str, int]] = None
+  text_pair_column: Optional[Union[str, int]] = None
+  header: bool = True
+  names: Optional[Sequence[str]] = None
+
+
+def check_output(path: str) -> None:
+  """Raises when `path` ("-": stdout) cannot be written, before anything is predicted: its
+  folder is missing or not writable, or it is a folder."""
+  if path == "-":
+    return
+  folder = os.path.dirname(path) or "."
+  if not os.path.isdir(folder):
+    raise FileNotFoundError(f"--output {path}: the folder {folder} does not exist; create it "
+                            f"first (mkdir -p {folder}).")
+  if os.path.isdir(path):
+    raise IsADirectoryError(f"--output {path} is a folder; name a file in it, e.g. "
+                            f"{os.path.join(path, 'preds.jsonl')}.")
+  if not os.access(folder, os.W_OK):
+    raise PermissionError(f"--output {path}: the folder {folder} is not writable.")
 
 
 def _lines(path: str):
@@ -194,8 +270,76 @@ def _lines(path: str):
   return itertools.chain([first.lstrip("\ufeff")], f), name, first, own
 
 
-def read_inputs(path: str, fmt: str, alternatives: Sequence[tuple[str, ...]]
-                ) -> tuple[Iterator[dict], tuple[str, ...]]:
+def _show(columns: Sequence[str], width: int = 40) -> str:
+  """The column names for a message, each cut to `width` characters: the first row of a file
+  without a header row is text."""
+  return "[" + ", ".join(repr(c if len(c) <= width else c[:width] + "...") for c in columns) + "]"
+
+
+def _column(spec: Union[str, int], have: Sequence[str], flag: str, name: str, fmt: str) -> str:
+  """The name of the column `spec` picks: a name in `have`, else a 0-based position."""
+  spec = str(spec)
+  if spec in have:
+    return spec
+  if spec.isascii() and spec.isdigit():
+    if fmt == "jsonl":
+      raise ValueError(f"{flag} {spec}: {name} is JSONL, whose fields go by name, not "
+                       f"position; its first record has {_show(have)}.")
+    if int(spec) < len(have):
+      return have[int(spec)]
+    raise ValueError(f"{flag} {spec} is out of range: {name} has {len(have)} columns, at "
+                     f"positions 0 to {len(have) - 1}: {_show(have)}.")
+  raise ValueError(f"{flag} {spec!r} is not a column of {name}; its columns are {_show(have)}.")
+
+
+def _text_columns(have: Sequence[str], alternatives: Sequence[tuple[str, ...]],
+                  layout: Layout, name: str, fmt: str) -> tuple[str, ...]:
+  """The column(s) of `have` to read the text (and pair) from: the layout's, else the first
+  alternative the input has."""
+  want = " or ".join("+".join(repr(c) for c in alt) for alt in alternatives)
+  pairs = len(alternatives[0]) > 1
+  if layout.text_column is None:
+    if layout.text_pair_column is not None:
+      raise ValueError("--text_pair_column comes with --text_column, the first text's column.")
+    cols = next((alt for alt in alternatives if all(c in have for c in alt)), None)
+    if cols is None:
+      flag = "--text_column and --text_pair_column" if pairs else "--text_column"
+      also = ("" if fmt == "jsonl" or not layout.header or layout.names is not None else
+              "; a file without a header row also needs --no_header (or --columns NAMES)")
+      raise ValueError(
+          f"{name} ({fmt}) has columns {_show(have)}; this run reads the text column(s) {want}. "
+          f"Name the column(s) to read with {flag} (a name, or a 0-based position){also}. "
+          f"Pass --format if {fmt} is the wrong guess.")
+    return cols
+  if pairs and layout.text_pair_column is None:
+    raise ValueError(f"This run classifies text pairs ({want}): give --text_pair_column with "
+                     "--text_column.")
+  if not pairs and layout.text_pair_column is not None:
+    raise ValueError(f"This run classifies single texts ({want}); drop --text_pair_column.")
+  specs = [("--text_column", layout.text_column)]
+  if pairs:
+    specs.append(("--text_pair_column", layout.text_pair_column))
+  return tuple(_column(spec, have, flag, name, fmt) for flag, spec in specs)
+
+
+def _rows_as_records(rows: Iterable[list[str]], reader, columns: list[str], what: str,
+                     name: str, fmt: str) -> Iterator[dict]:
+  """The rows (of `reader`, a `readers.iter_rows`), each a dict over `columns`; a row with
+  another number of fields (an unquoted separator in a text, a cut line) raises, naming its
+  line."""
+  hint = "quote a field that holds a comma" if fmt == "csv" else "a TSV field holds no tab"
+  for row in rows:
+    if not row:  # a blank line is no row, as csv.DictReader reads it
+      continue
+    if len(row) != len(columns):
+      raise ValueError(f"{name} line {reader.line_num} has {len(row)} fields where {what} has "
+                       f"{len(columns)} ({_show(columns)}); every row needs one field per "
+                       f"column ({hint}).")
+    yield dict(zip(columns, row))
+
+
+def read_inputs(path: str, fmt: str, alternatives: Sequence[tuple[str, ...]],
+                layout: Layout = Layout()) -> tuple[Iterator[dict], tuple[str, ...]]:
   """Records of a CSV, TSV or JSONL file ("-": stdin) and the text column(s) they hold.
 
   Args:
@@ -203,36 +347,62 @@ def read_inputs(path: str, fmt: str, alternatives: Sequence[tuple[str, ...]]
     fmt: "csv", "tsv", "jsonl", or "auto": by the file's extension, else from its first line
       (`readers.sniff_format`).
     alternatives: the run's text column names, in order of preference (`input_columns`).
+    layout: the text column(s) by name or position, and the columns of a CSV or TSV file
+      without a header row.
 
   Returns:
-    (records, columns): the first alternative whose columns the input has.
+    (records, columns): one dict per row, holding every field of the row (a CSV or TSV file
+    without a header row keyed by `layout.names` or positions "0", "1", ...), and the key(s)
+    of the text (and pair): the layout's, else the first alternative the input has.
+
+  Raises:
+    ValueError: the text column(s) are not in the input, a column is named twice, or (once
+      read) a row has another number of fields than the header.
   """
   if fmt not in ("auto", *readers.GENERIC_FORMATS):
     raise ValueError(f"Unknown input format {fmt!r}; known: auto, "
                      f"{', '.join(readers.GENERIC_FORMATS)}.")
+  if layout.names is not None and not layout.names:
+    raise ValueError("--columns is empty; it names the columns of a file without a header "
+                     "row, e.g. --columns=label,title,description.")
+  header = layout.header and layout.names is None
   lines, name, first, own = _lines(path)
-  if fmt == "auto":
-    fmt = (path != "-" and readers.format_of(path)) or readers.sniff_format(first)
-  want = " or ".join("+".join(repr(c) for c in alt) for alt in alternatives)
-  if fmt == "jsonl":
-    records = readers.iter_records(lines, fmt, name)
-    head = next(records, None)
-    if head is None:
+  try:
+    if fmt == "auto":
+      fmt = (path != "-" and readers.format_of(path)) or readers.sniff_format(first)
+    if fmt == "jsonl":
+      if not header:
+        raise ValueError(f"--no_header and --columns describe CSV or TSV files; {name} is "
+                         "JSONL, whose records name their fields.")
+      records = readers.iter_records(lines, fmt, name)
+      head = next(records, None)
+      have = list(head or ())
+      records = itertools.chain([head] if head is not None else [], records)
+    else:
+      rows = reader = readers.iter_rows(lines, fmt)
+      head = next((r for r in reader if r), None)  # the first row that is not a blank line
+      if layout.names is not None:
+        have, what = [str(c) for c in layout.names], "--columns"
+      elif not header:
+        have, what = [str(i) for i in range(len(head or ()))], "the first row"
+      else:
+        have, what = list(head or ()), "the header"
+      twice = sorted({c for c in have if have.count(c) > 1})
+      if twice:
+        raise ValueError(f"{name}: {what} names the column(s) {twice} more than once; give "
+                         "each column its own name, so that each is written back.")
+      if not header and head is not None:
+        rows = itertools.chain([head], rows)
+      records = _rows_as_records(rows, reader, have, what, name, fmt)
+    if head is None:  # an empty input: no rows to predict
       if own is not None:
         own.close()
       return iter(()), alternatives[0]
-    have = list(head)
-    records = itertools.chain([head], records)
-  else:
-    records = readers.iter_records(lines, fmt, name)
-    have = list(records.fieldnames or [])
-  cols = next((alt for alt in alternatives if all(c in have for c in alt)), None)
-  if cols is None:
+    cols = _text_columns(have, alternatives, layout, name, fmt)
+  except Exception:
     if own is not None:
       own.close()
-    raise ValueError(f"{name} ({fmt}) has columns {have}; this run reads the text column(s) "
-                     f"{want}. Rename the column(s), or pass --format if {fmt} is the wrong "
-                     "guess.")
+    raise
 
   def checked():
     try:
@@ -250,13 +420,18 @@ def read_inputs(path: str, fmt: str, alternatives: Sequence[tuple[str, ...]]
 
 def predict_file(run: Run, input_path: str, output_path: str, fmt: str = "auto",
                  batch_size: int = 0, policy: Optional[str] = None,
-                 threshold: Any = None) -> int:
+                 threshold: Any = None, layout: Layout = Layout()) -> int:
   """Classifies every row of `input_path` and writes the JSONL lines to `output_path` ("-":
-  stdout; a file is written through a temp file and renamed). Returns the row count."""
+  stdout; a file is written through a temp file and renamed). Returns the row count.
+
+  The output's folder and the policy are checked before anything is read; `layout` says
+  where the texts are (`read_inputs`).
+  """
+  check_output(output_path)
   if policy:
     from acl_jax.exits import policies  # pylint: disable=import-outside-toplevel
     policies.check_threshold(policy, threshold)  # before reading anything
-  records, cols = read_inputs(input_path, fmt, input_columns(run))
+  records, cols = read_inputs(input_path, fmt, input_columns(run), layout)
   predictor = Predictor(run, batch_size)
   out = predictor.predict_records(records, cols, policy, threshold)
   if output_path == "-":

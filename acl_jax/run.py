@@ -65,6 +65,9 @@ class Run:
 def read_config(workdir: str) -> ml_collections.ConfigDict:
   """The config the run trains with now: config.json with config_history.jsonl applied."""
   cfg = provenance.run_config(workdir)
+  if cfg is None and not os.path.isdir(workdir):
+    raise FileNotFoundError(f"--workdir {workdir} does not exist: it must be a folder written "
+                            "by train.py.")
   if cfg is None:
     raise FileNotFoundError(f"{os.path.join(workdir, 'config.json')} not found: --workdir must "
                             "be a folder written by train.py.")

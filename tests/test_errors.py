@@ -69,6 +69,69 @@ def test_bad_input_prints_one_message(tmp_path, name, args, code, words, max_lin
   assert not os.path.exists(tmp_path / "run")  # a run that never started leaves no folder
 
 
+@pytest.fixture(scope="module")
+def csv_trained(tiny_model_dir, tmp_path_factory):
+  """A tiny run trained on ROWS' "text" column, which keeps best/ alone."""
+  root = str(tmp_path_factory.mktemp("errors_run"))
+  wd = os.path.join(root, "run")
+  p = helpers.run_py(["train.py", "--config", "configs/files.py:csv,runlocal", "--workdir", wd,
+                      f"--config.model.name={tiny_model_dir}",
+                      f"--config.task.train_file={_csv(root)}",
+                      "--config.checkpoint.keep_train_state=False", "--config.progress=False"],
+                     timeout=600)
+  assert p.returncode == 0, p.stderr[-3000:]
+  return wd
+
+
+AG_NEWS = b'3,"Wall St. Bears Claw Back, Again",Short-sellers are seeing green again.\n'
+
+# predict.py's rows, as CASES: args are given tmp and `wd`, a function that returns the trained
+# workdir (training it on first use). Before the message, stderr holds host_heap's INFO line.
+PREDICT_CASES = [
+    ("missing workdir", lambda t, wd: ["predict.py", "--workdir", f"{t}/nope", "--input",
+                                       _csv(t)], 2, ["--workdir", "nope does not exist"], 2),
+    ("workdir without checkpoints",
+     lambda t, wd: ["predict.py", "--workdir", os.path.dirname(_write(f"{t}/run/config.json",
+                                                                      b"{}")),
+                    "--input", _csv(t)], 2, ["No checkpoint in", "train it first"], 2),
+    ("header-less file without a column flag",
+     lambda t, wd: ["predict.py", "--workdir", wd(), "--input", _csv(t, "ag.csv", AG_NEWS)], 2,
+     ["has columns ['3', 'Wall St. Bears Claw Back, Again',", "reads the text column(s) 'text'",
+      "--text_column", "--no_header"], 2),
+    ("text column name not in the file",
+     lambda t, wd: ["predict.py", "--workdir", wd(), "--input", _csv(t),
+                    "--text_column", "review"], 2,
+     ["--text_column 'review' is not a column of", "its columns are ['text', 'label']"], 2),
+    ("column position out of range",
+     lambda t, wd: ["predict.py", "--workdir", wd(), "--input", _csv(t, "ag.csv", AG_NEWS),
+                    "--no_header", "--text_column", "3"], 2,
+     ["--text_column 3 is out of range", "3 columns, at positions 0 to 2"], 2),
+    ("output into a missing folder",
+     lambda t, wd: ["predict.py", "--workdir", wd(), "--input", _csv(t), "--output",
+                    f"{t}/out/preds.jsonl"], 2,
+     ["--output", "the folder", "/out does not exist; create it first"], 2),
+]
+
+
+@pytest.mark.parametrize("name,args,code,words,max_lines", PREDICT_CASES,
+                         ids=[c[0] for c in PREDICT_CASES])
+def test_bad_predict_input_prints_one_message(request, tmp_path, name, args, code, words,
+                                              max_lines):
+  del name
+  before = set(os.listdir(tmp_path))
+  argv = args(str(tmp_path), lambda: request.getfixturevalue("csv_trained"))
+  made = set(os.listdir(tmp_path)) - before
+  p = helpers.run_py(argv)
+  err = [line for line in p.stderr.splitlines() if line.strip()]
+  assert p.returncode == code, p.stderr[-2000:]
+  assert "Traceback" not in p.stderr, p.stderr[-2000:]
+  assert len(err) <= max_lines, p.stderr
+  for w in words:
+    assert w in err[-1], err[-1]
+  assert set(os.listdir(tmp_path)) - before == made  # no output, no temp file
+  assert not p.stdout
+
+
 def test_verbose_shows_the_traceback(tmp_path):
   p = helpers.run_py(["train.py", "--config", "configs/files.py", "--workdir",
                       str(tmp_path / "run"), "--verbose"])
@@ -135,7 +198,7 @@ def _foreign_folder(tmp):
 # (id, args given (trained workdir, tmp), exit code, words of the last line, most stderr lines)
 RUN_CASES = [
     ("eval: no such workdir", lambda wd, t: ["eval.py", "--workdir", os.path.join(t, "nope")],
-     2, ["config.json not found"], 3),
+     2, ["nope does not exist"], 3),
     ("eval: misspelt split", lambda wd, t: ["eval.py", "--workdir", wd, "--split", "dev,tset"],
      2, ["Split 'tset' not in task"], 3),
     ("eval: latest without ckpt/", lambda wd, t: ["eval.py", "--workdir", _no_ckpt(wd, t),

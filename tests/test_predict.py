@@ -2,6 +2,7 @@
 step's predictions, per-example early exit; a run that kept best/ alone (keep_train_state=False)
 still evaluates, exports and predicts; eval.py is quiet and names its classes; the learning
 rate is in the train metrics."""
+import dataclasses
 import io
 import json
 import os
@@ -90,10 +91,11 @@ def test_predict_cli_gives_the_evaluated_predictions(run_dir, tmp_path):
   assert [(r["premise"], r["hypothesis"]) for r in preds] == [
       (r["premise"], r["hypothesis"]) for r in rows]  # input order
   for r in preds:
-    assert set(r) == {"premise", "hypothesis", "label", "probs"}
+    assert list(r) == ["premise", "hypothesis", "verdict", "label", "probs"]  # input passes through
     assert list(r["probs"]) == ["no", "yes"] and sum(r["probs"].values()) == pytest.approx(1)
     assert r["label"] == max(r["probs"], key=r["probs"].get)
-  acc = np.mean([p["label"] == r["verdict"] for p, r in zip(preds, rows)])
+  assert [p["verdict"] for p in preds] == [r["verdict"] for r in rows]
+  acc = np.mean([p["label"] == p["verdict"] for p in preds])
   results = json.load(open(os.path.join(wd, "results.json")))
   assert acc == pytest.approx(results["dev"]["accuracy"])  # the best checkpoint, on dev
   assert "wrote 24 predictions" in p.stderr
@@ -110,6 +112,168 @@ def test_early_exit_from_stdin_jsonl_writes_exit_layers(run, monkeypatch, capsys
                                                     "exit_layer"}
   # Confidence >= 0.5 holds for any two-class softmax: every example leaves at layer 1.
   assert [r["exit_layer"] for r in preds] == [1] * 5
+
+
+def test_header_less_file_by_position_or_names_gives_the_same_predictions(run_dir, run,
+                                                                          tmp_path):
+  wd, _ = run_dir
+  rows = _rows(24, 100)
+  # AG News' layout: no header row, the class first, commas inside quoted texts.
+  body = "".join(f'{r["verdict"]},"{r["premise"]}, indeed",{r["hypothesis"]}\n' for r in rows)
+  bare = tmp_path / "bare.csv"
+  bare.write_text(body)
+  p = helpers.run_py(["predict.py", "--workdir", wd, "--input", str(bare), "--output",
+                      str(tmp_path / "by_position.jsonl"), "--no_header", "--text_column", "1",
+                      "--text_pair_column", "2"], timeout=300)
+  assert p.returncode == 0, p.stderr[-3000:]
+  by_position = [json.loads(x) for x in (tmp_path / "by_position.jsonl").read_text().splitlines()]
+  assert [list(r) for r in by_position] == [["0", "1", "2", "label", "probs"]] * 24
+  assert [(r["0"], r["1"], r["2"]) for r in by_position] == [
+      (r["verdict"], r["premise"] + ", indeed", r["hypothesis"]) for r in rows]
+  # --columns names them: the run's own columns are found, or picked by name or position.
+  names = predict.Layout(names=["verdict", "premise", "hypothesis"])
+  for layout in (names, dataclasses.replace(names, text_column="premise",
+                                            text_pair_column="hypothesis"),
+                 predict.Layout(text_column=1, text_pair_column="2", header=False)):
+    got = _read(_predict(run, str(bare), tmp_path / "p.jsonl", layout=layout))
+    assert [r["probs"] for r in got] == [r["probs"] for r in by_position], layout
+    if layout.names:
+      assert [list(r)[:3] for r in got] == [layout.names] * 24
+      assert [r["verdict"] for r in got] == [r["verdict"] for r in rows]
+  # The same texts under a header: positions pick the header's columns.
+  headed = tmp_path / "headed.csv"
+  headed.write_text("class,premise,hypothesis\n" + body)
+  got = _read(_predict(run, str(headed), tmp_path / "h.jsonl",
+                       layout=predict.Layout(text_column=1, text_pair_column=2)))
+  assert [r["probs"] for r in got] == [r["probs"] for r in by_position]
+
+
+def _predict(run, path, out, **kwargs):
+  """predict_file's output lines."""
+  assert predict.predict_file(run, path, str(out), **kwargs) > 0
+  return out.read_text().splitlines()
+
+
+def _read(lines):
+  return [json.loads(x) for x in lines]
+
+
+def test_every_input_field_passes_through_beside_the_predictions(run, tmp_path, monkeypatch,
+                                                                capsys):
+  records = [{"id": 7 + i, "premise": r["premise"], "hypothesis": r["hypothesis"],
+              "label": r["verdict"], "input.label": "kept", "probs": None,
+              "exit_layer": [i], "meta": {"source": "test", "n": i}}
+             for i, r in enumerate(_rows(5, 7))]
+  monkeypatch.setattr("sys.stdin", io.StringIO("".join(json.dumps(r) + "\n" for r in records)))
+  assert predict.predict_file(run, "-", "-", policy="confidence", threshold=0.5) == 5
+  preds = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+  for rec, pred in zip(records, preds):
+    # Input fields first, as read (numbers, lists and objects too); those named like an output
+    # key get "input." before their name, as often as it takes to be unique.
+    assert list(pred) == ["id", "premise", "hypothesis", "input.input.label", "input.label",
+                          "input.probs", "input.exit_layer", "meta", "label", "probs",
+                          "exit_layer"]
+    assert (pred["id"], pred["meta"], pred["input.exit_layer"]) == (
+        rec["id"], rec["meta"], rec["exit_layer"])
+    assert (pred["input.input.label"], pred["input.label"], pred["input.probs"]) == (
+        rec["label"], "kept", None)
+    assert pred["label"] in ("no", "yes") and pred["exit_layer"] == 1
+    assert list(pred["probs"]) == ["no", "yes"]
+  # A CSV file's extra columns come back as strings, in the header's order.
+  csv_file = tmp_path / "in.csv"
+  csv_file.write_text("id,hypothesis,label,premise,note\n"
+                      + "".join(f"0{i},{r['hypothesis']},{r['verdict']},{r['premise']},\n"
+                                for i, r in enumerate(_rows(3, 0))))
+  got = _read(_predict(run, str(csv_file), tmp_path / "out.jsonl"))
+  assert [list(r) for r in got] == [["id", "hypothesis", "input.label", "premise", "note",
+                                     "label", "probs"]] * 3
+  assert [(r["id"], r["note"], r["input.label"]) for r in got] == [
+      ("00", "", "yes"), ("01", "", "no"), ("02", "", "yes")]
+
+
+def test_inputs_cut_to_max_length_are_counted_in_one_warning(run, caplog):
+  import logging
+  n = int(run.config.task.max_length)
+  # "red" and "blue" are one token each; a pair has 3 special tokens ([CLS] a [SEP] b [SEP]).
+  exact = {"premise": " ".join(["red"] * (n - 4)), "hypothesis": "blue"}  # n tokens: whole
+  over = {"premise": " ".join(["red"] * (n - 3)), "hypothesis": "blue"}  # n + 1: cut
+  huge = {"premise": " ".join(["red"] * 60_000), "hypothesis": "blue"}
+  short = {"premise": "the red box", "hypothesis": "a box"}
+  records = [short, exact, over, short, huge]
+  cols = ("premise", "hypothesis")
+  for pred, policy in ((predict.Predictor(run), None),
+                       (predict.Predictor(run, packed=False), None),
+                       (predict.Predictor(run), "entropy")):
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="acl_jax.predict"):
+      out = list(pred.predict_records(records, cols, policy, 0.1 if policy else None, chunk=2))
+    assert len(out) == 5
+    warnings = [r.getMessage() for r in caplog.records if r.name == "acl_jax.predict"]
+    assert warnings == [f"2 of 5 inputs were longer than the run's max_length of {n} tokens "
+                        "and were cut to it, as in training."], (pred.packed, policy)
+  caplog.clear()
+  with caplog.at_level(logging.WARNING, logger="acl_jax.predict"):
+    list(predict.Predictor(run).predict_records([short, exact], cols))
+  assert not [r for r in caplog.records if r.name == "acl_jax.predict"]
+
+
+def test_output_into_a_missing_folder_fails_before_predicting(run, run_dir, tmp_path):
+  _, dev = run_dir
+  out = tmp_path / "missing" / "preds.jsonl"
+  with pytest.raises(FileNotFoundError, match=r"--output .*missing/preds.jsonl: the folder "
+                                              r".*missing does not exist; create it first") as e:
+    predict.predict_file(run, dev, str(out))
+  assert ".tmp" not in str(e.value)
+  with pytest.raises(IsADirectoryError, match="is a folder; name a file in it"):
+    predict.predict_file(run, dev, str(tmp_path))
+  assert os.listdir(tmp_path) == []
+
+
+def test_header_less_and_positional_columns_are_read_or_refused_by_name(tmp_path):
+  alts = [("text",)]
+  bare = tmp_path / "ag.csv"
+  bare.write_text('3,"Wall St. Bears, again",Short sellers\n\n4,Carlyle,"Private, equity"\n')
+  records, cols = predict.read_inputs(str(bare), "auto", alts, predict.Layout(2, header=False))
+  assert cols == ("2",) and list(records) == [
+      {"0": "3", "1": "Wall St. Bears, again", "2": "Short sellers"},
+      {"0": "4", "1": "Carlyle", "2": "Private, equity"}]  # the blank line is no row
+  records, cols = predict.read_inputs(str(bare), "auto", alts,
+                                      predict.Layout(names=["class", "title", "text"]))
+  assert cols == ("text",) and [r["class"] for r in records] == ["3", "4"]
+  # Without a layout, a header-less file's first row is no header: the message names the flags.
+  with pytest.raises(ValueError, match=r"has columns \['3', 'Wall St. Bears, again', 'Short "
+                                       r"sellers'\]; .* --text_column .* --no_header"):
+    predict.read_inputs(str(bare), "auto", alts)
+  for layout, message in (
+      (predict.Layout(3, header=False), r"--text_column 3 is out of range: .*ag.csv has 3 "
+                                        r"columns, at positions 0 to 2"),
+      (predict.Layout("title", header=False), r"--text_column 'title' is not a column of "
+                                              r".*ag.csv; its columns are \['0', '1', '2'\]"),
+      (predict.Layout(header=False), r"--text_column \(a name, or a 0-based position\)\. "),
+      (predict.Layout(names=["class", "text"]), r"line 1 has 3 fields where --columns has 2"),
+      (predict.Layout(names=["a", "text", "a"]), r"names the column\(s\) \['a'\] more than once"),
+      (predict.Layout(None, "2", header=False), "--text_pair_column comes with --text_column"),
+      (predict.Layout(1, 2, header=False), "classifies single texts"),
+  ):
+    with pytest.raises(ValueError, match=message):
+      records, _ = predict.read_inputs(str(bare), "auto", alts, layout)
+      list(records)
+  with pytest.raises(ValueError, match="classifies text pairs"):
+    predict.read_inputs(str(bare), "auto", [("a", "b")], predict.Layout(1, header=False))
+  jl = tmp_path / "x.jsonl"
+  jl.write_text('{"id": 1, "body": "a"}\n')
+  with pytest.raises(ValueError, match="JSONL, whose fields go by name"):
+    predict.read_inputs(str(jl), "auto", alts, predict.Layout(1))
+  with pytest.raises(ValueError, match="--no_header and --columns describe CSV or TSV"):
+    predict.read_inputs(str(jl), "auto", alts, predict.Layout("body", header=False))
+  records, cols = predict.read_inputs(str(jl), "auto", alts, predict.Layout("body"))
+  assert cols == ("body",) and list(records) == [{"id": 1, "body": "a"}]
+  # A row whose text holds an unquoted separator is refused, naming its line.
+  tsv = tmp_path / "x.tsv"
+  tsv.write_text("id\ttext\n1\tfine\n2\ta\ttab\n")
+  records, _ = predict.read_inputs(str(tsv), "auto", alts)
+  with pytest.raises(ValueError, match=r"x.tsv line 3 has 3 fields where the header has 2"):
+    list(records)
 
 
 def test_early_exit_matches_the_full_forward_reference(run):
@@ -147,7 +311,6 @@ def test_packed_prediction_equals_unpacked(run):
 
 
 def test_single_exit_runs_refuse_early_exit(run):
-  import dataclasses
   from acl_jax.train import setup as setup_lib
   cfg = run.config.copy_and_resolve_references()
   cfg.model.exits = "last"

@@ -228,15 +228,25 @@ def _jsonl_records(f, path: str):
     yield rec
 
 
+# CSV is quoted as usual; TSV is not, like the GLUE files, whose sentences hold stray quotes.
+_DIALECTS = {"csv": {}, "tsv": {"delimiter": "\t", "quoting": csv.QUOTE_NONE}}
+
+
 def iter_records(lines, fmt: str, path: str):
   """The records of a CSV, TSV or JSONL text, one dict per row (CSV quoted as usual, TSV
   unquoted like the GLUE files), from an open file or any iterable of its lines."""
   check_known(fmt, GENERIC_FORMATS, "file format")
   if fmt == "jsonl":
     return _jsonl_records(lines, path)
-  if fmt == "csv":
-    return csv.DictReader(lines)
-  return csv.DictReader(lines, delimiter="\t", quoting=csv.QUOTE_NONE)
+  return csv.DictReader(lines, **_DIALECTS[fmt])
+
+
+def iter_rows(lines, fmt: str):
+  """The rows of a CSV or TSV text as lists of fields, quoted as `iter_records` reads them;
+  a blank line is an empty list."""
+  if fmt not in _DIALECTS:
+    raise ValueError(f"{fmt!r} has no rows of fields; known: {list(_DIALECTS)}.")
+  return csv.reader(lines, **_DIALECTS[fmt])
 
 
 def sniff_format(first_line: str) -> str:

@@ -45,6 +45,26 @@ def encode(tokenizer, texts: list[str], pairs: Optional[list[str]], max_length: 
   return {"input_ids": ids, "token_type_ids": types, "length": [len(x) for x in ids]}
 
 
+def count_truncated(tokenizer, texts: list[str], pairs: Optional[list[str]], max_length: int,
+                    lengths) -> int:
+  """How many of the texts (and pairs) `encode` cut: those whose whole tokenisation is longer
+  than max_length.
+
+  Args:
+    lengths: [n] the lengths `encode` gave them.
+  """
+  # Truncation stops at exactly max_length, so only the texts that came back that long can
+  # have been cut; they alone are tokenised again, whole.
+  cut = [i for i, n in enumerate(lengths) if n >= max_length]
+  if not cut:
+    return 0
+  # verbose=False: HF warns of every sequence over model_max_length, which is the point here.
+  whole = tokenizer([texts[i] for i in cut], None if pairs is None else [pairs[i] for i in cut],
+                    truncation=False, padding=False, return_attention_mask=False,
+                    return_token_type_ids=False, verbose=False)
+  return sum(len(x) > max_length for x in whole["input_ids"])
+
+
 def tokenize_dataset(ds: datasets.Dataset, tokenizer, max_length: int,
                      cache_dir: Optional[str] = None) -> datasets.Dataset:
   """Tokenises "text" (and "text_pair") without padding (`encode`); batching pads later.
