@@ -24,12 +24,19 @@ def setup(stream=sys.stdout, level: int = logging.INFO) -> None:
                       format="%(asctime)s %(levelname)s %(message)s", force=True)
   for name in NOISY:
     logging.getLogger(name).setLevel(logging.WARNING)
+  logging.getLogger("absl").addFilter(_drop_reraised)
   try:
     from absl import logging as absl_logging  # pylint: disable=import-outside-toplevel
     absl_logging.set_verbosity(absl_logging.WARNING)
   except ImportError:
     pass
   logging.getLogger().setLevel(level)
+
+
+def _drop_reraised(record: logging.LogRecord) -> bool:
+  """Orbax logs each failed write thread's traceback (tens of lines per thread, hundreds on
+  a full disk) and then raises the same error to its caller, which reports it in one line."""
+  return "raised an exception" not in record.getMessage()
 
 
 @contextlib.contextmanager

@@ -313,3 +313,38 @@ def test_gloss_at_a_tiny_sigma_warns_with_the_floor_share(tiny_model_dir, tmp_pa
   assert "G-Loss at sigma=0.0001 learns next to nothing" in warned[0]
   assert "of the edges of a 8-node batch graph" in warned[0] and "loss.sigma_mode=sqrt" in warned[0]
   assert float(warned[0].split("features, ")[1].split("%")[0]) > 90.0
+
+
+def test_a_failed_save_is_one_message_and_orbax_thread_tracebacks_are_dropped(
+    tiny_model_dir, ce_run, tmp_path, monkeypatch):
+  """A full disk: Orbax logs each write thread's traceback, then raises to the caller. The
+  tools show the raised error alone, in one line naming the step and what to do."""
+  import logging
+  import os
+  from acl_jax import logs
+  from acl_jax.train import checkpoint as ckpt_lib, loop
+  wd = _copy_run(ce_run, tmp_path)
+  full = "RESOURCE_EXHAUSTED: Failed to write 542932 bytes: No space left on device"
+
+  def no_space(self, *a, **kw):
+    raise ValueError(full + "\n  (and a long traceback)")
+  import orbax.checkpoint as ocp
+  monkeypatch.setattr(ocp.CheckpointManager, "save", no_space)
+  with pytest.raises(OSError, match=r"Saving the checkpoint of step 9 in .*ckpt failed \(ValueE"
+                     r"rror: RESOURCE_EXHAUSTED.*No space left on device\)\. The earlier "
+                     r"checkpoints are intact.*resume from step 6"):
+    loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir, num_steps=9), wd)
+  assert ckpt_lib  # the error is raised by Checkpoints.save
+  logs.setup()
+  kept = []
+  handler = logging.Handler()
+  handler.emit = kept.append
+  logging.getLogger().addHandler(handler)
+  try:
+    absl = logging.getLogger("absl")
+    absl.error("[thread=array_type_handler] _SignalingThread.run() raised an exception: %s", full)
+    absl.error("something else")
+  finally:
+    logging.getLogger().removeHandler(handler)
+  assert [r.getMessage() for r in kept] == ["something else"]
+  assert os.path.isdir(os.path.join(wd, "ckpt", "6"))

@@ -118,11 +118,21 @@ class Checkpoints:
       return
     if best:  # read by restore_params only
       state = {"params": state.params, "step": state.step}
-    if not mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                   meta=ocp.args.JsonSave(meta))):
+    try:
+      saved = mngr.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                      meta=ocp.args.JsonSave(meta)))
+      mngr.wait_until_finished()
+    except Exception as e:  # pylint: disable=broad-except
+      # Orbax's own error (a full disk: RESOURCE_EXHAUSTED ... No space left on device) in one
+      # line; the previous checkpoints are intact (a save is atomic), so a re-run resumes.
+      first = (str(e).strip().splitlines() or [""])[0]
+      raise OSError(f"Saving the checkpoint of step {step} in {mngr.directory} failed "
+                    f"({type(e).__name__}: {first[:300]}). The earlier checkpoints are intact: "
+                    "free space (or fix the folder) and re-run the same command to resume "
+                    f"from step {mngr.latest_step() or 0}.") from e
+    if not saved:
       raise RuntimeError(f"Orbax refused to save step {step} in {mngr.directory} (it holds "
                          f"steps {mngr.all_steps()}); a checkpoint would have been lost.")
-    mngr.wait_until_finished()
 
   def sync_best(self, state, meta: dict) -> dict:
     """Makes the best checkpoint agree with `meta`, read with `state` from the latest one.
