@@ -83,3 +83,13 @@ def make_tiny_model_dir(folder, **overrides):
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
   return make_tiny_model_dir(tmp_path_factory.mktemp("tiny_bert"))
+
+
+@pytest.fixture(scope="module")
+def ce_run(tiny_model_dir, tmp_path_factory):
+  """A finished 6-step CE run of the tiny quickstart config (ckpt/ keeps steps 3 and 6);
+  tests that change it work on a copy."""
+  from acl_jax.train import loop  # pylint: disable=import-outside-toplevel
+  wd = str(tmp_path_factory.mktemp("ce_run") / "run")
+  loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir), wd)
+  return wd

@@ -53,12 +53,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("name,args,code,words,max_lines", CASES, ids=[c[0] for c in CASES])
-def test_bad_input_prints_one_message(tmp_path, name, args, code, words, max_lines):
-  del name
-  argv = args(str(tmp_path))
-  if argv[0] == "train.py":
-    argv += ["--workdir", str(tmp_path / "run")]
+def _one_message(argv, code, words, max_lines):
+  """Runs the tool; checks its exit code, that stderr has no traceback and at most
+  `max_lines` lines, and that the last one holds `words`. Returns the CompletedProcess."""
   p = helpers.run_py(argv)
   err = [line for line in p.stderr.splitlines() if line.strip()]
   assert p.returncode == code, p.stderr[-2000:]
@@ -66,6 +63,16 @@ def test_bad_input_prints_one_message(tmp_path, name, args, code, words, max_lin
   assert len(err) <= max_lines, p.stderr
   for w in words:
     assert w in err[-1], err[-1]
+  return p
+
+
+@pytest.mark.parametrize("name,args,code,words,max_lines", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_prints_one_message(tmp_path, name, args, code, words, max_lines):
+  del name
+  argv = args(str(tmp_path))
+  if argv[0] == "train.py":
+    argv += ["--workdir", str(tmp_path / "run")]
+  p = _one_message(argv, code, words, max_lines)
   assert not os.path.exists(tmp_path / "run")  # a run that never started leaves no folder
 
 
@@ -121,13 +128,7 @@ def test_bad_predict_input_prints_one_message(request, tmp_path, name, args, cod
   before = set(os.listdir(tmp_path))
   argv = args(str(tmp_path), lambda: request.getfixturevalue("csv_trained"))
   made = set(os.listdir(tmp_path)) - before
-  p = helpers.run_py(argv)
-  err = [line for line in p.stderr.splitlines() if line.strip()]
-  assert p.returncode == code, p.stderr[-2000:]
-  assert "Traceback" not in p.stderr, p.stderr[-2000:]
-  assert len(err) <= max_lines, p.stderr
-  for w in words:
-    assert w in err[-1], err[-1]
+  p = _one_message(argv, code, words, max_lines)
   assert set(os.listdir(tmp_path)) - before == made  # no output, no temp file
   assert not p.stdout
 
@@ -153,12 +154,9 @@ def test_a_busy_workdir_is_one_message_naming_the_holder(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def trained(tiny_model_dir, tmp_path_factory):
+def trained(ce_run):
   """A finished 6-step quickstart run of the tiny model (ckpt/ kept: steps 3 and 6)."""
-  from acl_jax.train import loop
-  wd = str(tmp_path_factory.mktemp("trained") / "run")
-  loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir), wd)
-  return wd
+  return ce_run
 
 
 def _copy(src, tmp):
@@ -223,13 +221,7 @@ RUN_CASES = [
                          ids=[c[0] for c in RUN_CASES])
 def test_bad_input_to_a_finished_run_prints_one_message(trained, tmp_path, name, args, code,
                                                         words, max_lines):
-  p = helpers.run_py(args(trained, str(tmp_path)))
-  err = [line for line in p.stderr.splitlines() if line.strip()]
-  assert p.returncode == code, p.stderr[-2000:]
-  assert "Traceback" not in p.stderr, p.stderr[-2000:]
-  assert len(err) <= max_lines, p.stderr
-  for w in words:
-    assert w in err[-1], err[-1]
+  p = _one_message(args(trained, str(tmp_path)), code, words, max_lines)
   if name == "eval: results.json unwritable":  # the metrics were printed all the same
     assert '"accuracy"' in p.stdout and "[dev] per class" in p.stdout
 

@@ -106,10 +106,9 @@ def test_hf_gives_the_same_probabilities(family, head, tmp_path):
   np.testing.assert_allclose(our_probs(m2, p2, tok2)[-1], want, rtol=1e-5, atol=1e-5)
 
 
-def test_linear_as_distilbert_holds_at_the_layer_norm_extremes():
-  """The shifted identity pre_classifier equals the linear head on any LayerNorm output,
-  including the extreme ones (one input entry dominating, either sign)."""
-  d = 64
+def _layer_norm_extremes(d):
+  """(LayerNorm params, [4d, d] float32 outputs of it, a linear head): random rows and rows
+  where one input entry dominates, either sign (the LayerNorm bound's extremes)."""
   rng = np.random.default_rng(0)
   ln = {"scale": rng.normal(size=d) * 2, "bias": rng.normal(size=d)}
   x = rng.normal(size=(4 * d, d))
@@ -118,6 +117,14 @@ def test_linear_as_distilbert_holds_at_the_layer_norm_extremes():
   mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
   h = ((x - mu) / np.sqrt(var + 1e-12) * ln["scale"] + ln["bias"]).astype(np.float32)
   head = {"classifier": {"kernel": rng.normal(size=(d, 5)), "bias": rng.normal(size=5)}}
+  return ln, h, head
+
+
+def test_linear_as_distilbert_holds_at_the_layer_norm_extremes():
+  """The shifted identity pre_classifier equals the linear head on any LayerNorm output,
+  including the extreme ones (one input entry dominating, either sign)."""
+  d = 64
+  ln, h, head = _layer_norm_extremes(d)
   p = export._linear_as_distilbert(head, ln, d)
   pre = h @ p["pooler"]["kernel"] + p["pooler"]["bias"]
   assert pre.min() > 0  # ReLU is the identity on every one
@@ -147,14 +154,7 @@ def test_linear_as_tanh_head_holds_at_the_layer_norm_extremes():
   """2^-k I then tanh returns every LayerNorm output scaled, exactly, including the extreme
   ones; the classifier's 2^k K then gives the linear head's logits."""
   d = 64
-  rng = np.random.default_rng(0)
-  ln = {"scale": rng.normal(size=d) * 2, "bias": rng.normal(size=d)}
-  x = rng.normal(size=(4 * d, d))
-  for i in range(d):
-    x[2 * i, i], x[2 * i + 1, i] = 1e6, -1e6
-  mu, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
-  h = ((x - mu) / np.sqrt(var + 1e-12) * ln["scale"] + ln["bias"]).astype(np.float32)
-  head = {"classifier": {"kernel": rng.normal(size=(d, 5)), "bias": rng.normal(size=5)}}
+  ln, h, head = _layer_norm_extremes(d)
   p = export._linear_as_tanh_head(head, ln, d)
   scale = p["pooler"]["kernel"][0, 0]
   pooled = torch.tanh(torch.from_numpy(h) @ torch.from_numpy(p["pooler"]["kernel"])

@@ -65,15 +65,6 @@ def test_unsupported_activation_fails_at_load_naming_the_supported_ones(tiny_mod
 
 # ---- one run per workdir ----------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def ce_run(tiny_model_dir, tmp_path_factory):
-  """A finished 6-step CE run of the tiny model; tests copy it (`_copy_run`)."""
-  from acl_jax.train import loop
-  wd = str(tmp_path_factory.mktemp("ce_run") / "run")
-  loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir), wd)
-  return wd
-
-
 def _copy_run(src, tmp_path):
   import shutil
   dst = str(tmp_path / "run")
