@@ -161,6 +161,8 @@ def row_from_run(workdir: str, sweep: str, settings: dict, config: str = "",
     if spent.get("cpu_attempts", 0) == spent.get("attempts"):  # every attempt measured
       row["cpu_seconds"] = round(spent["cpu_seconds"], 1)
     row["workers"] = spent.get("workers", 1)
+    if spent.get("lost"):  # an attempt stopped with its runner: these times are too low
+      row["timing_incomplete"] = True
     row["timed_on"] = machine()
   row["train"] = train
   row["code"] = code
@@ -177,7 +179,20 @@ def add_time(workdir: str, seconds: float, workers: int = 1, attempt: bool = Fal
     spent["cpu_seconds"] = spent.get("cpu_seconds", 0.0) + cpu
     spent["cpu_attempts"] = spent.get("cpu_attempts", 0) + int(attempt)
   spent["attempts"] += int(attempt)
+  if attempt:
+    spent["open"] = False
   spent["workers"] = workers
+  provenance.write_atomic(path, json.dumps(spent))
+
+
+def begin_attempt(workdir: str) -> None:
+  """Marks a train.py attempt as started; one still open when the next begins was stopped
+  with its runner before its time was added (`lost`), so the run's time is incomplete."""
+  path = os.path.join(workdir, RUN_TIME)
+  spent = _load(path) or {"seconds": 0.0, "attempts": 0}
+  if spent.get("open"):
+    spent["lost"] = spent.get("lost", 0) + 1
+  spent["open"] = True
   provenance.write_atomic(path, json.dumps(spent))
 
 

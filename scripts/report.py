@@ -272,7 +272,8 @@ def stage_hours_table(ctx: Ctx) -> str:
   stage's estimate (scripts/sweeps.py's cost model at the measured rates) and the machine."""
   rows = []
   for stage, t in runner.stage_totals(ctx.rs).items():
-    hours = f"{t.seconds / 3600:.1f}" + (f" ({t.untimed} untimed)" if t.untimed else "")
+    hours = f"{t.seconds / 3600:.1f}" + (
+        f" ({t.untimed} untimed or partly timed)" if t.untimed else "")
     whole = "; ".join(f"{len(runs)} runs, {sec / 3600:.1f} h" + (
         f" ({what})" if what != "all" else "") for what, runs, sec in t.whole)
     machines = sorted({r["timed_on"] for r in t.recorded if "seconds" in r and r.get("timed_on")})

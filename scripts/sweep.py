@@ -374,6 +374,7 @@ def run_jobs(jobs: list[Job], args, record: str | None = None,
     os.makedirs(wd, exist_ok=True)
     provenance.write_atomic(os.path.join(wd, RUN_ARGS), json.dumps(want, indent=2))
     log_path = os.path.join(wd, log_name(args.extra))
+    records.begin_attempt(wd)
     t0 = time.time()
     with open(log_path, "a") as log:
       rc, cpu = call(list(prefix) + cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -420,7 +421,8 @@ def measured_rates(rows: dict[str, list[dict]]) -> dict[tuple[str, str], float]:
     for r in rs:
       epochs = r.get("budget", {}).get("num_epochs")
       # (an anchor's rows time other programs: HF PyTorch, a benchmark's child)
-      if "seconds" in r and not r.get("reused_from") and epochs and "framework" not in r:
+      if ("seconds" in r and not r.get("reused_from") and epochs and "framework" not in r
+          and not r.get("timing_incomplete")):
         acc.setdefault((r["task"], r["method"]), []).append(machine_seconds(r) / epochs)
   return {k: float(np.mean(v)) for k, v in acc.items()}
 
@@ -482,7 +484,8 @@ def stage_totals(rows: dict) -> dict[int, StageTotals]:
             if stage_of_row(name, r, of_task) == stage and not r.get("reused_from")]
     left, waiting = stage_runs(stage, rows)
     out[stage] = StageTotals(done, sum(machine_seconds(r) for r in done),
-                             sum("seconds" not in r for r in done), left, est(left),
+                             sum("seconds" not in r or bool(r.get("timing_incomplete"))
+                                 for r in done), left, est(left),
                              whole[stage], waiting)
   return out
 

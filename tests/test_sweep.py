@@ -384,3 +384,18 @@ def test_call_returns_the_childs_cpu_seconds():
                        stdout=subprocess.DEVNULL)
   assert rc == 0 and cpu > 0.05
   assert sweep.call([sys.executable, "-c", "raise SystemExit(3)"])[0] == 3
+
+
+def test_an_attempt_stopped_with_its_runner_marks_the_timing_incomplete(tmp_path):
+  records = sweep.records
+  wd = str(tmp_path)
+  records.begin_attempt(wd)
+  records.add_time(wd, 10.0, 2, attempt=True, cpu=8.0)  # a whole attempt
+  records.begin_attempt(wd)  # killed with its runner: no add_time
+  records.begin_attempt(wd)
+  records.add_time(wd, 5.0, 2, attempt=True, cpu=4.0)
+  json.dump({"checkpoint_step": 1, "train": {"final_step": 1}}, open(tmp_path / "results.json",
+                                                                      "w"))
+  row = records.row_from_run(wd, "s", {"task": "rte", "method": "ce", "seed": "0"})
+  assert row["timing_incomplete"] and row["seconds"] == 15.0
+  assert sweep.measured_rates({"s": [{**row, "budget": {"num_epochs": 3}}]}) == {}
