@@ -114,8 +114,7 @@ def base_config() -> ml_collections.ConfigDict:
   f("model.ignore_head", False, "start a fresh head on a checkpoint fine-tuned for other labels")
 
   section(c, "loss", "the training objective (method presets set these)")
-  f("loss.name", "ce", "a key of acl_jax.train.objectives.LOSSES: ce, scl, acl_embed, gloss, "
-    "triplet, cosine, proto")
+  f("loss.name", "ce", f"a key of acl_jax.train.objectives.LOSSES: {', '.join(LOSSES)}")
   f("loss.class_weights", "", "\"\" or \"balanced\" (sklearn's class-balanced CE)")
   spec_lams = ", ".join(f"{k} {v.defaults['lam']}" for k, v in LOSSES.items()
                         if "lam" in v.defaults)

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from acl_jax import losses
+from acl_jax.losses import center
 from acl_jax.losses.gate import ANGLE_PARAMS
 from acl_jax.losses.graph import DEFAULT_W_FLOOR
 from acl_jax.losses.prototype import prototype_loss
@@ -51,6 +52,9 @@ class Terms:
   main: jax.Array
   aux: Optional[jax.Array] = None
   outside: Optional[jax.Array] = None
+  # Not a term: the loss family's state after this step (`TrainState.loss_state`), or None
+  # where the family keeps none.
+  state: Any = None
 
 
 ROLES = ("main", "aux", "outside")
@@ -69,8 +73,10 @@ class GateSpec:
 class Objective:
   """A training objective.
 
-  `terms(params, logits, aux, batch, key, step) -> (Terms, metrics)` is pure; `roles` names
-  the Terms fields it fills. The total loss is `total(terms)`. With `gate`, the step takes
+  `terms(params, logits, aux, batch, key, step, loss_state) -> (Terms, metrics)` is pure;
+  `roles` names the Terms fields it fills, and `Terms.state` is the new loss state (replicated:
+  the family reduces it over the data axis). `init_state(params)` is the state a run starts
+  with ({} for a family without one). The total loss is `total(terms)`. With `gate`, the step takes
   one gradient per role and lets `losses.angle_gate` combine main and aux:
   main_weight * g_main + aux_weight * g_aux on agreement, g_main on conflict.
   """
@@ -87,6 +93,7 @@ class Objective:
   # divided out of the gate's logged gradient norms.
   main_scale: float = 1.0
   aux_scale: float = 1.0
+  init_state: Callable[[Any], Any] = lambda params: {}
 
   def total(self, t: Terms) -> jax.Array:
     loss = self.main_weight * t.main
@@ -112,6 +119,7 @@ class AuxInputs:
     key: the step's loss PRNG key (the same on every device).
     mask: [batch] float, 0 for padding rows, or None.
     ids: [batch] global example ids (key per-example randomness by them, not by rows).
+    state: the family's loss state before this step (`LossFamily.init_state`), replicated.
   """
   params: Any
   feats: jax.Array
@@ -119,6 +127,7 @@ class AuxInputs:
   key: jax.Array
   mask: Optional[jax.Array]
   ids: jax.Array
+  state: Any = None
 
 
 def gathered(x: AuxInputs) -> AuxInputs:
@@ -135,6 +144,7 @@ class LossContext:
   class_weights: Optional[jax.Array] = None  # [K] CE class weights
   # The family's `calibrate` result ({} before calibration, e.g. when a config is checked).
   calibration: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  axis_name: str = AXIS  # the data axis, for a family's own cross-device reductions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,7 +162,7 @@ class CalibrationInputs:
   num_devices: int
 
 
-AuxFn = Callable[[AuxInputs], Any]  # -> loss, or (loss, metrics)
+AuxFn = Callable[[AuxInputs], Any]  # -> loss, (loss, metrics) or (loss, metrics, new state)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,6 +180,9 @@ class LossFamily:
     calibrate: optional (config's loss block, CalibrationInputs) -> dict of JSON values, run
       once before a fresh run trains; the result reaches `build` as `LossContext.calibration`
       and is kept in the run's checkpoints, so a resume builds the same loss.
+    init_state: optional (config's loss block, LossContext, params) -> the pytree the family
+      carries between steps (EMA centres, a memory bank), checkpointed with the params; its
+      AuxFn reads it as `AuxInputs.state` and returns the next one.
   """
   description: str
   combine: str
@@ -177,6 +190,7 @@ class LossFamily:
   build: Optional[Callable[[Any, LossContext], AuxFn]] = None
   pairwise: bool = False
   calibrate: Optional[Callable[[Any, CalibrationInputs], dict]] = None
+  init_state: Optional[Callable[[Any, LossContext, Any], Any]] = None
 
 
 def _scl(cfg, ctx):
@@ -327,6 +341,10 @@ LOSSES: dict[str, LossFamily] = {
     # Not in the papers: the README's "Adding a loss" example. No SPEC lambda: set loss.lam.
     "proto": LossFamily("CE + lambda prototype-contrastive (batch class prototypes)",
                         "additive", {"tau": 0.3}, _proto, pairwise=True),
+    # Not in the papers: the example of a loss with state between steps. Gate it with
+    # loss.gate=True as ACL does.
+    "center": LossFamily("CE + lambda centre loss (EMA class centres)", "additive",
+                         {"lam": 0.1}, center.build, init_state=center.init_state),
 }
 
 
@@ -427,9 +445,9 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
   lam = _lambda(loss_cfg, family, combine)
   cw = None if class_weights is None else jnp.asarray(class_weights, jnp.float32)
   aux_fn = None
+  ctx = LossContext(num_labels, last_exit, cw, dict(calibration or {}))
   if family.build is not None:
-    aux_fn = family.build(loss_cfg, LossContext(num_labels, last_exit, cw,
-                                                  dict(calibration or {})))
+    aux_fn = family.build(loss_cfg, ctx)
     if family.pairwise and loss_cfg.contrastive_global:
       aux_fn = (lambda fn: lambda x: fn(gathered(x)))(aux_fn)
   strategy = None
@@ -454,7 +472,7 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
   # lower exits' losses are added outside the gate.
   split_last = gate is not None and multi_exit is not None and multi_exit.gate_ce == "last"
 
-  def terms(params, logits, aux, batch, key, step):
+  def terms(params, logits, aux, batch, key, step, loss_state=None):
     labels, mask = batch["labels"], batch.get("example_mask")
     hit = (jnp.argmax(logits[-1], -1) == labels).astype(jnp.float32)
     metrics = {"train_acc": losses.weighted_mean(hit, mask, AXIS)}
@@ -473,16 +491,17 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
         main, outside = per_exit[-1], jnp.sum(per_exit[:-1])
       else:
         main = jnp.sum(per_exit)
-    aux_term = None
+    aux_term = new_state = None
     if aux_fn is not None:
       aux_term = aux_fn(AuxInputs(params, aux["feats"][-1], labels, key, mask,
-                                  example_ids(batch)))
+                                  example_ids(batch), loss_state))
       if isinstance(aux_term, tuple):
-        aux_term, extra = aux_term
+        aux_term, extra, *rest = aux_term
         metrics.update(extra)
+        new_state = rest[0] if rest else None
       if multi_exit is not None:
         aux_term = w_last * aux_term  # the final exit's share of sum_m w_m L_m
-    return Terms(main, aux_term, outside), metrics
+    return Terms(main, aux_term, outside, new_state), metrics
 
   roles = ("main",) + (("aux",) if aux_fn is not None else ()) + (
       ("outside",) if split_last else ())
@@ -490,6 +509,9 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
   freeze = (two_stage_freeze(multi_exit.stage1_steps, multi_exit.exit_layers)
             if multi_exit is not None and multi_exit.strategy == "2st" else None)
   scaled = multi_exit is not None and aux_fn is not None
+  init_state = lambda params: {}
+  if family.init_state is not None:
+    init_state = lambda params: family.init_state(loss_cfg, ctx, params)
   return Objective(label, terms, roles, main_weight, lam if aux_fn is not None else 0.0, gate,
                    freeze, main_scale=w_last if split_last else 1.0,
-                   aux_scale=w_last if scaled else 1.0)
+                   aux_scale=w_last if scaled else 1.0, init_state=init_state)

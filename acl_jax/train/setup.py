@@ -176,7 +176,8 @@ def make_trainer(cfg, model, params, mesh, *, num_labels: int, total_steps: int,
     tx = optim.make_optimizer(weight_decay=cfg.optim.weight_decay,
                               clip_norm=cfg.optim.clip_norm, exit_layers=model.cfg.exit_layers,
                               **lr_args)
-  state = step_lib.replicate(TrainState.create(params, tx, cfg.seed), mesh)
+  state = step_lib.replicate(
+      TrainState.create(params, tx, cfg.seed, objective.init_state(params)), mesh)
   train_step = step_lib.make_train_step(model, objective, tx, mesh, donate=donate)
   return Trainer(objective, multi, tx, optim.lr_groups(**lr_args), state, train_step)
 

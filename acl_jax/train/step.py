@@ -125,7 +125,8 @@ def make_train_step(model, objective, tx: optax.GradientTransformation, mesh,
     def loss_of(pick):
       def f(params):
         logits, aux = _forward(model, params, batch, drop_key, True)
-        terms, metrics = objective.terms(params, logits, aux, batch, loss_key, state.step)
+        terms, metrics = objective.terms(params, logits, aux, batch, loss_key, state.step,
+                                         state.loss_state)
         return pick(terms), (terms, metrics)
       return jax.grad(f, has_aux=True)
 
@@ -156,7 +157,9 @@ def make_train_step(model, objective, tx: optax.GradientTransformation, mesh,
     metrics_out["loss"] = objective.total(terms)
     metrics_out = lax.pmean(metrics_out, AXIS)
     metrics_out["grad_norm"] = optax.global_norm(grads)
-    new_state = state.replace(step=state.step + 1, params=new_params, opt_state=opt_state)
+    loss_state = state.loss_state if terms.state is None else terms.state
+    new_state = state.replace(step=state.step + 1, params=new_params, opt_state=opt_state,
+                              loss_state=loss_state)
     return new_state, metrics_out
 
   mapped = jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(AXIS)), out_specs=(P(), P()))
