@@ -38,9 +38,9 @@ class LoopState:
   best_step: int | None = None
   evals_since_best: int = 0
   early_stopped_at: int | None = None
-  gated_steps: int = 0  # ACL-Grad: steps with a gate,
-  gate_on_steps: float = 0.0  # of which the measured angle let the term through,
-  zero_grad_steps: float = 0.0  # and those with a zero gradient (no angle to judge)
+  # The metrics summed over the whole run (step.run_sums), and the steps they cover.
+  run_sums: dict = dataclasses.field(default_factory=dict)
+  run_sum_steps: int = 0
   calibration: dict | None = None  # the loss family's, once computed (objectives.calibrate)
   code_versions: list = dataclasses.field(default_factory=list)
 
@@ -56,10 +56,6 @@ class LoopState:
   def meta(self, **extra) -> dict:
     """The checkpoint's JSON metadata: this state plus `extra` (step, data position, ...)."""
     return {**dataclasses.asdict(self), **extra}
-
-  def gate_on_fraction(self) -> float | None:
-    judged = self.gated_steps - self.zero_grad_steps
-    return self.gate_on_steps / judged if judged else None
 
 
 def params_fingerprint(params) -> str:
@@ -182,6 +178,7 @@ def _train(config, workdir: str, origin: dict | None, on_phase: Callable[[str], 
     bar = tqdm(total=total, initial=start, desc="train", dynamic_ncols=True,
                mininterval=0.1 if sys.stderr.isatty() else 30.0)
   sums, logged, since = DeviceSums(), {}, 0
+  run_sums = step_lib.run_sums(tr.objective)
   t0, stopped = time.time(), ls.early_stopped_at is not None
 
   def save_latest(state, done):
@@ -207,10 +204,9 @@ def _train(config, workdir: str, origin: dict | None, on_phase: Callable[[str], 
     new, count = sums.fetch()
     logged = {k: logged.get(k, 0.0) + v for k, v in new.items()}
     since += count
-    if tr.objective.gate is not None:  # in the loop state, so the fraction survives a resume
-      ls.gated_steps += count
-      ls.gate_on_steps += new["gate/gate"]
-      ls.zero_grad_steps += new["gate/zero_grad"]
+    if run_sums:  # in the loop state, so the run's sums survive a resume
+      ls.run_sum_steps += count
+      ls.run_sums = {k: ls.run_sums.get(k, 0.0) + new[k] for k in run_sums}
     if log_now:
       rec = {k: v / since for k, v in logged.items()}
       rec["steps_per_s"] = (done - start) / max(time.time() - t0, 1e-9)
@@ -250,9 +246,7 @@ def _train(config, workdir: str, origin: dict | None, on_phase: Callable[[str], 
              "best_dev": ls.best_metric, "main_metric": main_metric,
              "params_sha256": params_fingerprint(state.params),
              "code_versions": ls.code_versions}
-  if ls.gated_steps:
-    summary["gate_on_fraction"] = ls.gate_on_fraction()
-    summary["zero_grad_steps"] = ls.zero_grad_steps
+  summary.update(step_lib.run_summary(ls.run_sums, ls.run_sum_steps))
   if ls.early_stopped_at is not None:
     summary["early_stopped_at"] = ls.early_stopped_at
   summary["data"] = s.data  # counts (dropped, subsampled, at max length) and hash per split

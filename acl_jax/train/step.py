@@ -95,6 +95,22 @@ def _gate_metrics(info, objective):
   return {f"gate/{k}": v for k, v in info.items()}
 
 
+def run_sums(objective) -> tuple[str, ...]:
+  """The step metrics the loop sums over the whole run, across resumes: the gate's on and
+  zero-gradient steps (`run_summary` states them in the results)."""
+  return ("gate/gate", "gate/zero_grad") if objective.gate is not None else ()
+
+
+def run_summary(sums: dict[str, float], steps: int) -> dict:
+  """What a run's results say of its `run_sums` over `steps` steps: the share of the gated
+  steps with an angle to judge whose term the gate let through, and the zero-gradient steps."""
+  if not steps or "gate/gate" not in sums:
+    return {}
+  judged = steps - sums["gate/zero_grad"]
+  return {"gate_on_fraction": sums["gate/gate"] / judged if judged else None,
+          "zero_grad_steps": sums["gate/zero_grad"]}
+
+
 def make_train_step(model, objective, tx: optax.GradientTransformation, mesh,
                     donate: bool = True):
   """Builds `train_step(state, batch) -> (state, metrics)`, jitted, state donated.
