@@ -28,7 +28,7 @@ import numpy as np
 from acl_jax import losses
 from acl_jax.losses import center
 from acl_jax.losses.gate import ANGLE_PARAMS
-from acl_jax.losses.graph import DEFAULT_W_FLOOR
+from acl_jax.losses.graph import DEFAULT_W_FLOOR, FLOOR_SHARE_WARN, gloss_floor_share
 from acl_jax.losses.prototype import prototype_loss
 from acl_jax.models import label_embeddings
 from acl_jax.names import check_known, lookup
@@ -241,46 +241,6 @@ def _gloss(cfg, ctx):
                         class_weights=ctx.class_weights, example_mask=x.mask,
                         example_ids=x.ids)
   return fn
-
-
-# A G-Loss run warns when more than this share of its batch graph's edges sit at the weight
-# floor on the pretrained features (`gloss_floor_share`).
-FLOOR_SHARE_WARN = 0.9
-
-
-def gloss_floor_share(feats: np.ndarray, sigma: float, graph_size: int,
-                      w_floor: float = DEFAULT_W_FLOOR) -> float:
-  """The share of G-Loss graph edges whose kernel weight is below the weight floor.
-
-  `losses.transition_matrix` divides the weights by the strongest edge's and adds `w_floor`;
-  an edge below the floor carries (almost) no gradient. The strongest edge (both directions)
-  is never there, so the share counts the other edges: at 1, G-Loss is a constant with exactly
-  zero gradient, whatever the graph size.
-
-  Args:
-    feats: [n, hidden] features, e.g. the pretrained model's on a sample of train examples.
-    sigma: the kernel width.
-    graph_size: nodes per graph (the batch each device builds one on); `feats` is cut into
-      consecutive graphs of this size (fewer rows make one graph of them all).
-    w_floor: the floor, relative to the strongest edge.
-
-  Returns:
-    The mean share over the graphs, in [0, 1].
-  """
-  x = np.asarray(feats, np.float64)
-  x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-  g = min(graph_size, len(x))
-  if g < 2:
-    return 0.0
-  off = ~np.eye(g, dtype=bool)
-  shares = []
-  for i in range(0, len(x) - g + 1, g):
-    b = x[i:i + g]
-    log_w = -np.maximum(2.0 - 2.0 * (b @ b.T), 0.0)[off] / (2.0 * sigma * sigma)
-    # In log space: the relative weights themselves underflow at small sigma.
-    below = np.sum(log_w - log_w.max() < np.log(w_floor))
-    shares.append(below / max(log_w.size - 2, 1))
-  return float(np.mean(shares))
 
 
 def _gloss_calibrate(cfg, x: CalibrationInputs) -> dict:
