@@ -19,8 +19,8 @@ def check_sigma(sigma) -> None:
   """Raises ValueError unless the kernel width is positive (skipped for traced values)."""
   if not isinstance(sigma, jax.core.Tracer) and not float(sigma) > 0:
     raise ValueError(
-        f"sigma (the Gaussian kernel width) must be > 0, got {sigma!r}. SPEC §2.6 defaults "
-        "to 0.667; sigma_sqrt_heuristic() estimates one from pretrained embeddings.")
+        f"sigma (the Gaussian kernel width) must be > 0, got {sigma!r}. SPEC §2.6 sets "
+        "loss.sigma's default; sigma_sqrt_heuristic() estimates one from pretrained embeddings.")
 
 
 def _round_kept(gamma_keep: float, n: int) -> int:
@@ -181,7 +181,7 @@ def gloss(
     labels: jax.Array,
     key: jax.Array,
     num_classes: int,
-    sigma: float = 0.667,
+    sigma: float,
     gamma_keep: float = 0.7,
     form: str = "clean",
     class_weights: Optional[jax.Array] = None,

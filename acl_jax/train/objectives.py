@@ -14,8 +14,9 @@ whole, or with a gate each role on its own (`train.step`).
 one `Strategy` per `multi_exit.strategy` (SPEC §3). Each entry validates its own config
 fields, states its SPEC defaults once (`LossFamily.defaults`, which the config presets and
 docs read), may calibrate itself on pretrained train features before training
-(`LossFamily.calibrate`, `calibrate`) and builds a pure loss function. Adding a loss is one function in `acl_jax/losses/` and one `LOSSES` entry (README,
-"Adding a loss").
+(`LossFamily.calibrate`, `calibrate`) and builds a pure loss function, which may carry state
+between steps (`LossFamily.init_state`). Adding a loss is one file in `acl_jax/losses/` and one
+`LOSSES` entry (README, "Adding a loss").
 """
 import dataclasses
 import logging
