@@ -10,17 +10,18 @@ import functools
 import ml_collections
 
 from acl_jax.names import check_known
+from acl_jax.train.objectives import LOSSES, spec_default
 
-# Method presets: loss-related overrides on top of the base config (SPEC §2 defaults). A
-# preset without `lam` takes its loss family's SPEC lambda from the objective registry
-# (`acl_jax.train.objectives.LOSSES`), written into the config so that config.json states it.
+# Method presets: a loss family and overrides on top of its SPEC defaults. A preset writes its
+# family's defaults (`acl_jax.train.objectives.LOSSES[name].defaults`: lambda, tau, sigma, ...)
+# into the config, so that config.json states them, then its own fields.
 METHODS = {
     "ce": dict(name="ce"),
-    "scl": dict(name="scl", tau=0.3),
-    "acl_embed": dict(name="acl_embed", tau=0.3),
-    "acl": dict(name="acl_embed", tau=0.3, gate=True),
-    "scl_grad": dict(name="scl", tau=0.3, gate=True),
-    "gloss": dict(name="gloss", sigma=0.667, sigma_mode="fixed"),
+    "scl": dict(name="scl"),
+    "acl_embed": dict(name="acl_embed"),
+    "acl": dict(name="acl_embed", gate=True),
+    "scl_grad": dict(name="scl", gate=True),
+    "gloss": dict(name="gloss", sigma_mode="fixed"),
     "gloss_sqrt": dict(name="gloss", sigma_mode="sqrt"),
     "triplet": dict(name="triplet", lam=0.5),
     "cosine": dict(name="cosine", lam=0.5),
@@ -113,17 +114,18 @@ def base_config() -> ml_collections.ConfigDict:
   f("model.ignore_head", False, "start a fresh head on a checkpoint fine-tuned for other labels")
 
   section(c, "loss", "the training objective (method presets set these)")
-  f("loss.name", "ce", "a key of acl_jax.train.objectives.LOSSES: ce, scl, acl_embed, gloss, "
-    "triplet, cosine, proto")
+  f("loss.name", "ce", f"a key of acl_jax.train.objectives.LOSSES: {', '.join(LOSSES)}")
   f("loss.class_weights", "", "\"\" or \"balanced\" (sklearn's class-balanced CE)")
-  f("loss.lam", -1.0, "weight of the auxiliary loss; -1 = the loss's SPEC default (SCL 0.9, "
-    "ACL-Embed 0.5, G-Loss 0.8; triplet and cosine have none, their presets set 0.5)")
+  spec_lams = ", ".join(f"{k} {v.defaults['lam']}" for k, v in LOSSES.items()
+                        if "lam" in v.defaults)
+  f("loss.lam", -1.0, f"weight of the auxiliary loss; -1 = the loss's SPEC default ({spec_lams}; "
+    "the others have none, the triplet and cosine presets set 0.5)")
   # The form that is not the loss's own is an ablation, e.g. SCL in ACL's additive form for the
   # lambda study.
   f("loss.combine", "", "how lam mixes the auxiliary loss L with CE: \"convex\" (1-lam) CE + "
     "lam L, \"additive\" CE + lam L, \"\" = the loss's own (SPEC: additive for ACL-Embed, "
     "convex for the others)")
-  f("loss.tau", 0.3, "contrastive temperature (SCL, ACL-Embed, ACL-CL)")
+  f("loss.tau", spec_default("tau"), "contrastive temperature (SCL, ACL-Embed, ACL-CL)")
   f("loss.anchors", "all", "ACL-Embed anchors: \"all\" (samples and label embeddings) or "
     "\"samples\"")
   f("loss.gate", False, "ACL-Grad: gate the auxiliary term by its gradient's angle to CE's")
@@ -134,14 +136,14 @@ def base_config() -> ml_collections.ConfigDict:
   f("loss.gamma_keep", -1.0, "G-Loss: fraction of the batch that KEEPS its labels (the code's "
     "gamma); set at most one of gamma_keep/gamma_hide, neither = SPEC's 0.7")
   f("loss.gamma_hide", -1.0, "G-Loss: fraction hidden = 1 - gamma_keep (the paper's wording)")
-  f("loss.sigma", 0.667, "G-Loss: Gaussian kernel width")
+  f("loss.sigma", spec_default("sigma"), "G-Loss: Gaussian kernel width")
   f("loss.sigma_mode", "fixed", "G-Loss: \"fixed\" (loss.sigma) or \"sqrt\" (heuristic on "
     "pretrained features)")
   f("loss.gloss_form", "clean", "G-Loss: \"clean\" or \"official\" form")
   f("loss.gloss_global", False, "data parallel: one G-Loss graph over the gathered global batch")
   f("loss.contrastive_global", False, "data parallel: SCL, ACL-Embed, ACL-CL, triplet and cosine "
     "pair every example with the gathered global batch, not its device's share")
-  f("loss.margin", 5.0, "triplet margin")
+  f("loss.margin", spec_default("margin"), "triplet margin")
 
   section(c, "multi_exit", "multi-exit training (SPEC §3; needs model.exits=\"all\")")
   f("multi_exit.strategy", "", "\"\" (one exit) or jt, 2st, alt, kd, acl_cl")
@@ -248,12 +250,8 @@ def apply_args(c: ml_collections.ConfigDict, arg: str | None) -> ml_collections.
 
 
 def _apply_method(loss: ml_collections.ConfigDict, method: str) -> None:
-  loss.update(METHODS[method])
-  if "lam" not in METHODS[method]:
-    from acl_jax.train import objectives  # pylint: disable=import-outside-toplevel
-    spec_lam = objectives.LOSSES[loss.name].lam
-    if spec_lam is not None:
-      loss.lam = spec_lam
+  preset = METHODS[method]
+  loss.update({**LOSSES[preset["name"]].defaults, **preset})
 
 
 def runlocal(c: ml_collections.ConfigDict) -> None:

@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The GLUE TSVs and TextGCN corpora live beside the clone, not in it.
 SHARED_DATA = os.path.join(os.path.dirname(REPO), "shared", "data")
@@ -64,3 +66,27 @@ def run_py(args, timeout=300, input_text="", **env_extra):
   (text)."""
   return subprocess.run([sys.executable, *args], cwd=REPO, env=env(**env_extra), text=True,
                         capture_output=True, timeout=timeout, input=input_text)
+
+
+class Crash(Exception):
+  """The crash `crash_at_best_save` raises."""
+
+
+@contextlib.contextmanager
+def crash_at_best_save(step: int):
+  """Inside the block, the best-checkpoint save of `step` raises `Crash` (after that step's
+  latest checkpoint is written); yields the list of every save's metadata, in order."""
+  from acl_jax.train import checkpoint as ckpt_lib  # pylint: disable=import-outside-toplevel
+  save, metas = ckpt_lib.Checkpoints.save, []
+
+  def crashing_save(self, state, meta, best=False):
+    metas.append(meta)
+    if best and meta["step"] == step:
+      raise Crash
+    return save(self, state, meta, best)
+  ckpt_lib.Checkpoints.save = crashing_save
+  try:
+    with pytest.raises(Crash):
+      yield metas
+  finally:
+    ckpt_lib.Checkpoints.save = save

@@ -198,7 +198,8 @@ def test_bad_anchors_raises():
 def test_registry():
   from acl_jax.train.objectives import LOSSES, get_loss  # pylint: disable=import-outside-toplevel
   assert set(LOSSES) >= {"ce", "scl", "acl_embed", "gloss", "triplet", "cosine"}
-  assert (get_loss("scl").lam, get_loss("scl").combine) == (0.9, "convex")  # SPEC §2.2
-  assert (get_loss("acl_embed").lam, get_loss("acl_embed").combine) == (0.5, "additive")
+  assert (get_loss("scl").defaults["lam"], get_loss("scl").combine) == (0.9, "convex")  # SPEC §2.2
+  assert (get_loss("acl_embed").defaults["lam"],
+          get_loss("acl_embed").combine) == (0.5, "additive")
   with pytest.raises(ValueError, match="Unknown loss.name 'supcon'; known: .*acl_embed"):
     get_loss("supcon")

@@ -1,6 +1,8 @@
-"""The README's extension examples train through every path: the prototype-contrastive loss
-(`acl_jax/losses/prototype.py` plus one `objectives.LOSSES` entry) single exit, ungated and
-gated and in multi-exit ACL-CL (data parallel on 1 and 2 fake devices: test_device_invariance's
+"""The README's extension examples train through every path: a loss family added from one file
+and one `objectives.LOSSES` entry, with its own default and state; the centre loss
+(`acl_jax/losses/center.py`, state between steps, resumed bit for bit) and the
+prototype-contrastive loss (`acl_jax/losses/prototype.py`) single exit, ungated and gated and in
+multi-exit ACL-CL (data parallel on 1 and 2 fake devices: test_device_invariance's
 "proto" and, with --runslow, "proto_cl"); the `margin` exit policy
 (`acl_jax/exits/margin.py` plus one `policies.POLICIES` entry) on the reference and the
 layer-skipping fast path."""
@@ -42,22 +44,23 @@ def test_prototype_loss_matches_its_formula_and_skips_padding():
   assert np.all(np.isfinite(one_class))
 
 
-def _proto_config(strategy="", **loss):
+def _proto_config(strategy="", name="proto", **loss):
   c = common.base_config()
   if strategy:
     c.model.exits = "all"
     c.multi_exit.strategy = strategy
-  c.loss.update(name="proto", lam=0.5, tau=0.3, **loss)
+  c.loss.update(name=name, lam=0.5, tau=0.3, **loss)
   c.optim.update(lr=1e-2, warmup_ratio=0.0)
   return c
 
 
+@pytest.mark.parametrize("name", ["proto", "center"])
 @pytest.mark.parametrize("strategy,gate", [("", False), ("", True), ("acl_cl", True)])
-def test_prototype_loss_trains_single_exit_gated_and_multi_exit(strategy, gate):
+def test_example_losses_train_single_exit_gated_and_multi_exit(strategy, gate, name):
   model, params, batches = tiny_setup(num_batches=2, dropout=0.1,
                                       exits="all" if strategy else "last")
   mesh = step_lib.make_mesh(jax.devices()[:1])
-  tr = setup_lib.make_trainer(_proto_config(strategy, gate=gate, gate_threshold=180.0),
+  tr = setup_lib.make_trainer(_proto_config(strategy, name, gate=gate, gate_threshold=180.0),
                               model, params, mesh, num_labels=3, total_steps=4, donate=False)
   assert tr.objective.roles[:2] == ("main", "aux")
   state = tr.state
@@ -89,3 +92,73 @@ def test_margin_policy_on_the_reference_and_the_fast_path():
                                    b["token_type_ids"], "margin", t)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
+
+
+def _saved_state(workdir, step):
+  """The TrainState of the workdir's latest checkpoint at `step`, as a dict of numpy arrays."""
+  import os
+  import orbax.checkpoint as ocp
+  with ocp.PyTreeCheckpointer() as c:
+    return c.restore(os.path.join(workdir, "ckpt", str(step), "state"))
+
+
+def test_center_loss_state_resumes_exactly(tiny_model_dir, tmp_path):
+  """The centre loss's EMA centres are loss state in the TrainState: a run killed after its
+  step-3 checkpoint and resumed ends with the straight run's params, optimizer state and
+  centres, bit for bit; gated like ACL."""
+  from acl_jax.train import loop
+  from tests import helpers
+  cfg = lambda: helpers.tiny_config(tiny_model_dir, **{"loss.name": "center", "loss.gate": True})
+  straight = loop.train_and_evaluate(cfg(), str(tmp_path / "straight"))
+  wd = str(tmp_path / "resumed")
+  with helpers.crash_at_best_save(3):
+    loop.train_and_evaluate(cfg(), wd)
+  resumed = loop.train_and_evaluate(cfg(), wd)
+  for k in ("params_sha256", "gate_on_fraction", "zero_grad_steps"):  # run sums resume too
+    assert resumed["train"][k] == straight["train"][k]
+  a, b = _saved_state(str(tmp_path / "straight"), 6), _saved_state(wd, 6)
+  assert a["loss_state"]["seen"].sum() == 6 * 8  # every real example of 6 batches of 8
+  assert np.abs(a["loss_state"]["centres"]).sum() > 0
+  jax.tree.map(np.testing.assert_array_equal, a, b)
+
+
+# A loss family as a newcomer writes it: one file (this text) and one LOSSES entry. Its state
+# counts the real examples it has seen, over the global batch.
+NEW_FAMILY = """
+import jax
+import jax.numpy as jnp
+
+from acl_jax.losses import weighted_mean
+
+
+def init_state(cfg, ctx, params):
+  return {"seen": jnp.zeros((), jnp.float32)}
+
+
+def build(cfg, ctx):
+  def fn(x):
+    seen = jax.lax.psum(jnp.sum(x.mask), ctx.axis_name)
+    norm = jnp.sum(jnp.square(x.feats), axis=-1)
+    return weighted_mean(norm, x.mask, ctx.axis_name), {}, {"seen": x.state["seen"] + seen}
+  return fn
+"""
+
+
+def test_a_family_from_one_file_and_one_entry_trains_with_its_default_and_state(
+    tiny_model_dir, tmp_path, monkeypatch):
+  import importlib
+  from acl_jax.train import loop, objectives
+  from tests import helpers
+  (tmp_path / "feature_norm.py").write_text(NEW_FAMILY)
+  monkeypatch.syspath_prepend(str(tmp_path))
+  mod = importlib.import_module("feature_norm")
+  monkeypatch.setitem(objectives.LOSSES, "feature_norm", objectives.LossFamily(
+      "CE + lambda squared feature norm", "additive", {"lam": 0.25}, mod.build,
+      init_state=mod.init_state))
+  cfg = helpers.tiny_config(tiny_model_dir, **{"loss.name": "feature_norm", "loss.gate": True})
+  obj = objectives.build_objective(cfg.loss, num_labels=2, last_exit=1)
+  assert obj.aux_weight == 0.25  # loss.lam unset: the family's default
+  wd = str(tmp_path / "run")
+  res = loop.train_and_evaluate(cfg, wd)
+  assert res["train"]["final_step"] == 6 and "gate_on_fraction" in res["train"]
+  assert float(_saved_state(wd, 6)["loss_state"]["seen"]) == 6 * 8

@@ -278,16 +278,16 @@ def test_gloss_floor_share_predicts_a_zero_gradient():
   import jax
   import numpy as np
   from acl_jax.losses import gloss
-  from acl_jax.train import objectives
+  from acl_jax.losses.graph import gloss_floor_share
   rng = np.random.default_rng(0)
   x = rng.normal(size=(16, 32)).astype(np.float32)
   y = rng.integers(0, 2, 16)
   grad = lambda s: np.abs(jax.grad(lambda f: gloss(f, y, jax.random.key(0), 2, s)[0])(x)).max()
-  assert objectives.gloss_floor_share(x, 0.01, 16) == 1.0  # all but the strongest pair
+  assert gloss_floor_share(x, 0.01, 16) == 1.0  # all but the strongest pair
   assert grad(0.01) <= 1e-7
-  assert objectives.gloss_floor_share(x, 0.667, 16) == 0.0 and grad(0.667) > 1e-3
-  assert 0.0 < objectives.gloss_floor_share(x, 0.1, 16) < 1.0 and grad(0.1) > 1e-3
-  assert objectives.gloss_floor_share(x, 0.01, 8) == 1.0  # two graphs of 8
+  assert gloss_floor_share(x, 0.667, 16) == 0.0 and grad(0.667) > 1e-3
+  assert 0.0 < gloss_floor_share(x, 0.1, 16) < 1.0 and grad(0.1) > 1e-3
+  assert gloss_floor_share(x, 0.01, 8) == 1.0  # two graphs of 8
 
 
 def test_gloss_at_a_tiny_sigma_warns_with_the_floor_share(tiny_model_dir, tmp_path, caplog):

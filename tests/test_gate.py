@@ -246,3 +246,14 @@ def test_angle_masks_are_parameter_partitions():
       "exit_1": {"classifier": {"kernel": True}}, "exit_2": {"classifier": {"kernel": True}}}
   with pytest.raises(ValueError, match="Unknown loss.angle_params"):
     angle_mask(params, "heads")
+
+
+def test_the_runs_gate_summary_from_its_sums():
+  """The loop sums the step's gate metrics over the run; the results state the share of the
+  judged steps (those with an angle) that let the term through."""
+  from acl_jax.train import step as step_lib
+  sums = {"gate/gate": 3.0, "gate/zero_grad": 1.0}
+  assert step_lib.run_summary(sums, 5) == {"gate_on_fraction": 0.75, "zero_grad_steps": 1.0}
+  assert step_lib.run_summary({"gate/gate": 0.0, "gate/zero_grad": 2.0}, 2) == {
+      "gate_on_fraction": None, "zero_grad_steps": 2.0}
+  assert step_lib.run_summary({}, 0) == {}

@@ -394,3 +394,26 @@ def test_gloss_masked_path_matches_the_unmasked_one():
   loss, grad = jax.value_and_grad(lambda x: _gloss_masked(
       x, y, one, 0.7, 3, SIGMA, "clean", None, 1e-8, DEFAULT_W_FLOOR)[0])(x)
   assert float(loss) == 0.0 and np.all(np.isfinite(np.asarray(grad)))
+
+
+def test_sqrt_sigma_is_calibrated_once_and_resumed(tiny_model_dir, tmp_path, monkeypatch):
+  """sigma_mode "sqrt": the heuristic's sigma is the family's calibration, kept in the
+  checkpoint; a resume builds G-Loss with it (the heuristic does not run again) and ends
+  where a straight run does."""
+  from acl_jax import losses
+  from acl_jax.train import loop
+  from tests import helpers
+  cfg = lambda: helpers.tiny_config(tiny_model_dir, "runlocal,gloss_sqrt")
+  straight = loop.train_and_evaluate(cfg(), str(tmp_path / "straight"))
+
+  wd = str(tmp_path / "resumed")
+  with helpers.crash_at_best_save(3) as metas:
+    loop.train_and_evaluate(cfg(), wd)
+  sigma = metas[-1]["calibration"]["sigma"]
+  assert sigma > 0 and isinstance(sigma, float)
+
+  def no_heuristic(*a, **k):
+    raise AssertionError("the resume recomputed sigma")
+  monkeypatch.setattr(losses, "sigma_sqrt_heuristic", no_heuristic)
+  resumed = loop.train_and_evaluate(cfg(), wd)
+  assert resumed["train"]["params_sha256"] == straight["train"]["params_sha256"]

@@ -162,7 +162,7 @@ def test_gloss_objective_ignores_padding_rows(setup):
   model, params, (batch,) = setup
   c = common.base_config()
   c.loss.update(common.METHODS["gloss"])
-  obj = objectives.build_objective(c.loss, num_labels=3, last_exit=3, sigma=0.667)
+  obj = objectives.build_objective(c.loss, num_labels=3, last_exit=3)
   mask = np.r_[np.ones(5), np.zeros(3)].astype(np.float32)
 
   @jax.jit  # once for both batches (same shapes), instead of op-by-op twice

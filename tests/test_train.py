@@ -165,33 +165,23 @@ def test_resume_after_sigkill_is_exact(tiny_model_dir, tmp_path):
   assert steps == sorted(set(steps))
 
 
-def test_crash_between_checkpoint_saves_is_mended(tiny_model_dir, tmp_path, monkeypatch, caplog):
+def test_crash_between_checkpoint_saves_is_mended(tiny_model_dir, tmp_path, caplog):
   """A crash after the latest save of an improving eval but before its best save: the resume
   writes the best checkpoint from the restored state. A best checkpoint ahead of the latest
   (`ckpt/` was deleted) is moved to `best_stale/`, not
   deleted, and selection restarts. Both end as a straight run does, with the best checkpoint
   at results.json's best_step."""
   import shutil
-  from acl_jax.train import checkpoint as ckpt_lib, loop
+  from acl_jax.train import loop
   cfg = lambda: helpers.tiny_config(tiny_model_dir)
   straight = loop.train_and_evaluate(cfg(), str(tmp_path / "straight"))
 
   def best_dir_step(wd):
     return max(int(d) for d in os.listdir(os.path.join(wd, "best")) if d.isdigit())
 
-  class Crash(Exception):
-    pass
-  save = ckpt_lib.Checkpoints.save
-
-  def crashing_save(self, state, meta, best=False):
-    if best and meta["step"] == 3:
-      raise Crash
-    return save(self, state, meta, best)
   wd = str(tmp_path / "crashed")
-  monkeypatch.setattr(ckpt_lib.Checkpoints, "save", crashing_save)
-  with pytest.raises(Crash):
+  with helpers.crash_at_best_save(3):
     loop.train_and_evaluate(cfg(), wd)
-  monkeypatch.setattr(ckpt_lib.Checkpoints, "save", save)
   assert sorted(os.listdir(os.path.join(wd, "ckpt"))) == ["3"]
   assert not [d for d in os.listdir(os.path.join(wd, "best")) if d.isdigit()]
   mended = loop.train_and_evaluate(cfg(), wd)

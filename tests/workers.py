@@ -26,6 +26,8 @@ INVARIANT_OBJECTIVES = {
                            "loss.contrastive_global": True}, False),
     "proto_cl": ("runlocal,acl_cl", {"loss.name": "proto", "loss.lam": 0.5,
                                      "loss.contrastive_global": True}, True),
+    # A loss with state between steps: the EMA centres move by the global batch.
+    "center": ("runlocal", {"loss.name": "center", "loss.gate": True}, False),
 }
 DROPOUT = 0.1  # the packaged MiniLM checkpoint's rate (hidden and attention)
 

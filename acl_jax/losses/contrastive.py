@@ -27,7 +27,7 @@ def check_tau(tau) -> None:
   if _is_concrete(tau) and not float(tau) > 0:
     raise ValueError(
         f"tau (the contrastive temperature) must be > 0, got {tau!r}. Use a positive value; "
-        "SPEC §2.2 defaults to 0.3 and Gunel et al. tune it in {0.1, ..., 0.9}.")
+        "loss.tau's default is SPEC §2.2's, and Gunel et al. tune it in {0.1, ..., 0.9}.")
 
 
 def check_anchors(anchors: str) -> None:
@@ -124,7 +124,7 @@ def masked_supcon(
 def scl_loss(
     feats: jax.Array,
     labels: jax.Array,
-    tau: float = 0.3,
+    tau: float,
     example_mask: Optional[jax.Array] = None,
 ) -> jax.Array:
   """SCL of Gunel et al. 2021 on the batch (SPEC §2.2).
@@ -148,7 +148,7 @@ def acl_embed_loss(
     feats: jax.Array,
     labels: jax.Array,
     label_emb: jax.Array,
-    tau: float = 0.3,
+    tau: float,
     anchors: str = "all",
     example_mask: Optional[jax.Array] = None,
 ) -> jax.Array:
@@ -193,7 +193,7 @@ def acl_cl_loss(
     teacher_feats: jax.Array,
     teacher_label_emb: jax.Array,
     labels: jax.Array,
-    tau: float = 0.3,
+    tau: float,
     teacher_grad: bool = False,
     example_mask: Optional[jax.Array] = None,
 ) -> jax.Array:

@@ -19,8 +19,8 @@ def check_sigma(sigma) -> None:
   """Raises ValueError unless the kernel width is positive (skipped for traced values)."""
   if not isinstance(sigma, jax.core.Tracer) and not float(sigma) > 0:
     raise ValueError(
-        f"sigma (the Gaussian kernel width) must be > 0, got {sigma!r}. SPEC §2.6 defaults "
-        "to 0.667; sigma_sqrt_heuristic() estimates one from pretrained embeddings.")
+        f"sigma (the Gaussian kernel width) must be > 0, got {sigma!r}. SPEC §2.6 sets "
+        "loss.sigma's default; sigma_sqrt_heuristic() estimates one from pretrained embeddings.")
 
 
 def _round_kept(gamma_keep: float, n: int) -> int:
@@ -110,8 +110,7 @@ def transition_matrix(x: jax.Array, sigma, w_floor: float = DEFAULT_W_FLOOR,
   so small that every edge but the strongest falls below the floor (e.g. sigma=0.01 on
   sentence features), T is the floor's uniform graph whatever the features are: G-Loss is
   then a constant with exactly zero gradient. The training loop reports the share of such
-  edges on the pretrained features and warns when it is high
-  (`train.objectives.gloss_floor_share`).
+  edges on the pretrained features and warns when it is high (`gloss_floor_share`).
 
   Args:
     x: [n, hidden] features; normalised here.
@@ -182,7 +181,7 @@ def gloss(
     labels: jax.Array,
     key: jax.Array,
     num_classes: int,
-    sigma: float = 0.667,
+    sigma: float,
     gamma_keep: float = 0.7,
     form: str = "clean",
     class_weights: Optional[jax.Array] = None,
@@ -340,3 +339,43 @@ def sigma_sqrt_heuristic(embeddings: np.ndarray, max_rows: int = 2000, seed: int
   upper = np.triu_indices(x.shape[0], k=1)
   dist = np.sqrt(np.maximum(sq_dist[upper], 0.0))
   return float(np.sqrt(np.median(dist) / 3.0))
+
+
+# A G-Loss run warns when more than this share of its batch graph's edges sit at the weight
+# floor on the pretrained features (`gloss_floor_share`).
+FLOOR_SHARE_WARN = 0.9
+
+
+def gloss_floor_share(feats: np.ndarray, sigma: float, graph_size: int,
+                      w_floor: float = DEFAULT_W_FLOOR) -> float:
+  """The share of G-Loss graph edges whose kernel weight is below the weight floor.
+
+  `losses.transition_matrix` divides the weights by the strongest edge's and adds `w_floor`;
+  an edge below the floor carries (almost) no gradient. The strongest edge (both directions)
+  is never there, so the share counts the other edges: at 1, G-Loss is a constant with exactly
+  zero gradient, whatever the graph size.
+
+  Args:
+    feats: [n, hidden] features, e.g. the pretrained model's on a sample of train examples.
+    sigma: the kernel width.
+    graph_size: nodes per graph (the batch each device builds one on); `feats` is cut into
+      consecutive graphs of this size (fewer rows make one graph of them all).
+    w_floor: the floor, relative to the strongest edge.
+
+  Returns:
+    The mean share over the graphs, in [0, 1].
+  """
+  x = np.asarray(feats, np.float64)
+  x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+  g = min(graph_size, len(x))
+  if g < 2:
+    return 0.0
+  off = ~np.eye(g, dtype=bool)
+  shares = []
+  for i in range(0, len(x) - g + 1, g):
+    b = x[i:i + g]
+    log_w = -np.maximum(2.0 - 2.0 * (b @ b.T), 0.0)[off] / (2.0 * sigma * sigma)
+    # In log space: the relative weights themselves underflow at small sigma.
+    below = np.sum(log_w - log_w.max() < np.log(w_floor))
+    shares.append(below / max(log_w.size - 2, 1))
+  return float(np.mean(shares))

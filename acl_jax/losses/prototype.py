@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from acl_jax.losses.contrastive import safe_normalize
 
 
-def prototype_loss(feats: jax.Array, labels: jax.Array, num_classes: int, tau: float = 0.3,
+def prototype_loss(feats: jax.Array, labels: jax.Array, num_classes: int, tau: float,
                    example_mask: Optional[jax.Array] = None) -> jax.Array:
   """Mean prototype-contrastive loss over the batch.
 

@@ -38,10 +38,10 @@ class LoopState:
   best_step: int | None = None
   evals_since_best: int = 0
   early_stopped_at: int | None = None
-  gated_steps: int = 0  # ACL-Grad: steps with a gate,
-  gate_on_steps: float = 0.0  # of which the measured angle let the term through,
-  zero_grad_steps: float = 0.0  # and those with a zero gradient (no angle to judge)
-  sigma: float | None = None  # G-Loss's sqrt-heuristic kernel width, once computed
+  # The metrics summed over the whole run (step.run_sums), and the steps they cover.
+  run_sums: dict = dataclasses.field(default_factory=dict)
+  run_sum_steps: int = 0
+  calibration: dict | None = None  # the loss family's, once computed (objectives.calibrate)
   code_versions: list = dataclasses.field(default_factory=list)
 
   @classmethod
@@ -57,10 +57,6 @@ class LoopState:
     """The checkpoint's JSON metadata: this state plus `extra` (step, data position, ...)."""
     return {**dataclasses.asdict(self), **extra}
 
-  def gate_on_fraction(self) -> float | None:
-    judged = self.gated_steps - self.zero_grad_steps
-    return self.gate_on_steps / judged if judged else None
-
 
 def params_fingerprint(params) -> str:
   """sha256 of this process's replica of the params: equal on every host of a sound run."""
@@ -68,45 +64,6 @@ def params_fingerprint(params) -> str:
   for x in jax.tree.leaves(params):
     h.update(np.asarray(x.addressable_data(0)).tobytes())
   return h.hexdigest()[:16]
-
-
-def _gloss_sigma(s: setup_lib.Setup, sc: scoring.Scorer, ls: LoopState,
-                 fresh: bool) -> float | None:
-  """G-Loss's kernel width (None for other losses): the config's, or with sigma_mode "sqrt"
-  the heuristic on pretrained train features (<= 2000 examples; kept in the loop state).
-
-  A fresh run also probes the graph on those features: if most edges sit at the weight floor
-  (objectives.gloss_floor_share), G-Loss learns next to nothing, and a warning says so.
-  """
-  cfg = s.config
-  if cfg.loss.name != "gloss":
-    return None
-  feats = None
-  sigma = float(cfg.loss.sigma)
-  if cfg.loss.sigma_mode == "sqrt":
-    from acl_jax.losses import sigma_sqrt_heuristic  # pylint: disable=import-outside-toplevel
-    if ls.sigma is None:
-      feats = scoring.train_features(sc, s.params, 2000)
-      ls.sigma = float(sigma_sqrt_heuristic(feats))
-    sigma = ls.sigma
-    log.info("G-Loss sigma (sqrt heuristic on pretrained train features): %.4f", sigma)
-  if fresh:
-    # One graph per device, unless loss.gloss_global gathers the global batch.
-    size = cfg.batch_size // (1 if cfg.loss.gloss_global else jax.device_count())
-    n = 4 * size
-    if feats is None:
-      feats = scoring.train_features(sc, s.params, n)
-    share = objectives.gloss_floor_share(feats[:n], sigma, size)
-    log.info("G-Loss at sigma=%.4g: %.1f%% of batch-graph edges at the weight floor on "
-             "pretrained train features.", sigma, 100 * share)
-    if share > objectives.FLOOR_SHARE_WARN:
-      log.warning(
-          "G-Loss at sigma=%.4g learns next to nothing: on pretrained train features, %.1f%% "
-          "of the edges of a %d-node batch graph (all but the strongest) have a kernel weight "
-          "below the weight floor (%g of the strongest edge's), where they carry no gradient; "
-          "at 100%% G-Loss is a constant with zero gradient. Raise loss.sigma (SPEC: 0.667) "
-          "or use loss.sigma_mode=sqrt.", sigma, 100 * share, size, objectives.DEFAULT_W_FLOOR)
-  return sigma
 
 
 def train_and_evaluate(config, workdir: str, origin: dict | None = None,
@@ -162,14 +119,18 @@ def _train(config, workdir: str, origin: dict | None, on_phase: Callable[[str], 
   sc = s.scorer()
   s.params = step_lib.replicate(s.params, s.mesh)
   ckpts = ckpt_lib.Checkpoints(workdir)
-  # The loop state of the newest intact checkpoint, before the objective (G-Loss's sigma).
+  # The loop state of the newest intact checkpoint, before the objective: a resume builds the
+  # loss with the calibration its run started with.
   prior = ckpts.latest_meta()
   ls = LoopState() if prior is None else LoopState.from_meta(prior)
-  sigma = _gloss_sigma(s, sc, ls, fresh=prior is None)
+  if ls.calibration is None:
+    ls.calibration = objectives.calibrate(
+        cfg.loss, lambda n: scoring.train_features(sc, s.params, n), cfg.batch_size,
+        jax.device_count())
   tr = setup_lib.make_trainer(
       cfg, s.model, s.params, s.mesh, num_labels=s.task.num_labels, total_steps=total,
       class_weights=setup_lib.class_weights(cfg, s.tok["train"]["label"], s.task.num_labels),
-      sigma=sigma)
+      calibration=ls.calibration)
   state = tr.state
   restored = ckpts.restore(state)
   if restored is not None:
@@ -217,6 +178,7 @@ def _train(config, workdir: str, origin: dict | None, on_phase: Callable[[str], 
     bar = tqdm(total=total, initial=start, desc="train", dynamic_ncols=True,
                mininterval=0.1 if sys.stderr.isatty() else 30.0)
   sums, logged, since = DeviceSums(), {}, 0
+  run_sums = step_lib.run_sums(tr.objective)
   t0, stopped = time.time(), ls.early_stopped_at is not None
 
   def save_latest(state, done):
@@ -242,10 +204,9 @@ def _train(config, workdir: str, origin: dict | None, on_phase: Callable[[str], 
     new, count = sums.fetch()
     logged = {k: logged.get(k, 0.0) + v for k, v in new.items()}
     since += count
-    if tr.objective.gate is not None:  # in the loop state, so the fraction survives a resume
-      ls.gated_steps += count
-      ls.gate_on_steps += new["gate/gate"]
-      ls.zero_grad_steps += new["gate/zero_grad"]
+    if run_sums:  # in the loop state, so the run's sums survive a resume
+      ls.run_sum_steps += count
+      ls.run_sums = {k: ls.run_sums.get(k, 0.0) + new[k] for k in run_sums}
     if log_now:
       rec = {k: v / since for k, v in logged.items()}
       rec["steps_per_s"] = (done - start) / max(time.time() - t0, 1e-9)
@@ -285,9 +246,7 @@ def _train(config, workdir: str, origin: dict | None, on_phase: Callable[[str], 
              "best_dev": ls.best_metric, "main_metric": main_metric,
              "params_sha256": params_fingerprint(state.params),
              "code_versions": ls.code_versions}
-  if ls.gated_steps:
-    summary["gate_on_fraction"] = ls.gate_on_fraction()
-    summary["zero_grad_steps"] = ls.zero_grad_steps
+  summary.update(step_lib.run_summary(ls.run_sums, ls.run_sum_steps))
   if ls.early_stopped_at is not None:
     summary["early_stopped_at"] = ls.early_stopped_at
   summary["data"] = s.data  # counts (dropped, subsampled, at max length) and hash per split

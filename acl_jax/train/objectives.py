@@ -12,27 +12,33 @@ whole, or with a gate each role on its own (`train.step`).
 
 `LOSSES` holds one `LossFamily` per `loss.name` (SPEC §2), as `strategies.STRATEGIES` holds
 one `Strategy` per `multi_exit.strategy` (SPEC §3). Each entry validates its own config
-fields, states its SPEC defaults (the ones a config leaves unset) and builds a pure loss
-function. Adding a loss is one function in `acl_jax/losses/` and one `LOSSES` entry (README,
-"Adding a loss").
+fields, states its SPEC defaults once (`LossFamily.defaults`, which the config presets and
+docs read), may calibrate itself on pretrained train features before training
+(`LossFamily.calibrate`, `calibrate`) and builds a pure loss function, which may carry state
+between steps (`LossFamily.init_state`). Adding a loss is one file in `acl_jax/losses/` and one
+`LOSSES` entry (README, "Adding a loss").
 """
 import dataclasses
-from typing import Any, Callable, Optional
+import logging
+from typing import Any, Callable, Mapping, Optional
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from acl_jax import losses
+from acl_jax.losses import center
 from acl_jax.losses.gate import ANGLE_PARAMS
-from acl_jax.losses.graph import DEFAULT_W_FLOOR
+from acl_jax.losses.graph import DEFAULT_W_FLOOR, FLOOR_SHARE_WARN, gloss_floor_share
 from acl_jax.losses.prototype import prototype_loss
 from acl_jax.models import label_embeddings
 from acl_jax.names import check_known, lookup
 from acl_jax.train.step import AXIS, example_ids, gather_global
 from acl_jax.train.strategies import STRATEGIES, ExitInputs, MultiExit, two_stage_freeze
 
-# loss.lam's "unset" value: the loss family's SPEC default (`LossFamily.lam`).
+log = logging.getLogger(__name__)
+
+# loss.lam's "unset" value: the loss family's SPEC default (`LossFamily.defaults["lam"]`).
 LAM_DEFAULT = -1.0
 # loss.gamma_keep / gamma_hide's "unset" value.
 GAMMA_UNSET = -1.0
@@ -47,6 +53,9 @@ class Terms:
   main: jax.Array
   aux: Optional[jax.Array] = None
   outside: Optional[jax.Array] = None
+  # Not a term: the loss family's state after this step (`TrainState.loss_state`), or None
+  # where the family keeps none.
+  state: Any = None
 
 
 ROLES = ("main", "aux", "outside")
@@ -65,8 +74,10 @@ class GateSpec:
 class Objective:
   """A training objective.
 
-  `terms(params, logits, aux, batch, key, step) -> (Terms, metrics)` is pure; `roles` names
-  the Terms fields it fills. The total loss is `total(terms)`. With `gate`, the step takes
+  `terms(params, logits, aux, batch, key, step, loss_state) -> (Terms, metrics)` is pure;
+  `roles` names the Terms fields it fills, and `Terms.state` is the new loss state (replicated:
+  the family reduces it over the data axis). `init_state(params)` is the state a run starts
+  with ({} for a family without one). The total loss is `total(terms)`. With `gate`, the step takes
   one gradient per role and lets `losses.angle_gate` combine main and aux:
   main_weight * g_main + aux_weight * g_aux on agreement, g_main on conflict.
   """
@@ -83,6 +94,7 @@ class Objective:
   # divided out of the gate's logged gradient norms.
   main_scale: float = 1.0
   aux_scale: float = 1.0
+  init_state: Callable[[Any], Any] = lambda params: {}
 
   def total(self, t: Terms) -> jax.Array:
     loss = self.main_weight * t.main
@@ -108,6 +120,7 @@ class AuxInputs:
     key: the step's loss PRNG key (the same on every device).
     mask: [batch] float, 0 for padding rows, or None.
     ids: [batch] global example ids (key per-example randomness by them, not by rows).
+    state: the family's loss state before this step (`LossFamily.init_state`), replicated.
   """
   params: Any
   feats: jax.Array
@@ -115,6 +128,7 @@ class AuxInputs:
   key: jax.Array
   mask: Optional[jax.Array]
   ids: jax.Array
+  state: Any = None
 
 
 def gathered(x: AuxInputs) -> AuxInputs:
@@ -129,10 +143,27 @@ class LossContext:
   num_labels: int
   last_exit: int  # 1-based layer of the final exit (its kernel holds the label embeddings)
   class_weights: Optional[jax.Array] = None  # [K] CE class weights
-  sigma: Optional[float] = None  # G-Loss kernel width from the `sqrt` heuristic
+  # The family's `calibrate` result ({} before calibration, e.g. when a config is checked).
+  calibration: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+  axis_name: str = AXIS  # the data axis, for a family's own cross-device reductions
 
 
-AuxFn = Callable[[AuxInputs], Any]  # -> loss, or (loss, metrics)
+@dataclasses.dataclass(frozen=True)
+class CalibrationInputs:
+  """What a family's `calibrate` reads, once, before training starts.
+
+  Attributes:
+    features: n -> [<= n, hidden] the pretrained model's features on (up to) n train
+      examples; computed on demand, and a call for fewer rows than an earlier one reuses them.
+    batch_size: the global batch.
+    num_devices: the devices the global batch is split over.
+  """
+  features: Callable[[int], np.ndarray]
+  batch_size: int
+  num_devices: int
+
+
+AuxFn = Callable[[AuxInputs], Any]  # -> loss, (loss, metrics) or (loss, metrics, new state)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,15 +173,25 @@ class LossFamily:
   Attributes:
     description: one line for logs and docs.
     combine: "convex" ((1-lam) CE + lam L), "additive" (CE + lam L) or "none" (CE alone).
-    lam: SPEC's default lambda, used when loss.lam is unset; None where SPEC fixes none.
+    defaults: the family's SPEC values of its `loss` fields, stated only here: a method
+      preset writes them into its config, and `lam` is also what an unset loss.lam means (a
+      family without one needs loss.lam set).
     build: (config's loss block, LossContext) -> AuxFn; validates the block's fields it reads.
     pairwise: the loss pairs batch examples, so loss.contrastive_global gathers its batch.
+    calibrate: optional (config's loss block, CalibrationInputs) -> dict of JSON values, run
+      once before a fresh run trains; the result reaches `build` as `LossContext.calibration`
+      and is kept in the run's checkpoints, so a resume builds the same loss.
+    init_state: optional (config's loss block, LossContext, params) -> the pytree the family
+      carries between steps (EMA centres, a memory bank), checkpointed with the params; its
+      AuxFn reads it as `AuxInputs.state` and returns the next one.
   """
   description: str
   combine: str
-  lam: Optional[float] = None
+  defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   build: Optional[Callable[[Any, LossContext], AuxFn]] = None
   pairwise: bool = False
+  calibrate: Optional[Callable[[Any, CalibrationInputs], dict]] = None
+  init_state: Optional[Callable[[Any, LossContext, Any], Any]] = None
 
 
 def _scl(cfg, ctx):
@@ -169,9 +210,18 @@ def _acl_embed(cfg, ctx):
 GAMMA_KEEP = 0.7  # SPEC §2.6
 
 
+def _gloss_sigma(cfg, ctx) -> float | None:
+  """The kernel width: loss.sigma, or the `sqrt` heuristic's (None until calibrated)."""
+  if cfg.sigma_mode == "sqrt":
+    return ctx.calibration.get("sigma")
+  return float(cfg.sigma)
+
+
 def _gloss(cfg, ctx):
-  sigma = float(cfg.sigma if ctx.sigma is None else ctx.sigma)
-  losses.check_sigma(sigma)
+  check_known(cfg.sigma_mode, ("fixed", "sqrt"), "loss.sigma_mode")
+  sigma = _gloss_sigma(cfg, ctx)
+  if sigma is not None:
+    losses.check_sigma(sigma)
   keep, hide = cfg.gamma_keep, cfg.gamma_hide
   gamma_keep = GAMMA_KEEP if keep == GAMMA_UNSET and hide == GAMMA_UNSET else \
       losses.resolve_gamma(None if keep == GAMMA_UNSET else keep,
@@ -179,6 +229,9 @@ def _gloss(cfg, ctx):
   check_known(cfg.gloss_form, losses.GLOSS_FORMS, "loss.gloss_form")
 
   def fn(x):
+    if sigma is None:
+      raise ValueError("loss.sigma_mode='sqrt' needs the run's calibration (LOSSES['gloss']."
+                       "calibrate) before the loss is built.")
     # The split orders examples by a hash of (key, example id): with gloss_global every
     # device builds the same graph over the gathered batch; without it each device's graph
     # orders its own examples the same way the global one would.
@@ -189,6 +242,32 @@ def _gloss(cfg, ctx):
                         class_weights=ctx.class_weights, example_mask=x.mask,
                         example_ids=x.ids)
   return fn
+
+
+def _gloss_calibrate(cfg, x: CalibrationInputs) -> dict:
+  """G-Loss before training: with sigma_mode "sqrt" the heuristic's kernel width on
+  pretrained train features (<= 2000 examples); and a probe of the batch graph on them: if
+  most edges sit at the weight floor (`gloss_floor_share`), G-Loss learns next to nothing,
+  and a warning says so."""
+  out = {}
+  if cfg.sigma_mode == "sqrt":
+    out["sigma"] = float(losses.sigma_sqrt_heuristic(x.features(2000)))
+    log.info("G-Loss sigma (sqrt heuristic on pretrained train features): %.4f", out["sigma"])
+  sigma = _gloss_sigma(cfg, LossContext(0, 0, calibration=out))
+  # One graph per device, unless loss.gloss_global gathers the global batch.
+  size = x.batch_size // (1 if cfg.gloss_global else x.num_devices)
+  share = gloss_floor_share(x.features(4 * size), sigma, size)
+  log.info("G-Loss at sigma=%.4g: %.1f%% of batch-graph edges at the weight floor on "
+           "pretrained train features.", sigma, 100 * share)
+  if share > FLOOR_SHARE_WARN:
+    log.warning(
+        "G-Loss at sigma=%.4g learns next to nothing: on pretrained train features, %.1f%% "
+        "of the edges of a %d-node batch graph (all but the strongest) have a kernel weight "
+        "below the weight floor (%g of the strongest edge's), where they carry no gradient; "
+        "at 100%% G-Loss is a constant with zero gradient. Raise loss.sigma (SPEC: %g) "
+        "or use loss.sigma_mode=sqrt.", sigma, 100 * share, size, DEFAULT_W_FLOOR,
+        LOSSES["gloss"].defaults["sigma"])
+  return out
 
 
 def _triplet(cfg, ctx):
@@ -208,19 +287,25 @@ def _proto(cfg, ctx):
 LOSSES: dict[str, LossFamily] = {
     "ce": LossFamily("cross-entropy only", "none"),
     "scl": LossFamily("(1-lambda) CE + lambda SCL (Gunel et al. 2021), SPEC §2.2", "convex",
-                      0.9, _scl, pairwise=True),
+                      {"lam": 0.9, "tau": 0.3}, _scl, pairwise=True),
     "acl_embed": LossFamily("CE + lambda ACL-Embed (label embeddings in the contrastive set), "
-                            "SPEC §2.3", "additive", 0.5, _acl_embed, pairwise=True),
+                            "SPEC §2.3", "additive", {"lam": 0.5, "tau": 0.3}, _acl_embed,
+                            pairwise=True),
     "gloss": LossFamily("(1-lambda) CE + lambda G-Loss (batch-graph label propagation), "
-                        "SPEC §2.6", "convex", 0.8, _gloss),
+                        "SPEC §2.6", "convex", {"lam": 0.8, "sigma": 0.667}, _gloss,
+                        calibrate=_gloss_calibrate),
     # SPEC §2.7 fixes no lambda for these two; the config must set one.
     "triplet": LossFamily("(1-lambda) CE + lambda batch-all triplet (Euclidean, margin 5), "
-                          "SPEC §2.7", "convex", None, _triplet, pairwise=True),
+                          "SPEC §2.7", "convex", {"margin": 5.0}, _triplet, pairwise=True),
     "cosine": LossFamily("(1-lambda) CE + lambda MSE(cos(x_i, x_j), 1[y_i = y_j]), SPEC §2.7",
-                         "convex", None, _cosine, pairwise=True),
+                         "convex", {}, _cosine, pairwise=True),
     # Not in the papers: the README's "Adding a loss" example. No SPEC lambda: set loss.lam.
     "proto": LossFamily("CE + lambda prototype-contrastive (batch class prototypes)",
-                        "additive", None, _proto, pairwise=True),
+                        "additive", {"tau": 0.3}, _proto, pairwise=True),
+    # Not in the papers: the example of a loss with state between steps. Gate it with
+    # loss.gate=True as ACL does.
+    "center": LossFamily("CE + lambda centre loss (EMA class centres)", "additive",
+                         {"lam": 0.1}, center.build, init_state=center.init_state),
 }
 
 
@@ -229,44 +314,36 @@ def get_loss(name: str) -> LossFamily:
   return lookup(LOSSES, name, "loss.name")
 
 
-# A G-Loss run warns when more than this share of its batch graph's edges sit at the weight
-# floor on the pretrained features (`gloss_floor_share`).
-FLOOR_SHARE_WARN = 0.9
+def spec_default(field: str):
+  """The SPEC default of loss.<field>, which every family stating one agrees on (the shared
+  `loss` block has one value for it)."""
+  values = {f.defaults[field] for f in LOSSES.values() if field in f.defaults}
+  if len(values) != 1:
+    raise ValueError(f"loss.{field}: the loss families state {sorted(values)} as its default.")
+  return values.pop()
 
 
-def gloss_floor_share(feats: np.ndarray, sigma: float, graph_size: int,
-                      w_floor: float = DEFAULT_W_FLOOR) -> float:
-  """The share of G-Loss graph edges whose kernel weight is below the weight floor.
-
-  `losses.transition_matrix` divides the weights by the strongest edge's and adds `w_floor`;
-  an edge below the floor carries (almost) no gradient. The strongest edge (both directions)
-  is never there, so the share counts the other edges: at 1, G-Loss is a constant with exactly
-  zero gradient, whatever the graph size.
+def calibrate(loss_cfg, features: Callable[[int], np.ndarray], batch_size: int,
+              num_devices: int) -> dict:
+  """The loss family's calibration ({} for a family without one), before a fresh run trains.
 
   Args:
-    feats: [n, hidden] features, e.g. the pretrained model's on a sample of train examples.
-    sigma: the kernel width.
-    graph_size: nodes per graph (the batch each device builds one on); `feats` is cut into
-      consecutive graphs of this size (fewer rows make one graph of them all).
-    w_floor: the floor, relative to the strongest edge.
-
-  Returns:
-    The mean share over the graphs, in [0, 1].
+    loss_cfg: the config's `loss` block.
+    features: n -> [n, hidden] pretrained features on n train examples.
+    batch_size: the global batch.
+    num_devices: devices the batch is split over.
   """
-  x = np.asarray(feats, np.float64)
-  x = x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
-  g = min(graph_size, len(x))
-  if g < 2:
-    return 0.0
-  off = ~np.eye(g, dtype=bool)
-  shares = []
-  for i in range(0, len(x) - g + 1, g):
-    b = x[i:i + g]
-    log_w = -np.maximum(2.0 - 2.0 * (b @ b.T), 0.0)[off] / (2.0 * sigma * sigma)
-    # In log space: the relative weights themselves underflow at small sigma.
-    below = np.sum(log_w - log_w.max() < np.log(w_floor))
-    shares.append(below / max(log_w.size - 2, 1))
-  return float(np.mean(shares))
+  family = get_loss(loss_cfg.name)
+  if family.calibrate is None:
+    return {}
+  cache = []
+
+  def cached(n):
+    # The larger of two requests serves both (the first rows of the same sample).
+    if not cache or len(cache[0]) < n:
+      cache[:] = [features(n)]
+    return cache[0][:n]
+  return family.calibrate(loss_cfg, CalibrationInputs(cached, batch_size, num_devices))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -278,10 +355,10 @@ def _lambda(loss_cfg, family: LossFamily, combine: str) -> float:
   if combine == "none":
     return 0.0
   if lam == LAM_DEFAULT:
-    if family.lam is None:
+    if "lam" not in family.defaults:
       raise ValueError(f"loss {loss_cfg.name!r} has no default lambda (SPEC fixes none): set "
                        f"one, e.g. --config.loss.lam=0.5, or use its method preset.")
-    lam = family.lam
+    lam = family.defaults["lam"]
   if lam < 0:
     raise ValueError(f"loss.lam must be >= 0, got {lam}.")
   if combine == "convex" and lam > 1:
@@ -299,7 +376,8 @@ def _gate(loss_cfg, lam: float) -> GateSpec | None:
 
 
 def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=None,
-                    sigma: float | None = None, multi_exit: MultiExit | None = None) -> Objective:
+                    calibration: Mapping[str, Any] | None = None,
+                    multi_exit: MultiExit | None = None) -> Objective:
   """The objective of the config's `loss` block (and multi-exit strategy), validated.
 
   Args:
@@ -307,7 +385,8 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
     num_labels: K.
     last_exit: 1-based layer of the final exit (its kernel gives the label embeddings).
     class_weights: optional [K] CE class weights.
-    sigma: G-Loss kernel width overriding loss_cfg.sigma (the `sqrt` heuristic's value).
+    calibration: the family's `calibrate` result for this run (None: not calibrated, as when
+      a config is only checked).
     multi_exit: a multi-exit strategy (`multi_exit_from_config`), or None for one exit.
   """
   name = loss_cfg.name
@@ -324,12 +403,12 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
                        "auxiliary loss to the exits' CE (SPEC §2.5); leave loss.combine=''.")
     combine = loss_cfg.combine
   check_known(loss_cfg.class_weights, ("", "balanced"), "loss.class_weights")
-  check_known(loss_cfg.sigma_mode, ("fixed", "sqrt"), "loss.sigma_mode")
   lam = _lambda(loss_cfg, family, combine)
   cw = None if class_weights is None else jnp.asarray(class_weights, jnp.float32)
   aux_fn = None
+  ctx = LossContext(num_labels, last_exit, cw, dict(calibration or {}))
   if family.build is not None:
-    aux_fn = family.build(loss_cfg, LossContext(num_labels, last_exit, cw, sigma))
+    aux_fn = family.build(loss_cfg, ctx)
     if family.pairwise and loss_cfg.contrastive_global:
       aux_fn = (lambda fn: lambda x: fn(gathered(x)))(aux_fn)
   strategy = None
@@ -354,7 +433,7 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
   # lower exits' losses are added outside the gate.
   split_last = gate is not None and multi_exit is not None and multi_exit.gate_ce == "last"
 
-  def terms(params, logits, aux, batch, key, step):
+  def terms(params, logits, aux, batch, key, step, loss_state=None):
     labels, mask = batch["labels"], batch.get("example_mask")
     hit = (jnp.argmax(logits[-1], -1) == labels).astype(jnp.float32)
     metrics = {"train_acc": losses.weighted_mean(hit, mask, AXIS)}
@@ -373,16 +452,17 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
         main, outside = per_exit[-1], jnp.sum(per_exit[:-1])
       else:
         main = jnp.sum(per_exit)
-    aux_term = None
+    aux_term = new_state = None
     if aux_fn is not None:
       aux_term = aux_fn(AuxInputs(params, aux["feats"][-1], labels, key, mask,
-                                  example_ids(batch)))
+                                  example_ids(batch), loss_state))
       if isinstance(aux_term, tuple):
-        aux_term, extra = aux_term
+        aux_term, extra, *rest = aux_term
         metrics.update(extra)
+        new_state = rest[0] if rest else None
       if multi_exit is not None:
         aux_term = w_last * aux_term  # the final exit's share of sum_m w_m L_m
-    return Terms(main, aux_term, outside), metrics
+    return Terms(main, aux_term, outside, new_state), metrics
 
   roles = ("main",) + (("aux",) if aux_fn is not None else ()) + (
       ("outside",) if split_last else ())
@@ -390,6 +470,9 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
   freeze = (two_stage_freeze(multi_exit.stage1_steps, multi_exit.exit_layers)
             if multi_exit is not None and multi_exit.strategy == "2st" else None)
   scaled = multi_exit is not None and aux_fn is not None
+  init_state = lambda params: {}
+  if family.init_state is not None:
+    init_state = lambda params: family.init_state(loss_cfg, ctx, params)
   return Objective(label, terms, roles, main_weight, lam if aux_fn is not None else 0.0, gate,
                    freeze, main_scale=w_last if split_last else 1.0,
-                   aux_scale=w_last if scaled else 1.0)
+                   aux_scale=w_last if scaled else 1.0, init_state=init_state)

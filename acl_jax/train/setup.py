@@ -42,8 +42,7 @@ def check_config(cfg) -> None:
                        f"{jax.device_count()}: set --config.{key} to a multiple of it.")
   exit_layers = (1, 2) if cfg.model.exits == "all" else (1,)
   multi = strategies.multi_exit_from_config(cfg.multi_exit, exit_layers, total_steps=2)
-  objectives.build_objective(cfg.loss, num_labels=2, last_exit=exit_layers[-1], multi_exit=multi,
-                             sigma=1.0 if cfg.loss.sigma_mode == "sqrt" else None)
+  objectives.build_objective(cfg.loss, num_labels=2, last_exit=exit_layers[-1], multi_exit=multi)
   optim.lr_groups(**_lr_args(cfg, total_steps=2, multi=multi))
 
 
@@ -149,7 +148,7 @@ class Trainer:
 
 
 def make_trainer(cfg, model, params, mesh, *, num_labels: int, total_steps: int,
-                 class_weights=None, sigma: float | None = None,
+                 class_weights=None, calibration: dict | None = None,
                  tx: optax.GradientTransformation | None = None, donate: bool = True
                  ) -> Trainer:
   """The objective, optimizer, initial state and jitted train step of a config.
@@ -161,7 +160,7 @@ def make_trainer(cfg, model, params, mesh, *, num_labels: int, total_steps: int,
     num_labels: K.
     total_steps: the optimizer's steps (its schedule, 2ST's stages).
     class_weights: optional [K] CE class weights (`class_weights`).
-    sigma: G-Loss's kernel width from the `sqrt` heuristic, overriding loss.sigma.
+    calibration: the loss family's calibration for this run (`objectives.calibrate`).
     tx: an optax transformation instead of the config's AdamW (tests capture gradients).
     donate: donate the state buffers to the step.
   """
@@ -169,14 +168,16 @@ def make_trainer(cfg, model, params, mesh, *, num_labels: int, total_steps: int,
                                             total_steps)
   objective = objectives.build_objective(cfg.loss, num_labels=num_labels,
                                          last_exit=model.cfg.exit_layers[-1],
-                                         class_weights=class_weights, sigma=sigma,
+                                         class_weights=class_weights,
+                                         calibration=calibration,
                                          multi_exit=multi)
   lr_args = _lr_args(cfg, total_steps, multi)
   if tx is None:
     tx = optim.make_optimizer(weight_decay=cfg.optim.weight_decay,
                               clip_norm=cfg.optim.clip_norm, exit_layers=model.cfg.exit_layers,
                               **lr_args)
-  state = step_lib.replicate(TrainState.create(params, tx, cfg.seed), mesh)
+  state = step_lib.replicate(
+      TrainState.create(params, tx, cfg.seed, objective.init_state(params)), mesh)
   train_step = step_lib.make_train_step(model, objective, tx, mesh, donate=donate)
   return Trainer(objective, multi, tx, optim.lr_groups(**lr_args), state, train_step)
 

@@ -95,6 +95,22 @@ def _gate_metrics(info, objective):
   return {f"gate/{k}": v for k, v in info.items()}
 
 
+def run_sums(objective) -> tuple[str, ...]:
+  """The step metrics the loop sums over the whole run, across resumes: the gate's on and
+  zero-gradient steps (`run_summary` states them in the results)."""
+  return ("gate/gate", "gate/zero_grad") if objective.gate is not None else ()
+
+
+def run_summary(sums: dict[str, float], steps: int) -> dict:
+  """What a run's results say of its `run_sums` over `steps` steps: the share of the gated
+  steps with an angle to judge whose term the gate let through, and the zero-gradient steps."""
+  if not steps or "gate/gate" not in sums:
+    return {}
+  judged = steps - sums["gate/zero_grad"]
+  return {"gate_on_fraction": sums["gate/gate"] / judged if judged else None,
+          "zero_grad_steps": sums["gate/zero_grad"]}
+
+
 def make_train_step(model, objective, tx: optax.GradientTransformation, mesh,
                     donate: bool = True):
   """Builds `train_step(state, batch) -> (state, metrics)`, jitted, state donated.
@@ -125,7 +141,8 @@ def make_train_step(model, objective, tx: optax.GradientTransformation, mesh,
     def loss_of(pick):
       def f(params):
         logits, aux = _forward(model, params, batch, drop_key, True)
-        terms, metrics = objective.terms(params, logits, aux, batch, loss_key, state.step)
+        terms, metrics = objective.terms(params, logits, aux, batch, loss_key, state.step,
+                                         state.loss_state)
         return pick(terms), (terms, metrics)
       return jax.grad(f, has_aux=True)
 
@@ -156,7 +173,9 @@ def make_train_step(model, objective, tx: optax.GradientTransformation, mesh,
     metrics_out["loss"] = objective.total(terms)
     metrics_out = lax.pmean(metrics_out, AXIS)
     metrics_out["grad_norm"] = optax.global_norm(grads)
-    new_state = state.replace(step=state.step + 1, params=new_params, opt_state=opt_state)
+    loss_state = state.loss_state if terms.state is None else terms.state
+    new_state = state.replace(step=state.step + 1, params=new_params, opt_state=opt_state,
+                              loss_state=loss_state)
     return new_state, metrics_out
 
   mapped = jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(AXIS)), out_specs=(P(), P()))
