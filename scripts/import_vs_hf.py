@@ -30,7 +30,8 @@ def rows_of(path: str) -> list[dict]:
            "run": f"task={t},framework={fw},seed={seed}" if t == "mr" else
                   f"task={t},framework={fw},optim.lr={settings['lr']:g},seed={seed}",
            "task": t, "method": "ce", "framework": fw, "seed": seed,
-           "overrides": {"framework": fw},
+           "overrides": {"framework": fw} if t == "mr" else
+                        {"framework": fw, "optim.lr": f"{settings['lr']:g}"},
            "budget": {"num_epochs": r.get("epochs"), "batch_size": settings["batch"],
                       "max_length": r.get("max_length", settings.get("max_length")),
                       "lr": settings["lr"]}}
@@ -38,6 +39,7 @@ def rows_of(path: str) -> list[dict]:
       row["latest"] = {"test": {"accuracy": r["metric"]}}
     else:
       row["evals"] = [{"step": None, "dev": r["final_dev"]}]  # the final weights' dev
+      row["final"] = {"dev": r["final_dev"]}
     row.update({"seconds": round(r["wall_s"], 1), "timed_on": data["machine"]["cpu_model"],
                 "source": os.path.relpath(os.path.abspath(path), records.REPO),
                 "code": [data["machine"]["git"]]})
