@@ -5,8 +5,8 @@ quiet cores: an MR pair of runs took 15 minutes, an SST-2 pair is estimated at 5
   python -m benchmarks.vs_hf
 MR only, seeds 0,1,2 (about 45 minutes):
   python -m benchmarks.vs_hf --tasks mr
-GLUE sentence pairs and CoLA at a protocol's rate (RTE and CoLA 3 epochs, dev):
-  python -m benchmarks.vs_hf --tasks rte,cola --seeds 0 --lr 1e-4
+GLUE sentence pairs and CoLA at a protocol's rate and budget (dev):
+  python -m benchmarks.vs_hf --tasks rte --seeds 0 --lr 1e-4 --epochs 6
 Quick check (seeded subsamples of MR and SST-2, one seed; 137 s measured on 2 quiet cores):
   python -m benchmarks.vs_hf --quick
 
@@ -420,7 +420,8 @@ def main():
   ap.add_argument("--child_out", help=argparse.SUPPRESS)
   ap.add_argument("--task", help=argparse.SUPPRESS)
   ap.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
-  ap.add_argument("--epochs", type=int, default=0, help=argparse.SUPPRESS)
+  ap.add_argument("--epochs", type=int, default=0,
+                  help="epochs of every task (default: each task's own, listed in tasks())")
   ap.add_argument("--workdir", help=argparse.SUPPRESS)
   ap.add_argument("train_args", nargs="*", help=argparse.SUPPRESS)
   args = ap.parse_args()
@@ -439,8 +440,9 @@ def main():
   unknown = [t for t in names if t not in all_tasks]
   if unknown:
     ap.error(f"unknown tasks {unknown}; known: {sorted(all_tasks)}")
-  if args.quick:
-    all_tasks = {k: {**v, "epochs": 1} for k, v in all_tasks.items()}
+  if args.quick or args.epochs:
+    all_tasks = {k: {**v, "epochs": 1 if args.quick else args.epochs}
+                 for k, v in all_tasks.items()}
   missing = [all_tasks[t]["data_dir"] for t in names if not os.path.isdir(all_tasks[t]["data_dir"])]
   if missing:
     ap.error(f"no data folder {missing[0]}: point --data_root at the folder holding mr/ and "
