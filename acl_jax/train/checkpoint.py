@@ -36,14 +36,19 @@ CORRUPT_DIR = "ckpt_corrupt"
 CHECKPOINTS = ("best", "latest")
 
 
+def _first_line(error: BaseException, limit: int) -> str:
+  """An error's type and the first line of its message: Orbax's run to hundreds of lines."""
+  first = (str(error).strip().splitlines() or [""])[0]
+  return f"{type(error).__name__}: {first[:limit]}"
+
+
 class UnreadableCheckpoint(OSError):
   """A checkpoint step whose files cannot be read back (as opposed to one that does not fit);
   an OSError, as the files are at fault: the tools report it in one line."""
 
   def __init__(self, folder: str, step: int, error: BaseException):
-    first = (str(error).strip().splitlines() or [""])[0]
     super().__init__(f"checkpoint {folder} (step {step}) cannot be read "
-                     f"({type(error).__name__}: {first[:240]})")
+                     f"({_first_line(error, 240)})")
     self.folder, self.step = folder, step
 
 
@@ -125,9 +130,8 @@ class Checkpoints:
     except Exception as e:  # pylint: disable=broad-except
       # Orbax's own error (a full disk: RESOURCE_EXHAUSTED ... No space left on device) in one
       # line; the previous checkpoints are intact (a save is atomic), so a re-run resumes.
-      first = (str(e).strip().splitlines() or [""])[0]
       raise OSError(f"Saving the checkpoint of step {step} in {mngr.directory} failed "
-                    f"({type(e).__name__}: {first[:300]}). The earlier checkpoints are intact: "
+                    f"({_first_line(e, 300)}). The earlier checkpoints are intact: "
                     "free space (or fix the folder) and re-run the same command to resume "
                     f"from step {mngr.latest_step() or 0}.") from e
     if not saved:
