@@ -97,7 +97,8 @@ def main(argv):
       if isinstance(res, dict) and split != "train":
         print(f"[{split}] " + " ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
                                        for k, v in res.items()))
-    print("[train] " + " ".join(f"{k}={v}" for k, v in results["train"].items()))
+    # The data record (per split: counts, hash) stays in results.json and data.json.
+    print("[train] " + " ".join(f"{k}={v}" for k, v in results["train"].items() if k != "data"))
 
 
 if __name__ == "__main__":
