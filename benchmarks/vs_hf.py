@@ -7,6 +7,9 @@ MR only, seeds 0,1,2 (about 45 minutes):
   python -m benchmarks.vs_hf --tasks mr
 GLUE sentence pairs and CoLA at a protocol's rate and budget (dev):
   python -m benchmarks.vs_hf --tasks rte --seeds 0 --lr 1e-4 --epochs 6
+HF PyTorch's side alone, where the protocol's records hold our CE at those settings:
+  python -m benchmarks.vs_hf --tasks cola --seeds 0 --lr 5e-5 --frameworks torch \
+    --torch_threads 1
 Quick check (seeded subsamples of MR and SST-2, one seed; 137 s measured on 2 quiet cores):
   python -m benchmarks.vs_hf --quick
 
@@ -415,6 +418,9 @@ def main():
                   "vs_hf_<cpu>[_quick].json)")
   ap.add_argument("--log_dir", default="", help="child logs (default: a temp folder)")
   ap.add_argument("--fresh", action="store_true", help="start the results file over")
+  ap.add_argument("--frameworks", default=",".join(FRAMEWORKS),
+                  help="run only these (e.g. torch, where the protocol's records already hold "
+                  "our side at the same settings: scripts/report.py pairs them)")
   # Child-side arguments (internal).
   ap.add_argument("--child", choices=FRAMEWORKS, help=argparse.SUPPRESS)
   ap.add_argument("--child_out", help=argparse.SUPPRESS)
@@ -440,6 +446,9 @@ def main():
   unknown = [t for t in names if t not in all_tasks]
   if unknown:
     ap.error(f"unknown tasks {unknown}; known: {sorted(all_tasks)}")
+  frameworks = [f for f in args.frameworks.split(",") if f]
+  if not frameworks or set(frameworks) - set(FRAMEWORKS):
+    ap.error(f"--frameworks {args.frameworks!r}: name some of {', '.join(FRAMEWORKS)}")
   if args.quick or args.epochs:
     all_tasks = {k: {**v, "epochs": 1 if args.quick else args.epochs}
                  for k, v in all_tasks.items()}
@@ -469,6 +478,8 @@ def main():
         order = FRAMEWORKS if n_round % 2 == 0 else FRAMEWORKS[::-1]
         n_round += 1
         for fw in order:
+          if fw not in frameworks:
+            continue
           if (name, fw, seed) in done:
             print(f"{name} {fw} seed {seed}: in the results file, skipped", flush=True)
             continue

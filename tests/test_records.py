@@ -382,3 +382,21 @@ def test_row_from_a_run_folder(tmp_path):
   bad.write_text('{"run": "a"}\n{oops\n')
   with pytest.raises(ValueError, match=r"bad.jsonl:2 is not a JSON row"):
     records.read(str(bad))
+
+
+def test_glue_hf_anchor_pairs_a_torch_run_with_our_recorded_ce(complete):
+  def hf(task, lr, epochs, value, framework="torch"):
+    return {"sweep": P.GLUE_HF_ANCHOR[0], "run": f"task={task},framework={framework}",
+            "task": task, "framework": framework, "seed": 0,
+            "method": "ce", "budget": {"lr": lr, "num_epochs": epochs},
+            "evals": [{"step": None, "dev": {P.TASKS[task].metric: value / 100}}]}
+  rs = {**complete, P.GLUE_HF_ANCHOR[0]: [
+      hf("cola", 1e-4, 3, 41.0),  # ours: the lr grid's CoLA run at 1e-4 (46.00)
+      hf("sst2", 5e-5, 2, 92.0),  # ours: the budget check's SST-2 run at twice 1 epoch (94.00)
+      hf("rte", 5e-5, 3, 60.0), hf("rte", 5e-5, 3, 61.5, "jax"),  # both sides benchmarked
+      hf("mrpc", 1e-4, 3, 80.0)]}  # MRPC never ran CE at 1e-4: nothing to pair
+  rows = _cells(report.glue_hf_anchor(report.context(rs)))
+  assert rows == [["RTE", "5e-5", "3", "0", "61.50", "60.00", "+1.50", "this benchmark"],
+                  ["CoLA", "1e-4", "3", "0", "46.00", "41.00", "+5.00", f"`{P.LR}` record"],
+                  ["SST-2", "5e-5", "2", "0", "94.00", "92.00", "+2.00", f"`{P.BUDGET}` record"]]
+  assert report.glue_hf_anchor(report.context(complete)).startswith("*pending*")

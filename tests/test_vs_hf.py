@@ -21,3 +21,13 @@ def test_train_time_drops_compiles_evals_and_saves():
 def test_cpu_slug_is_a_file_name():
   slug = vs_hf.cpu_slug()
   assert slug and all(c.isalnum() or c in "._" for c in slug)
+
+
+@pytest.mark.parametrize("frameworks", ["tf", "", "jax,flax"])
+def test_unknown_frameworks_are_refused_before_any_run(frameworks, monkeypatch, capsys, tmp_path):
+  monkeypatch.setattr("sys.argv", ["vs_hf", "--tasks", "mr", "--frameworks", frameworks,
+                                   "--out", str(tmp_path / "out.json")])
+  with pytest.raises(SystemExit):
+    vs_hf.main()
+  assert "--frameworks" in capsys.readouterr().err
+  assert not (tmp_path / "out.json").exists()
