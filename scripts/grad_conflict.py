@@ -31,6 +31,7 @@ import numpy as np
 from acl_jax import data as data_lib
 from acl_jax import losses
 from acl_jax.models import label_embeddings
+from acl_jax.names import path_names
 from acl_jax.train import setup as setup_lib, step as step_lib
 from configs import common
 
@@ -42,8 +43,23 @@ def _angle(a, b, mask=None):
   return jnp.degrees(jnp.arccos(jnp.clip(dot / (na * nb + 1e-12), -1.0, 1.0)))
 
 
+def _sq(a, mask):
+  return losses.gate._tree_dot(a, a, mask)  # pylint: disable=protected-access
+
+
+def classifier_mask(params, exit_layer: int):
+  """Bool pytree selecting the last exit's classifier kernel: ACL-Embed's label embeddings,
+  which CE and ACL-Embed both train."""
+  want = (f"exit_{exit_layer}", "classifier", "kernel")
+  return jax.tree.map_with_path(lambda path, _: tuple(path_names(path)[-3:]) == want,
+                                params)
+
+
 def make_probe(model, mesh, tau):
-  """Jitted (params, batch, key) -> angles CE/SCL and CE/ACL, full and top-only."""
+  """Jitted (params, batch, key) -> the angles CE/SCL and CE/ACL over all parameters, the
+  top layer and heads (`_top`), the encoder's weights as `angle_params=encoder` sees them
+  (`_encoder`), and the label-embedding matrix alone (`acl_classifier`); plus that matrix's
+  share of each gradient's squared norm (`ce_classifier_share`, `acl_classifier_share`)."""
   last = model.cfg.num_layers
 
   def per_device(params, batch, key):
@@ -64,9 +80,16 @@ def make_probe(model, mesh, tau):
       return jax.grad(f)(jax.lax.pcast(params, step_lib.AXIS, to="varying"))
 
     g = jax.lax.pmean({n: term(n) for n in ("ce", "scl", "acl")}, step_lib.AXIS)
-    mask = losses.top_angle_mask(params)  # the 'top' gate's partition
-    return {"scl": _angle(g["ce"], g["scl"]), "acl": _angle(g["ce"], g["acl"]),
-            "scl_top": _angle(g["ce"], g["scl"], mask), "acl_top": _angle(g["ce"], g["acl"], mask)}
+    masks = {"top": losses.top_angle_mask(params),  # the 'top' gate's partition
+             "encoder": losses.encoder_angle_mask(params)}  # the 'encoder' gate's
+    out = {"scl": _angle(g["ce"], g["scl"]), "acl": _angle(g["ce"], g["acl"])}
+    for part, mask in masks.items():
+      out.update({f"{k}_{part}": _angle(g["ce"], g[k], mask) for k in ("scl", "acl")})
+    head = classifier_mask(params, last)
+    out["acl_classifier"] = _angle(g["ce"], g["acl"], head)
+    for k in ("ce", "acl"):
+      out[f"{k}_classifier_share"] = _sq(g[k], head) / _sq(g[k], None)
+    return out
 
   from jax.sharding import PartitionSpec as P  # pylint: disable=import-outside-toplevel
   return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(step_lib.AXIS), P()),
@@ -108,12 +131,16 @@ def summarise(recs):
   out = {}
   for k in ("scl", "acl"):
     a = np.array([r[k] for r in recs])
-    top = np.array([r[k + "_top"] for r in recs])
     out[k] = {"steps": len(a), "frac_above_90": float((a > 90).mean()),
               "frac_75_105": float(((a >= 75) & (a <= 105)).mean()),
               "median": float(np.median(a)), "p10": float(np.percentile(a, 10)),
-              "p90": float(np.percentile(a, 90)),
-              "top_gate_agrees_with_full": float(((a <= 90) == (top <= 90)).mean())}
+              "p90": float(np.percentile(a, 90))}
+    for part in ("top", "encoder"):
+      if f"{k}_{part}" in recs[0]:
+        b = np.array([r[f"{k}_{part}"] for r in recs])
+        out[k][f"{part}_frac_above_90"] = float((b > 90).mean())
+        out[k][f"{part}_median"] = float(np.median(b))
+        out[k][f"{part}_gate_agrees_with_full"] = float(((a <= 90) == (b <= 90)).mean())
   return out
 
 
@@ -159,12 +186,12 @@ def main():
   prev = os.path.join(args.out, "summary.json")
   cached = all(os.path.exists(os.path.join(args.out, f"{m}.jsonl")) for m in results)
   summary["command"] = (json.load(open(prev))["command"] if cached and os.path.exists(prev)
-                        and ran_before else " ".join(["python"] + sys.argv))
+                        and ran_before else " ".join(["python -m scripts.grad_conflict"] + sys.argv[1:]))
   with open(os.path.join(args.out, "summary.json"), "w") as f:
     json.dump(summary, f, indent=2)
   plot(results, os.path.join(args.out, "angles.png"), args.task)
   if args.record:
-    import records  # pylint: disable=import-outside-toplevel
+    from scripts import records  # pylint: disable=import-outside-toplevel
     from acl_jax import provenance  # pylint: disable=import-outside-toplevel
     sweep = os.path.splitext(os.path.basename(args.record))[0]
     for method, recs in results.items():

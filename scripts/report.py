@@ -509,11 +509,47 @@ def gate_table(ctx: Ctx) -> str:
   return table(["task", "method", "angle over", "record", "seed", "gate on (steps)"], out)
 
 
+GATE_ANGLES = "gate_angles"  # scripts/grad_conflict.py --record: angles by partition
+
+
+def gate_angles_table(ctx: Ctx) -> str:
+  """Why ACL's gate stays on: per run of the GATE_ANGLES record, the CE/contrastive angle over
+  all parameters and over each partition, and the label embeddings' share of each gradient."""
+  rows = [r for r in ctx.rs.get(GATE_ANGLES, [])]
+  if not rows:
+    return ("*pending*: no run of `scripts/grad_conflict.py --record "
+            f"results/records/{GATE_ANGLES}.jsonl` is recorded yet.\n")
+
+  def cell(steps, key):
+    a = np.array([s[key] for s in steps])
+    return f"{np.median(a):.1f}° ({100 * (a > 90).mean():.0f}%)"
+
+  out = []
+  for r in rows:
+    st = r["steps"]
+    share = lambda k: f"{100 * np.median([s[k] for s in st]):.0f}%"
+    for k, name in (("acl", "CE vs ACL-Embed"), ("scl", "CE vs SCL")):
+      out.append([label(r["task"]), LABELS[r["method"]], name, cell(st, k),
+                  cell(st, f"{k}_encoder"), cell(st, f"{k}_top"),
+                  cell(st, "acl_classifier") if k == "acl" else "— (SCL does not train them)",
+                  f"CE {share('ce_classifier_share')}, ACL-Embed {share('acl_classifier_share')}"
+                  if k == "acl" else "—"])
+  b = rows[0]["budget"]
+  return table(["task", "trained with", "angle", "all parameters", "encoder weights "
+                "(`angle_params=encoder`)", "top layer and heads", "label embeddings alone",
+                "label embeddings' share of |g|², median"], out) + (
+      f"\nMedian angle over the steps (steps above 90° in brackets); {len(rows[0]['steps'])} "
+      f"steps, B{b['batch_size']}, L{b['max_length']}, lr {b['lr']:g}, seed "
+      f"{rows[0]['seed']}; the angles of gradients taken on each step's batch and dropout key, "
+      "before the step.\n")
+
+
 TABLES = {
     "claims": claims_table, "protocol_tasks": protocol_tasks_table,
     "stage_hours": stage_hours_table, "deviations": deviations_table,
     "anchors": anchors_table, "lr": lr_table, "budget": budget_table, "stage1": stage1_table,
     "stage1_scores": stage1_scores_table, "gate": gate_table,
+    "gate_angles": gate_angles_table,
 }
 
 

@@ -400,3 +400,23 @@ def test_glue_hf_anchor_pairs_a_torch_run_with_our_recorded_ce(complete):
                   ["CoLA", "1e-4", "3", "0", "46.00", "41.00", "+5.00", f"`{P.LR}` record"],
                   ["SST-2", "5e-5", "2", "0", "94.00", "92.00", "+2.00", f"`{P.BUDGET}` record"]]
   assert report.glue_hf_anchor(report.context(complete)).startswith("*pending*")
+
+
+def test_gate_angles_table_reads_each_partition():
+  steps = [{"acl": 80.0, "acl_encoder": 95.0, "acl_top": 70.0, "acl_classifier": 40.0,
+            "scl": 91.0, "scl_encoder": 92.0, "scl_top": 89.0,
+            "ce_classifier_share": 0.5, "acl_classifier_share": 0.2},
+           {"acl": 84.0, "acl_encoder": 85.0, "acl_top": 72.0, "acl_classifier": 50.0,
+            "scl": 89.0, "scl_encoder": 94.0, "scl_top": 87.0,
+            "ce_classifier_share": 0.3, "acl_classifier_share": 0.4}]
+  row = {"sweep": report.GATE_ANGLES, "run": "task=rte,method=acl,seed=0", "task": "rte",
+         "method": "acl", "seed": 0, "steps": steps,
+         "budget": {"num_steps": 2, "batch_size": 32, "max_length": 128, "lr": 1e-4}}
+  ctx = report.context({report.GATE_ANGLES: [row]})
+  got = _cells(report.gate_angles_table(ctx))
+  assert got[0] == ["RTE", "ACL (Embed+Grad)", "CE vs ACL-Embed", "82.0° (0%)", "90.0° (50%)",
+                    "71.0° (0%)", "45.0° (0%)", "CE 40%, ACL-Embed 30%"]
+  assert got[1][:6] == ["RTE", "ACL (Embed+Grad)", "CE vs SCL", "90.0° (50%)", "93.0° (100%)",
+                        "88.0° (0%)"]
+  assert "2 steps, B32, L128, lr 0.0001, seed 0" in report.gate_angles_table(ctx)
+  assert report.gate_angles_table(report.context({})).startswith("*pending*")
