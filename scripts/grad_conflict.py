@@ -186,7 +186,8 @@ def main():
   prev = os.path.join(args.out, "summary.json")
   cached = all(os.path.exists(os.path.join(args.out, f"{m}.jsonl")) for m in results)
   summary["command"] = (json.load(open(prev))["command"] if cached and os.path.exists(prev)
-                        and ran_before else " ".join(["python -m scripts.grad_conflict"] + sys.argv[1:]))
+                        and ran_before else
+                        " ".join(["python -m scripts.grad_conflict"] + sys.argv[1:]))
   with open(os.path.join(args.out, "summary.json"), "w") as f:
     json.dump(summary, f, indent=2)
   plot(results, os.path.join(args.out, "angles.png"), args.task)

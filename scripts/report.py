@@ -65,7 +65,7 @@ UNTESTABLE = (
      "`--config.model.name=bert-base-uncased`)", "not testable here", "—"),
     ("Graph construction + propagation take < 2% of epoch time", "< 2%", *BENCH),
     ("A G-Loss epoch is faster than an SCL one (MR 27.77 s vs 33.04 s)", "0.84x", *BENCH))
-VERDICT_WORDS = ("beats", "matches or beats", "worse", "undecided", "inconclusive")
+VERDICT_WORDS = P.VERDICT_WORDS
 GATED = ("acl", "scl_grad")  # the stage-1 methods whose ACL-Grad gate acts
 ANGLE_PRESET = "all"  # loss.angle_params of the presets (configs/common.py)
 STAGE1_TASKS = tuple(dict.fromkeys(c.task for c in P.STAGE1))
@@ -207,6 +207,19 @@ def ce_seed0(st: stages.TaskState) -> tuple[str | None, float | None]:
   return lr, st.high_score if lr == P.LR_HIGH else st.lr_scores.get(lr)
 
 
+def shown_verdict(ctx: Ctx, c: P.Comparison) -> P.Verdict | None:
+  """A comparison's verdict so far, None while not complete or while its task's anchor gap
+  is unexplained (stages.anchor_withheld)."""
+  return None if c.task in ctx.d.withheld else ctx.d.verdicts.get(c)
+
+
+def not_shown(ctx: Ctx, c: P.Comparison) -> str:
+  if c.task in ctx.d.withheld:
+    return f"withheld: {ctx.d.withheld[c.task]}"
+  k, n = progress(ctx, c, P.LOOK_SEEDS[0])
+  return f"pending ({k} of {n} runs recorded)"
+
+
 def verdict_text(v: P.Verdict) -> str:
   return f"{v.mean:+.2f} {span(*v.decide)} ({v.ahead}/{v.n}) {v.word}"
 
@@ -230,10 +243,9 @@ def claims_table(ctx: Ctx) -> str:
       name = " ".join(([label(c.task)] if len(tasks) > 1 else [])
                       + ([comparison_label(c)] if len(methods) > 1 else
                          [f"vs {LABELS[c.baseline]}"] if len(bases) > 1 else []))
-      v = ctx.d.verdicts.get(c)
+      v = shown_verdict(ctx, c)
       if v is None:
-        k, n = progress(ctx, c, P.LOOK_SEEDS[0])
-        cells.append(f"{name} pending ({k} of {n} runs recorded)")
+        cells.append(f"{name} {not_shown(ctx, c)}")
         words["pending"] += 1
       else:
         cells.append(f"{name} {verdict_text(v)}")
@@ -380,7 +392,7 @@ def glue_hf_anchor(ctx: Ctx) -> str:
       v["jax"] = row and P.dev_score(row)
       ours_from = f"`{row['sweep']}` record" if row else ""
     if v.get("jax") is not None and "torch" in v:
-      out.append([label(t), _lr_name(lr) or f"{lr:g}", epochs if epochs is not None else "—", seed,
+      out.append([label(t), _lr_name(lr) or f"{lr:g}", "—" if epochs is None else epochs, seed,
                   pts(v["jax"]), pts(v["torch"]), f"{v['jax'] - v['torch']:+.2f}", ours_from])
   if not out:
     return (f"*pending*: no GLUE task has both frameworks in `{name}` ({what}); it runs where "
@@ -451,30 +463,32 @@ def budget_table(ctx: Ctx) -> str:
 
 def stage1_table(ctx: Ctx) -> str:
   """One row per stage-1 comparison: its paired differences' intervals and verdict so far."""
-  if not ctx.d.verdicts:
+  if not any(shown_verdict(ctx, c) for c in P.STAGE1):
     n = len(ctx.rs.get(P.STAGE_SWEEP[1], []))
+    held = "; ".join(f"{label(t)} withheld: {why}" for t, why in ctx.d.withheld.items())
     return pending(f"no comparison has a complete first look yet ({n} comparison runs "
-                   "recorded)", ctx.d)
+                   "recorded)" + (f". {held}" if held else ""), ctx.d)
   rows = []
   for c in sorted(P.STAGE1, key=lambda c: STAGE1_TASKS.index(c.task)):
     test = f"lower end > {-P.TASKS[c.task].margin:g}" if c.kind == "noninferior" else (
         "lower end > 0")
-    v = ctx.d.verdicts.get(c)
+    v = shown_verdict(ctx, c)
     if v is None:
-      k, n = progress(ctx, c, P.LOOK_SEEDS[0])
-      rows.append([label(c.task), comparison_label(c), test, *[""] * 6,
-                   f"pending ({k} of {n} runs recorded)", ""])
+      rows.append([label(c.task), comparison_label(c), test, *[""] * 6, not_shown(ctx, c), ""])
       continue
     word = v.word
     if word == "undecided":
       k, n = progress(ctx, c, P.LOOK_SEEDS[1])
       word += f" (second look: {k} of {n} runs recorded)"
+    elif word == "inconclusive":
+      word += f": any effect lies in {span(*v.decide)}"
     rows.append([label(c.task), comparison_label(c), test, v.n, f"{v.mean:+.2f}",
                  span(*v.decide), span(*v.describe), f"{v.ahead}/{v.n}", v.look, word,
                  f"{v.resolvable:.2f}"])
   return table(["task", "method − baseline", "passes if", "seeds", "mean",
                 f"{100 * P.DECIDE_LEVEL:g}% interval", f"{100 * P.DESCRIBE_LEVEL:g}% interval",
-                "ahead", "look", "verdict", "resolvable"], rows)
+                "ahead", "look", "verdict",
+                f"resolvable ({100 * P.POWER:g}% power)"], rows)
 
 
 def stage1_scores_table(ctx: Ctx) -> str:
@@ -515,7 +529,7 @@ GATE_ANGLES = "gate_angles"  # scripts/grad_conflict.py --record: angles by part
 def gate_angles_table(ctx: Ctx) -> str:
   """Why ACL's gate stays on: per run of the GATE_ANGLES record, the CE/contrastive angle over
   all parameters and over each partition, and the label embeddings' share of each gradient."""
-  rows = [r for r in ctx.rs.get(GATE_ANGLES, [])]
+  rows = ctx.rs.get(GATE_ANGLES, [])
   if not rows:
     return ("*pending*: no run of `scripts/grad_conflict.py --record "
             f"results/records/{GATE_ANGLES}.jsonl` is recorded yet.\n")

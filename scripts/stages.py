@@ -131,10 +131,27 @@ def task_state(task: str, idx: dict, states: dict) -> tuple[TaskState, list[Run]
   return st, []
 
 
+def check_trained_as_planned(row: dict, st: TaskState) -> dict:
+  """The row, if it trained at the task's picked lr and epochs; else a ValueError. Run names
+  leave both out (they are the task's decisions), so a row trained before a decision changed
+  would otherwise be paired as if it were planned."""
+  b = row.get("budget", {})
+  lr, epochs = b.get("lr"), b.get("num_epochs")
+  if lr is None or float(lr) != float(st.lr) or epochs != st.epochs:
+    raise ValueError(
+        f"{row['sweep']} row {row['run']} trained at lr {lr}, {epochs} epochs, but {st.task}'s "
+        f"decisions are lr {st.lr}, {st.epochs} epochs; move the row out of "
+        f"results/records/{row['sweep']}.jsonl (the sweep then trains it again).")
+  return row
+
+
 def comparison_rows(idx: dict, st: TaskState, comp: P.Comparison, seeds) -> tuple[list, list]:
-  """(rows of method, rows of baseline) for the seeds, None where not recorded."""
+  """(rows of method, rows of baseline) for the seeds, None where not recorded; each recorded
+  row checked to have trained at the task's lr and epochs."""
   def rows(method):
-    return [idx.get((P.STAGE_SWEEP[1], method_run(P.STAGE_SWEEP[1], st, method, s, comp.extra).name)) for s in seeds]
+    got = [idx.get((P.STAGE_SWEEP[1], method_run(P.STAGE_SWEEP[1], st, method, s,
+                                                 comp.extra).name)) for s in seeds]
+    return [r and check_trained_as_planned(r, st) for r in got]
   return rows(comp.method), rows(comp.baseline)
 
 
@@ -150,15 +167,43 @@ class Decisions:
   ready: list[Run]
   waiting: dict[str, str]  # task -> what it waits on
   planned: list[Run]  # every run known to be needed (ready or not, recorded or not)
+  withheld: dict[str, str] = dataclasses.field(default_factory=dict)  # task -> why unread
+
+
+def picked_score(st: TaskState) -> float | None:
+  """CE seed 0's dev score at the task's picked lr (None before the pick)."""
+  if st.lr is None:
+    return None
+  return st.high_score if st.lr == P.LR_HIGH and st.high_score is not None else (
+      st.lr_scores.get(st.lr))
+
+
+def anchor_withheld(st: TaskState, rows: dict[str, list[dict]]) -> str:
+  """Why the task's comparisons may not be read yet ("" if they may): its CE at the picked lr
+  misses the published anchor by more than the margin and HF PyTorch at the same lr, first
+  budget and seed 0 is not recorded (sweeps.py, protocol step 7)."""
+  score = picked_score(st)
+  if score is None or not P.misses_anchor(st.task, score):
+    return ""
+  for r in rows.get(P.GLUE_HF_ANCHOR[0], []):
+    b = r.get("budget", {})
+    if (r.get("task"), r.get("framework"), r.get("seed")) == (st.task, "torch", 0) and (
+        b.get("lr") is not None and float(b["lr"]) == float(st.lr)
+        and b.get("num_epochs") == P.TASKS[st.task].epochs):
+      return ""
+  return (f"CE at lr {st.lr} ({score:.2f}) misses the published {P.ANCHORS[st.task]:g} by "
+          f"more than {P.TASKS[st.task].margin:g}; read once HF PyTorch at lr {st.lr}, "
+          f"{P.TASKS[st.task].epochs} epochs, seed 0 is recorded (`{P.GLUE_HF_ANCHOR[0]}`) "
+          "and the gap explained")
 
 
 def _comparison_runs(st: TaskState, comps, seeds) -> list[Run]:
-  methods = []
+  arms = []
   for c in comps:
     for m in (c.baseline, c.method):
-      if m not in methods:
-        methods.append(m)
-  return [method_run(P.STAGE_SWEEP[1], st, m, s) for s in seeds for m in methods]
+      if (m, c.extra) not in arms:
+        arms.append((m, c.extra))
+  return [method_run(P.STAGE_SWEEP[1], st, m, s, extra) for s in seeds for m, extra in arms]
 
 
 def decisions(rows: dict[str, list[dict]]) -> Decisions:
@@ -200,12 +245,27 @@ def decisions(rows: dict[str, list[dict]]) -> Decisions:
     runs = list(dict.fromkeys(runs))
     planned += runs
     ready += [r for r in runs if (r.sweep, r.name) not in done]
-  return Decisions(states, verdicts, gates + ready, waiting, planned)
+  withheld = {t: why for t, st in states.items() if (why := anchor_withheld(st, rows))}
+  return Decisions(states, verdicts, gates + ready, waiting, planned, withheld)
+
+
+def _arm_runs(stage: int, arm, st: TaskState) -> list[Run]:
+  """A later-stage arm's runs at the task's lr and epochs (st)."""
+  grids, out = [[]], []
+  for key, values in arm.grid:
+    grids = [g + [(key, v)] for g in grids for v in values]
+  for seed in arm.seeds:
+    for m in arm.methods:
+      for g in grids:
+        early = P.EXIT_THRESHOLDS if m in ("jt", "kd", "acl_cl", "2st", "alt") else ""
+        out.append(method_run(P.STAGE_SWEEP[stage], st, m, seed, arm.extra, tuple(g), early))
+  return out
 
 
 def later_stage_runs(stage: int, states: dict[str, TaskState]) -> list[Run]:
-  """Stage 2 or 3's runs at each task's picked lr and budget (tasks not yet decided in stage
-  1 at their protocol's lr grid default and budget, for the estimate)."""
+  """Every run of stage 2 or 3, for the estimate: each task at its picked lr and budget where
+  decided, else at LR_PREFERRED (or its LR_FROM source's rate) and its first budget, with the
+  lr and budget runs of the tasks new in the stage."""
   arms = P.STAGE2 if stage == 2 else P.STAGE3
   out = []
   for arm in arms:
@@ -213,22 +273,36 @@ def later_stage_runs(stage: int, states: dict[str, TaskState]) -> list[Run]:
     lr = st.lr if st is not None and st.lr else P.LR_PREFERRED
     epochs = (st.epochs if st is not None and st.task == arm.task and st.epochs
               else P.TASKS[arm.task].epochs)
-    base = TaskState(arm.task, lr=lr, epochs=epochs)
-    grids = [[]]
-    for key, values in arm.grid:
-      grids = [g + [(key, v)] for g in grids for v in values]
-    for seed in arm.seeds:
-      for m in arm.methods:
-        for g in grids:
-          early = P.EXIT_THRESHOLDS if m in ("jt", "kd", "acl_cl", "2st", "alt") else ""
-          out.append(method_run(P.STAGE_SWEEP[stage], base, m, seed, arm.extra, tuple(g),
-                                early))
+    out += _arm_runs(stage, arm, TaskState(arm.task, lr=lr, epochs=epochs))
   for task in dict.fromkeys(a.task for a in arms):  # lr and budget runs of tasks new here
     if task not in states:
       src = states.get(P.LR_FROM.get(task, ""))
       lr = src.lr if src is not None and src.lr else P.LR_PREFERRED
       out = [lr_run(task, lr), budget_run(task, lr)] + out
   return out
+
+
+def later_stage_ready(stage: int, rows: dict[str, list[dict]],
+                      d: Decisions | None = None) -> tuple[list[Run], dict[str, str]]:
+  """(stage 2 or 3's runs the gates release now, not yet recorded; what each of its tasks
+  waits on). A task's arms wait on its lr and budget decisions: stage 1's for its tasks, and
+  for a task new here (LR_FROM) the source's lr, then its own budget check."""
+  d = d or decisions(rows)
+  idx, states = _index(rows), dict(d.tasks)
+  arms = P.STAGE2 if stage == 2 else P.STAGE3
+  runs, waiting = [], {}
+  for task in dict.fromkeys(a.task for a in arms):
+    if task in states:
+      st, need = states[task], []
+    else:
+      st, need = task_state(task, idx, states)
+      states[task] = st
+    runs += need
+    if st.epochs is None:
+      waiting[task] = d.waiting.get(task) or st.waiting
+      continue
+    runs += [r for a in arms if a.task == task for r in _arm_runs(stage, a, st)]
+  return [r for r in dict.fromkeys(runs) if (r.sweep, r.name) not in idx], waiting
 
 
 def whole_stage1(states: dict[str, TaskState] | None = None) -> tuple[list[Run], list[Run]]:

@@ -432,8 +432,7 @@ def stage_runs(stage: int, rows: dict) -> tuple[list[stages.Run], dict]:
   d = stages.decisions(rows)
   if stage == 1:
     return d.ready, d.waiting
-  done = {(r["sweep"], r["run"]) for rs in rows.values() for r in rs}
-  return [r for r in stages.later_stage_runs(stage, d.tasks) if (r.sweep, r.name) not in done], {}
+  return stages.later_stage_ready(stage, rows, d)
 
 
 def first_stage() -> dict[str, int]:

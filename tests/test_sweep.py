@@ -1,5 +1,6 @@
 """Sweep runner: planning, naming, skipping finished runs, aggregation over seeds."""
 import json
+import math
 import os
 import socket
 
@@ -261,7 +262,12 @@ def test_protocol_rules():
   assert p.verdict([-0.5, 0.5, 0.0], "superior", 3.0, 1).word == "undecided"
   assert p.verdict([-0.5, 0.5, 0.0], "superior", 3.0, 2).word == "inconclusive"
   assert p.verdict([-5.0, -5.1, -4.9], "noninferior", 1.0, 1).word == "worse"
-  assert p.verdict([-1.0, -1.1, -0.9], "noninferior", 2.0, 1).word == "matches or beats"
+  # within the margin but wholly below zero: non-inferior, and said to be lower
+  assert p.verdict([-1.0, -1.1, -0.9], "noninferior", 2.0, 1).word == "within the margin, lower"
+  # resolvable: the difference found with 80% power, (t(0.9875, 2) + t(0.8, 2)) * sd / sqrt(3)
+  from scipy import stats  # pylint: disable=import-outside-toplevel
+  want = (stats.t.ppf(0.9875, 2) + stats.t.ppf(0.8, 2)) * 0.1 / math.sqrt(3)
+  assert v.resolvable == pytest.approx(want, rel=1e-9)
 
 
 def _fake_protocol_train(calls, scores):
@@ -322,6 +328,8 @@ def test_stage_gates_release_runs_in_order(tmp_path, monkeypatch, capsys):
   assert (st.lr, st.anchor_missed, st.epochs) == ("1e-4", True, 3)
   (v,) = d.verdicts.values()
   assert (v.look, v.n, v.word) == (2, 5, "matches or beats") and not d.ready
+  # CE at 1e-4 (60) misses RTE's published 68.8 by more than 2, and no HF run is recorded
+  assert "misses the published 68.8" in d.withheld["rte"]
   out = sweep.status(rows)
   assert "| 1 | 13 |" in out  # 4 gate runs, 9 comparison runs: CE seed 0 is the lr run
   capsys.readouterr()
