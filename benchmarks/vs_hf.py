@@ -381,20 +381,19 @@ def table(data) -> str:
   for name in dict.fromkeys(r["task"] for r in runs):
     by = {fw: [r for r in runs if r["task"] == name and r["framework"] == fw]
           for fw in FRAMEWORKS}
-    if not all(by.values()):
-      continue
-    med = lambda fw, k: statistics.median(r[k] for r in by[fw])
-    for key, label, ratio in (("train_examples_per_s", "train examples/s", True),
-                              ("wall_s", "whole process wall s", True),
-                              ("peak_rss_mib", "peak RSS MiB", True),
-                              ("metric", by["jax"][0]["metric_name"], False)):
+    med = lambda fw, k: statistics.median(r[k] for r in by[fw]) if by[fw] else None
+    metric_name = next(rs[0]["metric_name"] for rs in by.values() if rs)
+    for key, label in (("train_examples_per_s", "train examples/s"),
+                       ("wall_s", "whole process wall s"), ("peak_rss_mib", "peak RSS MiB"),
+                       ("metric", metric_name)):
       j, t = med("jax", key), med("torch", key)
       if key == "metric":
-        fmt = lambda fw: " / ".join(f"{100 * r['metric']:.2f}" for r in by[fw])
+        fmt = lambda fw: " / ".join(f"{100 * r['metric']:.2f}" for r in by[fw]) or "—"
         rows.append([name, f"{label} (per seed)", fmt("jax"), fmt("torch"), ""])
-      else:
-        rows.append([name, label, j, t, f"{j / t:.2f}"])
-    seeds = sorted({r["seed"] for r in by["jax"]} & {r["seed"] for r in by["torch"]})
+      else:  # a framework left out (--frameworks) has no column and no ratio
+        rows.append([name, label, "—" if j is None else j, "—" if t is None else t,
+                     f"{j / t:.2f}" if j and t else "—"])
+    seeds = sorted(set.intersection(*({r["seed"] for r in rs} for rs in by.values() if rs)))
     rows.append([name, "seeds", ",".join(map(str, seeds)), "", ""])
   return common.markdown_table(["task", "measure (median over seeds)", "acl-jax",
                                 "HF PyTorch", "ratio"], rows)

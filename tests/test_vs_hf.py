@@ -31,3 +31,18 @@ def test_unknown_frameworks_are_refused_before_any_run(frameworks, monkeypatch, 
     vs_hf.main()
   assert "--frameworks" in capsys.readouterr().err
   assert not (tmp_path / "out.json").exists()
+
+
+def test_table_of_one_framework_and_of_both():
+  def run(fw, seed, metric):
+    return {"task": "cola", "framework": fw, "seed": seed, "metric": metric,
+            "metric_name": "dev mcc", "train_examples_per_s": 10.0, "wall_s": 100.0,
+            "peak_rss_mib": 1000.0}
+  only = vs_hf.table({"runs": [run("torch", 0, 0.2887)]})
+  assert "| cola | dev mcc (per seed) | — | 28.87 |  |" in only
+  assert "| cola | whole process wall s | — | 100 | — |" in only
+  both = vs_hf.table({"runs": [run("torch", 0, 0.2887), run("jax", 0, 0.2931),
+                               run("jax", 1, 0.30)]})
+  assert "| cola | dev mcc (per seed) | 29.31 / 30.00 | 28.87 |  |" in both
+  assert "| cola | whole process wall s | 100 | 100 | 1.00 |" in both
+  assert "| cola | seeds | 0 |  |  |" in both  # the seeds both frameworks ran
