@@ -191,9 +191,10 @@ def anchor_withheld(st: TaskState, rows: dict[str, list[dict]]) -> str:
         b.get("lr") is not None and float(b["lr"]) == float(st.lr)
         and b.get("num_epochs") == P.TASKS[st.task].epochs):
       return ""
+  e = P.TASKS[st.task].epochs
   return (f"CE at lr {st.lr} ({score:.2f}) misses the published {P.ANCHORS[st.task]:g} by "
           f"more than {P.TASKS[st.task].margin:g}; read once HF PyTorch at lr {st.lr}, "
-          f"{P.TASKS[st.task].epochs} epochs, seed 0 is recorded (`{P.GLUE_HF_ANCHOR[0]}`) "
+          f"{e} epoch{'' if e == 1 else 's'}, seed 0 is recorded (`{P.GLUE_HF_ANCHOR[0]}`) "
           "and the gap explained")
 
 
