@@ -28,10 +28,12 @@ def rows_of(path: str) -> list[dict]:
       continue  # a GLUE run without its final weights' scores anchors nothing
     row = {"sweep": SWEEP if t == "mr" else GLUE_SWEEP,
            "run": f"task={t},framework={fw},seed={seed}" if t == "mr" else
-                  f"task={t},framework={fw},optim.lr={settings['lr']:g},seed={seed}",
+                  f"task={t},framework={fw},optim.lr={settings['lr']:g},"
+                  f"num_epochs={r.get('epochs')},seed={seed}",
            "task": t, "method": "ce", "framework": fw, "seed": seed,
            "overrides": {"framework": fw} if t == "mr" else
-                        {"framework": fw, "optim.lr": f"{settings['lr']:g}"},
+                        {"framework": fw, "optim.lr": f"{settings['lr']:g}",
+                         "num_epochs": str(r.get("epochs"))},
            "budget": {"num_epochs": r.get("epochs"), "batch_size": settings["batch"],
                       "max_length": r.get("max_length", settings.get("max_length")),
                       "lr": settings["lr"]}}

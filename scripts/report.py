@@ -499,8 +499,9 @@ def stage1_scores_table(ctx: Ctx) -> str:
   arms = {(c.task, m) for c in P.STAGE1 for m in (c.baseline, c.method)}
   out = []
   for m in methods:
-    cells = [fmt_mean([x for x in (P.score(r) for r in select(rows, t, m)) if x is not None])
-             if (t, m) in arms else "" for t in STAGE1_TASKS]
+    cells = ["" if (t, m) not in arms else "withheld" if t in ctx.d.withheld else
+             fmt_mean([x for x in (P.score(r) for r in select(rows, t, m)) if x is not None])
+             for t in STAGE1_TASKS]
     out.append([LABELS[m], *cells])
   return table(["method", *(f"{label(t)} ({P.TASKS[t].scored} {P.TASKS[t].metric})"
                             for t in STAGE1_TASKS)], out)
@@ -534,14 +535,17 @@ def gate_angles_table(ctx: Ctx) -> str:
     return ("*pending*: no run of `scripts/grad_conflict.py --record "
             f"results/records/{GATE_ANGLES}.jsonl` is recorded yet.\n")
 
-  def cell(steps, key):
+  def cell(steps, key):  # "—" for a row recorded before the partition was measured
+    if any(key not in s for s in steps):
+      return "—"
     a = np.array([s[key] for s in steps])
     return f"{np.median(a):.1f}° ({100 * (a > 90).mean():.0f}%)"
 
   out = []
   for r in rows:
     st = r["steps"]
-    share = lambda k: f"{100 * np.median([s[k] for s in st]):.0f}%"
+    share = lambda k: ("—" if any(k not in s for s in st) else
+                       f"{100 * np.median([s[k] for s in st]):.0f}%")
     for k, name in (("acl", "CE vs ACL-Embed"), ("scl", "CE vs SCL")):
       out.append([label(r["task"]), LABELS[r["method"]], name, cell(st, k),
                   cell(st, f"{k}_encoder"), cell(st, f"{k}_top"),

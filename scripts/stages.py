@@ -286,11 +286,17 @@ def later_stage_runs(stage: int, states: dict[str, TaskState]) -> list[Run]:
 def later_stage_ready(stage: int, rows: dict[str, list[dict]],
                       d: Decisions | None = None) -> tuple[list[Run], dict[str, str]]:
   """(stage 2 or 3's runs the gates release now, not yet recorded; what each of its tasks
-  waits on). A task's arms wait on its lr and budget decisions: stage 1's for its tasks, and
-  for a task new here (LR_FROM) the source's lr, then its own budget check."""
+  waits on). Nothing is released while the stage before has runs left (its arms share runs
+  with it: the λ grid's preset points are stage 1's ACL and CE+SCL). Then a task's arms wait
+  on its lr and budget decisions: stage 1's for its tasks, and for a task new here (LR_FROM)
+  the source's lr, then its own budget check."""
   d = d or decisions(rows)
   idx, states = _index(rows), dict(d.tasks)
   arms = P.STAGE2 if stage == 2 else P.STAGE3
+  left, unsettled = (d.ready, d.waiting) if stage == 2 else later_stage_ready(2, rows, d)
+  if left or unsettled:
+    return [], {t: f"stage {stage - 1} to finish ({len(left)} of its runs ready now)"
+                for t in dict.fromkeys(a.task for a in arms)}
   runs, waiting = [], {}
   for task in dict.fromkeys(a.task for a in arms):
     if task in states:

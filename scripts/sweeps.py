@@ -41,7 +41,8 @@ The protocol, in order:
    unresolved.
 7. **Reading.** A GLUE task whose CE misses its published anchor by more than the margin has
    its comparisons read only once HF PyTorch at the same settings is recorded
-   (GLUE_HF_ANCHOR) and RESULTS.md explains the gap (`anchor_explained`).
+   (GLUE_HF_ANCHOR; `stages.anchor_withheld` withholds them until then) and RESULTS.md
+   explains the gap (tests/test_records.py checks that each such task has its paragraph).
 
 Stages 2 and 3 are fixed here too (STAGES); each starts when the one before is recorded.
 """

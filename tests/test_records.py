@@ -464,7 +464,21 @@ def test_a_row_trained_at_another_lr_is_refused_not_paired(complete):
     stages.decisions({**complete, S1: rows})
 
 
-def test_later_stages_wait_on_each_tasks_lr_and_budget(complete):
+def test_later_stages_wait_on_the_stage_before():
+  part = _complete(withhold=_rte_grad_second_look)  # RTE's second look still to train
+  left = len(stages.decisions(part).ready)
+  ready, waiting = stages.later_stage_ready(2, part)
+  assert left and not ready
+  assert waiting == {t: f"stage 1 to finish ({left} of its runs ready now)"
+                     for t in {a.task for a in P.STAGE2}}
+  ready, waiting = stages.later_stage_ready(3, part)  # stage 2 waits, so stage 3 does
+  assert not ready and set(waiting.values()) == {"stage 2 to finish (0 of its runs ready now)"}
+  assert set(waiting) == {a.task for a in P.STAGE3}
+
+
+def test_later_stages_wait_on_each_tasks_lr_and_budget():
+  complete = _complete()
+  assert not stages.decisions(complete).ready
   ready, waiting = stages.later_stage_ready(2, complete)
   r52 = [r for r in ready if r.task == "r52"]
   # R52 takes R8's rate (5e-5), then its own budget check, before any of its stage-2 runs
@@ -480,10 +494,8 @@ def test_later_stages_wait_on_each_tasks_lr_and_budget(complete):
   ready, waiting = stages.later_stage_ready(2, rs)
   assert not waiting and {r.epochs for r in ready if r.task == "r52"} == {P.TASKS["r52"].epochs}
   assert all(r.sweep == P.STAGE_SWEEP[2] for r in ready)
-  # a stage-1 task whose lr grid is not recorded releases nothing yet
-  no_sst2 = {**complete, P.LR: [r for r in complete[P.LR] if r["task"] != "sst2"]}
-  ready, waiting = stages.later_stage_ready(2, no_sst2)
-  assert not [r for r in ready if r.task == "sst2"] and waiting["sst2"] == "the lr grid"
+  # stage 3 waits on stage 2, R52's runs included
+  assert not stages.later_stage_ready(3, rs)[0]
 
 
 def test_every_read_task_that_misses_its_anchor_has_its_gap_explained():
@@ -497,3 +509,21 @@ def test_every_read_task_that_misses_its_anchor_has_its_gap_explained():
     if task in d.withheld or score is None or not P.misses_anchor(task, score):
       continue
     assert f"- *{P.TASKS[task].label}.* CE at the picked lr ({st.lr})" in gaps, task
+
+
+def test_glue_hf_anchor_rows_name_their_epochs(tmp_path):
+  """Two HF runs at one lr and different budgets are two rows, not one skipped."""
+  from scripts import import_vs_hf  # pylint: disable=import-outside-toplevel
+  run = {"task": "sst2", "framework": "torch", "seed": 0, "wall_s": 1.0, "max_length": 64,
+         "final_dev": {"accuracy": 0.9}}
+  data = {"settings": {"lr": 5e-5, "batch": 32}, "machine": {"cpu_model": "x", "git": "abc"},
+          "runs": [dict(run, epochs=1), dict(run, epochs=2)]}
+  path = tmp_path / "vs_hf.json"
+  path.write_text(json.dumps(data))
+  rows = import_vs_hf.rows_of(str(path))
+  assert [r["run"] for r in rows] == [
+      "task=sst2,framework=torch,optim.lr=5e-05,num_epochs=1,seed=0",
+      "task=sst2,framework=torch,optim.lr=5e-05,num_epochs=2,seed=0"]
+  for r in rows:
+    assert {k: v for k, v in records.parse_name(r["run"]).items()
+            if k not in records.OWN} == r["overrides"]

@@ -29,7 +29,7 @@ def test_unknown_frameworks_are_refused_before_any_run(frameworks, monkeypatch, 
                                    "--out", str(tmp_path / "out.json")])
   with pytest.raises(SystemExit):
     vs_hf.main()
-  assert "--frameworks" in capsys.readouterr().err
+  assert "name some of jax, torch" in capsys.readouterr().err
   assert not (tmp_path / "out.json").exists()
 
 
