@@ -199,12 +199,12 @@ def progress(ctx: Ctx, c: P.Comparison, seeds) -> tuple[int, int]:
 def ce_seed0(st: stages.TaskState) -> tuple[str | None, float | None]:
   """(lr, CE seed 0's dev score there) at the task's pick, or the grid's pick while CE at
   LR_HIGH is awaited; (None, None) before the grid is complete."""
-  lr = st.lr
-  if lr is None and len(st.lr_scores) == len(P.LR_GRID):
-    lr = P.pick_lr(st.lr_scores, P.TASKS[st.task].unit)
-  if lr is None:
+  if st.lr is not None:
+    return st.lr, stages.picked_score(st)
+  if len(st.lr_scores) < len(P.LR_GRID):
     return None, None
-  return lr, st.high_score if lr == P.LR_HIGH else st.lr_scores.get(lr)
+  lr = P.pick_lr(st.lr_scores, P.TASKS[st.task].unit)
+  return lr, st.lr_scores.get(lr)
 
 
 def shown_verdict(ctx: Ctx, c: P.Comparison) -> P.Verdict | None:
