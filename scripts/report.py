@@ -359,7 +359,7 @@ def glue_anchor(ctx: Ctx) -> str:
 
 def _lr_name(lr: float) -> str | None:
   """The protocol's spelling of a learning rate (0.0001 -> "1e-4"), None if not one of its."""
-  return next((x for x in (*P.LR_GRID, P.LR_HIGH) if float(x) == lr), None)
+  return next((x for x in (*P.LR_GRID, P.LR_HIGH) if P.same_lr(x, lr)), None)
 
 
 def _our_ce(ctx: Ctx, task: str, lr: float, epochs, seed: int) -> dict | None:
@@ -535,17 +535,17 @@ def gate_angles_table(ctx: Ctx) -> str:
     return ("*pending*: no run of `scripts/grad_conflict.py --record "
             f"results/records/{GATE_ANGLES}.jsonl` is recorded yet.\n")
 
-  def cell(steps, key):  # "—" for a row recorded before the partition was measured
-    if any(key not in s for s in steps):
-      return "—"
-    a = np.array([s[key] for s in steps])
-    return f"{np.median(a):.1f}° ({100 * (a > 90).mean():.0f}%)"
+  def measured(steps, key):  # None for a row recorded before the partition was measured
+    return None if any(key not in s for s in steps) else np.array([s[key] for s in steps])
+
+  def cell(steps, key):
+    a = measured(steps, key)
+    return "—" if a is None else f"{np.median(a):.1f}° ({100 * (a > 90).mean():.0f}%)"
 
   out = []
   for r in rows:
     st = r["steps"]
-    share = lambda k: ("—" if any(k not in s for s in st) else
-                       f"{100 * np.median([s[k] for s in st]):.0f}%")
+    share = lambda k: "—" if (a := measured(st, k)) is None else f"{100 * np.median(a):.0f}%"
     for k, name in (("acl", "CE vs ACL-Embed"), ("scl", "CE vs SCL")):
       out.append([label(r["task"]), LABELS[r["method"]], name, cell(st, k),
                   cell(st, f"{k}_encoder"), cell(st, f"{k}_top"),

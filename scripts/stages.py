@@ -137,7 +137,7 @@ def check_trained_as_planned(row: dict, st: TaskState) -> dict:
   would otherwise be paired as if it were planned."""
   b = row.get("budget", {})
   lr, epochs = b.get("lr"), b.get("num_epochs")
-  if lr is None or float(lr) != float(st.lr) or epochs != st.epochs:
+  if not P.same_lr(lr, st.lr) or epochs != st.epochs:
     raise ValueError(
         f"{row['sweep']} row {row['run']} trained at lr {lr}, {epochs} epochs, but {st.task}'s "
         f"decisions are lr {st.lr}, {st.epochs} epochs; move the row out of "
@@ -188,7 +188,7 @@ def anchor_withheld(st: TaskState, rows: dict[str, list[dict]]) -> str:
   for r in rows.get(P.GLUE_HF_ANCHOR[0], []):
     b = r.get("budget", {})
     if (r.get("task"), r.get("framework"), r.get("seed")) == (st.task, "torch", 0) and (
-        b.get("lr") is not None and float(b["lr"]) == float(st.lr)
+        P.same_lr(b.get("lr"), st.lr)
         and b.get("num_epochs") == P.TASKS[st.task].epochs):
       return ""
   e = P.TASKS[st.task].epochs

@@ -257,6 +257,12 @@ def score(row: dict) -> float | None:
   return None if value is None else points(task.name, value)
 
 
+def same_lr(a, b) -> bool:
+  """Two learning rates, as strings or floats, are the same rate: equal up to float32 rounding
+  (a config may have stored 1e-4 as 9.99999974e-05), while the protocol's rates differ by 2x."""
+  return a is not None and b is not None and math.isclose(float(a), float(b), rel_tol=1e-6)
+
+
 # ---- the rules ----------------------------------------------------------------------------
 def pick_lr(scores: dict[str, float], unit: float = 1.0) -> str:
   """The better of LR_GRID by final dev score; within LR_TIE (x unit) points, LR_PREFERRED."""

@@ -464,6 +464,17 @@ def test_a_row_trained_at_another_lr_is_refused_not_paired(complete):
     stages.decisions({**complete, S1: rows})
 
 
+def test_a_float32_rounded_lr_is_the_same_rate(complete):
+  rows = [dict(r) for r in complete[S1]]
+  i = next(i for i, r in enumerate(rows) if r["task"] == "rte" and r["method"] == "acl")
+  lr32 = float(np.float32(5e-5))  # 4.999999873689376e-05: what a float32 config stores
+  assert lr32 != 5e-5
+  rows[i]["budget"] = {**rows[i]["budget"], "lr": lr32}
+  assert stages.decisions({**complete, S1: rows}).verdicts == stages.decisions(complete).verdicts
+  assert report._lr_name(lr32) == "5e-5" and report._lr_name(3e-5) is None
+  assert not P.same_lr(None, 5e-5) and not P.same_lr("2e-5", "5e-5")
+
+
 def test_later_stages_wait_on_the_stage_before():
   part = _complete(withhold=_rte_grad_second_look)  # RTE's second look still to train
   left = len(stages.decisions(part).ready)
