@@ -257,7 +257,7 @@ def claims_table(ctx: Ctx) -> str:
     budgets = []
     for t in dict.fromkeys(c.task for c in comps):
       st = ctx.d.tasks[t]
-      budgets.append(f"{label(t)} {st.epochs} epochs, lr {st.lr}" if st.epochs else
+      budgets.append(f"{label(t)} {P.epochs_text(st.epochs)}, lr {st.lr}" if st.epochs else
                      f"{label(t)} pending")
     rows.append([text, CLAIM_PAPER[key], "; ".join(cells),
                  "pending" if set(words) == {"pending"} else tally, "; ".join(budgets)])

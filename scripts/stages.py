@@ -139,8 +139,8 @@ def check_trained_as_planned(row: dict, st: TaskState) -> dict:
   lr, epochs = b.get("lr"), b.get("num_epochs")
   if not P.same_lr(lr, st.lr) or epochs != st.epochs:
     raise ValueError(
-        f"{row['sweep']} row {row['run']} trained at lr {lr}, {epochs} epochs, but {st.task}'s "
-        f"decisions are lr {st.lr}, {st.epochs} epochs; move the row out of "
+        f"{row['sweep']} row {row['run']} trained at lr {lr}, {P.epochs_text(epochs)}, but {st.task}'s "
+        f"decisions are lr {st.lr}, {P.epochs_text(st.epochs)}; move the row out of "
         f"results/records/{row['sweep']}.jsonl (the sweep then trains it again).")
   return row
 
@@ -194,7 +194,7 @@ def anchor_withheld(st: TaskState, rows: dict[str, list[dict]]) -> str:
   e = P.TASKS[st.task].epochs
   return (f"CE at lr {st.lr} ({score:.2f}) misses the published {P.ANCHORS[st.task]:g} by "
           f"more than {P.TASKS[st.task].margin:g}; read once HF PyTorch at lr {st.lr}, "
-          f"{e} epoch{'' if e == 1 else 's'}, seed 0 is recorded (`{P.GLUE_HF_ANCHOR[0]}`) "
+          f"{P.epochs_text(e)}, seed 0 is recorded (`{P.GLUE_HF_ANCHOR[0]}`) "
           "and the gap explained")
 
 

@@ -263,6 +263,11 @@ def same_lr(a, b) -> bool:
   return a is not None and b is not None and math.isclose(float(a), float(b), rel_tol=1e-6)
 
 
+def epochs_text(n) -> str:
+  """"1 epoch", "3 epochs"."""
+  return f"{n} epoch{'' if n == 1 else 's'}"
+
+
 # ---- the rules ----------------------------------------------------------------------------
 def pick_lr(scores: dict[str, float], unit: float = 1.0) -> str:
   """The better of LR_GRID by final dev score; within LR_TIE (x unit) points, LR_PREFERRED."""
