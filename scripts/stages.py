@@ -139,8 +139,8 @@ def check_trained_as_planned(row: dict, st: TaskState) -> dict:
   lr, epochs = b.get("lr"), b.get("num_epochs")
   if not P.same_lr(lr, st.lr) or epochs != st.epochs:
     raise ValueError(
-        f"{row['sweep']} row {row['run']} trained at lr {lr}, {P.epochs_text(epochs)}, but {st.task}'s "
-        f"decisions are lr {st.lr}, {P.epochs_text(st.epochs)}; move the row out of "
+        f"{row['sweep']} row {row['run']} trained at lr {lr}, {P.epochs_text(epochs)}, but "
+        f"{st.task}'s decisions are lr {st.lr}, {P.epochs_text(st.epochs)}; move the row out of "
         f"results/records/{row['sweep']}.jsonl (the sweep then trains it again).")
   return row
 
@@ -185,13 +185,12 @@ def anchor_withheld(st: TaskState, rows: dict[str, list[dict]]) -> str:
   score = picked_score(st)
   if score is None or not P.misses_anchor(st.task, score):
     return ""
+  e = P.TASKS[st.task].epochs
   for r in rows.get(P.GLUE_HF_ANCHOR[0], []):
     b = r.get("budget", {})
     if (r.get("task"), r.get("framework"), r.get("seed")) == (st.task, "torch", 0) and (
-        P.same_lr(b.get("lr"), st.lr)
-        and b.get("num_epochs") == P.TASKS[st.task].epochs):
+        P.same_lr(b.get("lr"), st.lr) and b.get("num_epochs") == e):
       return ""
-  e = P.TASKS[st.task].epochs
   return (f"CE at lr {st.lr} ({score:.2f}) misses the published {P.ANCHORS[st.task]:g} by "
           f"more than {P.TASKS[st.task].margin:g}; read once HF PyTorch at lr {st.lr}, "
           f"{P.epochs_text(e)}, seed 0 is recorded (`{P.GLUE_HF_ANCHOR[0]}`) "
