@@ -352,9 +352,12 @@ def glue_anchor(ctx: Ctx) -> str:
                 + ("awaited" if st.lr is None else "tried"))
     rows.append([label(t), lr, pts(s0), mean, f"{anchor:g}", f"{s0 - anchor:+.2f}",
                  f"{margin:g}", missed])
-  return table(["task", "lr", "CE seed 0", "CE seeds 0-2", "published (upper bound)",
-                "CE seed 0 − published", "margin", "misses by more than the margin"], rows) + (
-      f"\nDev scores of the final weights, points; published: {P.ANCHOR_SOURCE}.\n")
+  return table(["task", "lr", "CE seed 0, first budget", "CE seeds 0-2, task's budget",
+                "published (upper bound)", "CE seed 0 − published", "margin",
+                "misses by more than the margin"], rows) + (
+      "\nDev scores of the final weights, points. The anchor is read before the budget check,"
+      " at the lr grid's epochs; seeds 0-2 train at the task's budget (Budget check)."
+      f" Published: {P.ANCHOR_SOURCE}.\n")
 
 
 def _lr_name(lr: float) -> str | None:
