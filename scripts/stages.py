@@ -294,8 +294,9 @@ def later_stage_ready(stage: int, rows: dict[str, list[dict]],
   arms = P.STAGE2 if stage == 2 else P.STAGE3
   left, unsettled = (d.ready, d.waiting) if stage == 2 else later_stage_ready(2, rows, d)
   if left or unsettled:
-    return [], {t: f"stage {stage - 1} to finish ({len(left)} of its runs ready now)"
-                for t in dict.fromkeys(a.task for a in arms)}
+    why = (f"stage {stage - 1} to finish ({len(left)} runs ready there now, "
+           f"{len(unsettled)} tasks waiting on its gates)")
+    return [], dict.fromkeys(dict.fromkeys(a.task for a in arms), why)
   runs, waiting = [], {}
   for task in dict.fromkeys(a.task for a in arms):
     if task in states:
