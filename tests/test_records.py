@@ -488,9 +488,9 @@ def test_later_stages_wait_on_the_stage_before():
   assert waiting == {t: f"stage 1 to finish ({left} runs ready there now, 0 tasks waiting on "
                         "its gates)" for t in {a.task for a in P.STAGE2}}
   ready, waiting = stages.later_stage_ready(3, part)  # stage 2 waits, so stage 3 does
+  n2 = len({a.task for a in P.STAGE2})
   assert not ready and set(waiting.values()) == {
-      f"stage 2 to finish (0 runs ready there now, {len({a.task for a in P.STAGE2})} tasks waiting on its "
-      "gates)"}
+      f"stage 2 to finish (0 runs ready there now, {n2} tasks waiting on its gates)"}
   assert set(waiting) == {a.task for a in P.STAGE3}
 
 
