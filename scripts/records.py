@@ -13,8 +13,11 @@ can rebuild every table (scripts/report.py) and a sweep can tell which runs are 
    "set": ["num_epochs=3", ...],          # the sweep's fixed overrides
    "budget": {"num_steps": 0, "num_epochs": 3, "steps_run": 234, "batch_size": 32,
               "max_length": 128, "lr": 2e-05, "early_stop_patience": 0},
-   "evals": [{"step": 78, "dev": {"accuracy": 0.61, ...}}, ...],  # every dev evaluation
-   "final": {"checkpoint_step": 234, "dev": {...}, "test": {...}},  # train.py's results.json
+   "evals": [{"step": 78, "dev": {"accuracy": 0.61, ...}}, ...],  # every dev evaluation;
+                                          # the last is the final weights' dev score
+   "final": {"checkpoint_step": 234, "dev": {...}, "test": {...}},  # train.py's results.json:
+                                          # the checkpoint it selected (best dev), not
+                                          # necessarily the final weights
    "latest": {...},                       # the final weights' scores, where evaluated
    "early_exit": {"entropy": [...]},      # eval.py's early-exit rows, where run
    "timed_on": "<CPU model>, 2 cores",    # where those rows' wall-clock times were taken
