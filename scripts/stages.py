@@ -292,13 +292,14 @@ def later_stage_ready(stage: int, rows: dict[str, list[dict]],
   d = d or decisions(rows)
   idx, states = _index(rows), dict(d.tasks)
   arms = P.STAGE2 if stage == 2 else P.STAGE3
+  tasks = dict.fromkeys(a.task for a in arms)
   left, unsettled = (d.ready, d.waiting) if stage == 2 else later_stage_ready(2, rows, d)
   if left or unsettled:
     why = (f"stage {stage - 1} to finish ({len(left)} runs ready there now, "
            f"{len(unsettled)} tasks waiting on its gates)")
-    return [], dict.fromkeys(dict.fromkeys(a.task for a in arms), why)
+    return [], dict.fromkeys(tasks, why)
   runs, waiting = [], {}
-  for task in dict.fromkeys(a.task for a in arms):
+  for task in tasks:
     if task in states:
       st, need = states[task], []
     else:
