@@ -517,14 +517,19 @@ def gate_table(ctx: Ctx) -> str:
   if not rows:
     return pending("no gated run is recorded yet", ctx.d)
   order = {t: i for i, t in enumerate(P.TASKS)}
-  out = []
+  groups: dict = {}  # one row per task, method, angle and record; its seeds in order
   for rec, r in sorted(rows, key=lambda x: (order[x[1]["task"]], x[0], x[1]["method"],
                                             x[1]["seed"])):
-    frac = r.get("train", {}).get("gate_on_fraction")
-    out.append([label(r["task"]), LABELS[r["method"]],
-                r.get("overrides", {}).get("loss.angle_params", ANGLE_PRESET), f"`{rec}`",
-                r["seed"], "—" if frac is None else f"{100 * frac:.1f}%"])
-  return table(["task", "method", "angle over", "record", "seed", "gate on (steps)"], out)
+    angle = r.get("overrides", {}).get("loss.angle_params", ANGLE_PRESET)
+    groups.setdefault((r["task"], r["method"], angle, rec), []).append(r)
+  out = []
+  for (task, method, angle, rec), runs in groups.items():
+    fracs = [r.get("train", {}).get("gate_on_fraction") for r in runs]
+    out.append([label(task), LABELS[method], angle, f"`{rec}`",
+                ", ".join(str(r["seed"]) for r in runs),
+                ", ".join("—" if f is None else f"{100 * f:.1f}%" for f in fracs)])
+  return table(["task", "method", "angle over", "record", "seeds", "gate on (steps), per seed"],
+               out)
 
 
 GATE_ANGLES = "gate_angles"  # scripts/grad_conflict.py --record: angles by partition
