@@ -50,10 +50,10 @@ CLAIM_PAPER = {
     "sst2_order": " / ".join(f"{PAPER['sst2'][m]:g}" for m in ("gloss", "scl", "ce"))
                   + " dev accuracy",
     "grad": "improves CE+SCL where the gradients conflict (no tables)"}
-LATER_CLAIMS = (("ACL-CL lifts shallow exits the most", "largest gains at shallow exits", 2),
-                ("ACL is robust to λ, CE+SCL is not", "—", 2),
-                ("G-Loss is stable for gamma_keep 0.5–0.7 (SPEC §2.6)", "stable range 0.5–0.7",
-                 2))
+LATER_CLAIMS = ((P.CLAIMS["exits"], "largest gains at shallow exits", 2),
+                (P.CLAIMS["lambda"], "—", 2),
+                (P.CLAIMS["gamma_keep"], "stable range 0.5–0.7", 2),
+                (P.CLAIMS["others"], "—", 3))
 BENCH = ("step-time ratios in BENCHMARKS.md (G-Loss step overhead)", "see BENCHMARKS.md",
          "B32–128, L64")
 UNTESTABLE = (
@@ -234,8 +234,8 @@ def claims_table(ctx: Ctx) -> str:
   """Per claim of SPEC §1: the paper's number, each stage-1 comparison's look so far, a tally
   of the verdicts and the budgets; the later stages' claims pending; the untestable ones."""
   rows = []
-  for key, text in P.CLAIMS.items():
-    comps = [c for c in P.STAGE1 if c.claim == key]
+  for key in dict.fromkeys(c.claim for c in P.STAGE1):
+    text, comps = P.CLAIMS[key], [c for c in P.STAGE1 if c.claim == key]
     tasks, methods, bases = ({getattr(c, f) for c in comps} for f in ("task", "method",
                                                                        "baseline"))
     cells, words = [], collections.Counter()

@@ -202,6 +202,80 @@ STAGE3 = (
     Arm("20ng", ("ce", "gloss")),
 )
 
+# ---- stages 2 and 3: each claim's rule, fixed before any of its runs is read -------------
+# Every rule decides at the same two looks as stage 1 (seeds 0-2, then 3-4 for what is still
+# undecided), on DECIDE_LEVEL intervals; scripts/rules.py computes them.
+@dataclasses.dataclass(frozen=True)
+class ExitRule:
+  """"ACL-CL lifts shallow exits the most": per seed, the mean paired gain (method − baseline,
+  dev accuracy of the final weights, points) over the shallow exits minus that over the deep
+  ones; the claim holds against a baseline when that contrast's interval lies above zero, and
+  fails when it lies below. At matched cost: accuracy at `layers` mean layers per example on
+  the entropy early-exit curve (linear between thresholds), paired by seed, superiority."""
+  claim: str
+  task: str
+  method: str
+  baselines: tuple[str, ...]
+  shallow: tuple[int, ...] = (1, 2, 3)
+  deep: tuple[int, ...] = (4, 5, 6)
+  layers: float = 3.0  # half of MiniLM-L6's layers; 2 and 4 are described
+  described_layers: tuple[float, ...] = (2.0, 4.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class RangeRule:
+  """"`robust` is robust to `field`, `sensitive` is not": each method's range of seed means
+  over `values`, against its seed-noise floor (the studentized range at DECIDE_LEVEL of that
+  many means of n seeds, at the pooled within-value spread: Tukey's critical difference); and
+  the paired per-seed range (max − min over values), sensitive minus robust, superiority. The
+  claim holds when that interval lies above zero and `sensitive`'s range passes its floor;
+  it fails when `robust`'s range passes its own floor, or the interval lies below zero."""
+  claim: str
+  task: str
+  robust: str
+  sensitive: str
+  field: str
+  values: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class StableRule:
+  """"`method` is stable for `field` over `values`": the paired difference between the two
+  ends of the range, seed by seed (points), lies within ± the task's margin (stable: an
+  equivalence test at DECIDE_LEVEL), or wholly outside it (unstable). The grid's other values
+  are described against the preset."""
+  claim: str
+  task: str
+  method: str
+  field: str
+  values: tuple[str, str]
+  preset: str
+
+
+CLAIMS.update({
+    "exits": "ACL-CL lifts shallow exits the most",
+    "lambda": "ACL is robust to λ, CE+SCL is not",
+    "gamma_keep": "G-Loss is stable for gamma_keep 0.5–0.7 (SPEC §2.6)",
+    "others": "The remaining single-exit methods against CE (ablations; no paper number)",
+})
+STAGE2_RULES = (
+    ExitRule("exits", "sst2", "acl_cl", ("jt", "kd")),
+    RangeRule("lambda", "mrpc", "acl", "scl", "loss.lam", LAMBDAS),
+    StableRule("gamma_keep", "mr", "gloss", "loss.gamma_keep", ("0.5", "0.7"), "0.7"),
+    Comparison("gloss", "r52", "gloss", "ce", "superior"),
+)
+OTHERS = ("acl_embed", "gloss_sqrt", "triplet", "cosine")
+STAGE3_RULES = tuple(
+    [Comparison("others", t, m, "ce", "noninferior") for t in ("rte", "mrpc", "cola")
+     for m in OTHERS]
+    + [Comparison("others", "mr", m, "ce", "noninferior")
+       for m in ("acl_embed", "scl", "acl") + OTHERS[1:]]
+    + [ExitRule("exits", "sst2", "acl_cl", ("2st", "alt"))]
+    + [Comparison("gloss", t, "gloss", "ce", "superior") for t in ("ohsumed", "20ng")])
+# Stage 3's sigma grid on MR has no claim to decide: each sigma against the preset (0.667) is
+# described by its paired 95% interval.
+DESCRIBED = ("mr: gloss, loss.sigma 0.1/0.3/1.5/5.0 against the preset 0.667",)
+
 # Grid values that are a method's preset (configs/common.py METHODS): such a grid point is the
 # preset run itself, taken from its record instead of trained twice.
 PRESETS = {("scl", "loss.lam"): "0.9", ("acl", "loss.lam"): "0.5",
@@ -224,6 +298,11 @@ DEVIATIONS: tuple[tuple[str, str], ...] = (
      "The anchor check comes before the budget check, and our side of it is then the lr "
      "grid's own run at the same settings; RTE's HF run was taken so, before RTE's budget "
      "doubled."),
+    ("Stages 2 and 3 have decision rules (STAGE2_RULES, STAGE3_RULES): the shallow-exit "
+     "contrast, the λ-range rule, the gamma_keep equivalence rule, and stage 1's rules for "
+     "the plain comparisons.",
+     "Stage 2 began training under its arms alone. The rules were written after 19 stage-2 "
+     "runs had been recorded, and before any of them was rendered or read."),
 )
 
 # Earlier runs at 200-300 steps, kept as records (RESULTS.md labels them short-budget pilots).

@@ -1,0 +1,95 @@
+"""Stages 2 and 3's decision rules (scripts/rules.py) on numbers whose answer is known."""
+import math
+
+import pytest
+
+from scripts import rules, sweeps as P
+
+SHALLOW_GAIN = {1: 3.0, 2: 2.0, 3: 1.5, 4: 0.5, 5: 0.2, 6: 0.1}
+
+
+def _exits(gains, base=80.0):
+  return {m: base + g for m, g in gains.items()}, {m: base for m in gains}
+
+
+def test_exit_contrast_is_shallow_gain_minus_deep_gain():
+  method, baseline = _exits(SHALLOW_GAIN)
+  assert rules.exit_contrast(method, baseline) == pytest.approx(6.5 / 3 - 0.8 / 3)
+  # Swapping the roles flips the sign: the contrast is not symmetric in the exits.
+  assert rules.exit_contrast(baseline, method) == pytest.approx(-(6.5 - 0.8) / 3)
+
+
+def test_exit_claim_holds_fails_and_waits():
+  holds = rules.exit_verdict([1.9, 2.0, 2.1], 1)
+  fails = rules.exit_verdict([-1.9, -2.0, -2.1], 1)
+  open_ = rules.exit_verdict([2.0, -1.0, 0.5], 1)
+  assert (holds.word, fails.word, open_.word) == ("beats", "worse", "undecided")
+  assert rules.exit_claim([holds, holds]) == "holds"
+  assert rules.exit_claim([holds, fails]) == "fails"
+  assert rules.exit_claim([holds, open_]) == "undecided"
+  assert rules.exit_claim([rules.exit_verdict([2.0, -1.0, 0.5, 1.0, -0.5], 2)]) == \
+      "inconclusive"
+
+
+def test_score_at_layers_interpolates_and_refuses_outside():
+  curve = [(6.0, 90.0), (2.0, 80.0), (4.0, 88.0)]
+  assert rules.score_at_layers(curve, 3.0) == pytest.approx(84.0)
+  assert rules.score_at_layers(curve, 5.0) == pytest.approx(89.0)
+  assert rules.score_at_layers(curve, 2.0) == pytest.approx(80.0)
+  assert rules.score_at_layers(curve, 1.5) is None
+  assert rules.score_at_layers([(3.0, 70.0)], 3.0) == 70.0
+
+
+def test_spread_floor_is_tukeys_critical_difference():
+  scores = [[80.0, 81.0, 82.0], [80.0, 81.0, 82.0], [86.0, 87.0, 88.0]]
+  s = rules.spread(scores)
+  # pooled sd 1 on 6 df, 3 means of 3 seeds: q(0.975; 3, 6) / sqrt(3)
+  from scipy import stats
+  assert s.floor == pytest.approx(stats.studentized_range.ppf(0.975, 3, 6) / math.sqrt(3))
+  assert s.range == pytest.approx(6.0) and s.passes
+  flat = rules.spread([[80.0, 81.0, 82.0], [80.5, 81.5, 82.5], [80.0, 81.0, 82.0]])
+  assert not flat.passes
+
+
+def test_range_claim():
+  noise = [0.0, 0.4, -0.3]
+  robust = [[85 + e + 0.1 * v for e in noise] for v in range(5)]
+  sensitive = [[85 + e + 2.0 * v + 0.2 * s for s, e in enumerate(noise)] for v in range(5)]
+  word, r, s, v = rules.range_claim(robust, sensitive, 1)
+  assert (word, r.passes, s.passes, v.word) == ("holds", False, True, "beats")
+  # The roles swapped: the "robust" method moves with the field, so the claim fails.
+  assert rules.range_claim(sensitive, robust, 1)[0] == "fails"
+  # Both flat: neither shown, so it waits for the second look.
+  assert rules.range_claim(robust, robust, 1)[0] == "undecided"
+  assert rules.range_claim(robust, robust, 2)[0] == "inconclusive"
+
+
+def test_seed_ranges():
+  assert rules.seed_ranges([[1.0, 5.0], [3.0, 2.0], [2.0, 4.0]]) == [2.0, 3.0]
+
+
+def test_stable_verdict_is_an_equivalence_test():
+  assert rules.stable_verdict([0.1, -0.1, 0.05], 1.0, 1)[0] == "stable"
+  assert rules.stable_verdict([3.0, 3.2, 2.9], 1.0, 1)[0] == "unstable"
+  assert rules.stable_verdict([-3.0, -3.2, -2.9], 1.0, 1)[0] == "unstable"
+  assert rules.stable_verdict([0.9, 0.95, 0.92], 1.0, 1)[0] == "undecided"
+  assert rules.stable_verdict([0.5, 1.5, 0.9, 1.2, 0.7], 1.0, 2)[0] == "inconclusive"
+
+
+def test_every_later_arm_method_has_a_rule_or_a_description():
+  """Each stage-2/3 arm's methods are judged by a rule (or described, with its reason)."""
+  judged = set()
+  for rule in P.STAGE2_RULES + P.STAGE3_RULES:
+    if isinstance(rule, P.Comparison):
+      judged |= {(rule.task, rule.method), (rule.task, rule.baseline)}
+    elif isinstance(rule, P.ExitRule):
+      judged |= {(rule.task, m) for m in (rule.method,) + rule.baselines}
+    elif isinstance(rule, P.RangeRule):
+      judged |= {(rule.task, rule.robust), (rule.task, rule.sensitive)}
+    else:
+      judged.add((rule.task, rule.method))
+  described = {("mr", "gloss")}
+  for arm in P.STAGE2 + P.STAGE3:
+    for m in arm.methods:
+      assert (arm.task, m) in judged | described, (arm.task, m)
+  assert all(r.claim in P.CLAIMS for r in P.STAGE2_RULES + P.STAGE3_RULES)
