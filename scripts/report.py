@@ -30,6 +30,9 @@ from scripts import records, stages, sweep as runner, sweeps as P
 REPO = records.REPO
 FIGURES = os.path.join(REPO, "results", "figures")
 PILOTS_MD = os.path.join(REPO, "results", "PILOTS.md")
+# The reports whose table blocks are rebuilt from the records: the summary, and per-stage
+# detail beside it.
+REPORTS = (os.path.join(REPO, "RESULTS.md"), os.path.join(REPO, "results", "STAGE1.md"))
 BLOCK = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
 
 LABELS = {"ce": "CE", "scl": "CE+SCL", "acl_embed": "CE+ACL-Embed", "acl": "ACL (Embed+Grad)",
@@ -50,10 +53,8 @@ CLAIM_PAPER = {
     "sst2_order": " / ".join(f"{PAPER['sst2'][m]:g}" for m in ("gloss", "scl", "ce"))
                   + " dev accuracy",
     "grad": "improves CE+SCL where the gradients conflict (no tables)"}
-LATER_CLAIMS = ((P.CLAIMS["exits"], "largest gains at shallow exits", 2),
-                (P.CLAIMS["lambda"], "—", 2),
-                (P.CLAIMS["gamma_keep"], "stable range 0.5–0.7", 2),
-                (P.CLAIMS["others"], "—", 3))
+LATER_CLAIMS = (("exits", "largest gains at shallow exits", 2), ("lambda", "—", 2),
+                ("gamma_keep", "stable range 0.5–0.7", 2), ("others", "—", 3))
 BENCH = ("step-time ratios in BENCHMARKS.md (G-Loss step overhead)", "see BENCHMARKS.md",
          "B32–128, L64")
 UNTESTABLE = (
@@ -220,8 +221,46 @@ def not_shown(ctx: Ctx, c: P.Comparison) -> str:
   return f"pending ({k} of {n} runs recorded)"
 
 
-def verdict_text(v: P.Verdict) -> str:
-  return f"{v.mean:+.2f} {span(*v.decide)} ({v.ahead}/{v.n}) {v.word}"
+def rule_methods(rule) -> tuple[str, ...]:
+  """The methods a stage-2/3 rule reads."""
+  if isinstance(rule, P.ExitRule):
+    return (rule.method,) + rule.baselines
+  if isinstance(rule, P.RangeRule):
+    return rule.robust, rule.sensitive
+  if isinstance(rule, P.StableRule):
+    return (rule.method,)
+  return rule.method, rule.baseline
+
+
+def later_pending(ctx: Ctx, stage: int, pairs: set[tuple[str, str]]) -> str:
+  """"pending: stage N (k of n runs recorded)": the stage's known runs of these (task,
+  method) pairs, and how many of them are in its record."""
+  runs = [r for r in stages.later_stage_runs(stage, ctx.d.tasks) if (r.task, r.method) in pairs
+          and r.sweep == P.STAGE_SWEEP[stage]]
+  done = sum((r.sweep, r.name) in ctx.idx for r in runs)
+  return f"pending: stage {stage} ({done} of {len(runs)} runs recorded)"
+
+
+def verdict_text(v: P.Verdict, note: str = "") -> str:
+  return f"{v.mean:+.2f} {span(*v.decide)} ({v.ahead}/{v.n}) {v.word}{note}"
+
+
+def weak_baseline(ctx: Ctx, c: P.Comparison, v: P.Verdict) -> str:
+  """A note for a "matches or beats" or "beats" whose baseline is itself below CE: the
+  baseline − CE paired difference on the same seeds, where its DECIDE_LEVEL interval lies
+  wholly below zero; "" otherwise."""
+  if c.baseline == "ce" or v.word not in ("beats", "matches or beats"):
+    return ""
+  st = ctx.d.tasks[c.task]
+  seeds = P.LOOK_SEEDS[0] + (P.LOOK_SEEDS[1] if v.look == 2 else ())
+  base, ce = stages.comparison_rows(ctx.idx, st, P.Comparison(c.claim, c.task, c.baseline, "ce",
+                                                              c.kind), seeds)
+  if None in base or None in ce:
+    return ""
+  mean, lo, hi = P.interval(stages.diffs(base, ce), P.DECIDE_LEVEL)
+  if hi >= 0:
+    return ""
+  return f" (baseline weak: {LABELS[c.baseline]} − CE {mean:+.2f} {span(lo, hi)})"
 
 
 def comparison_label(c: P.Comparison) -> str:
@@ -248,10 +287,11 @@ def claims_table(ctx: Ctx) -> str:
         cells.append(f"{name} {not_shown(ctx, c)}")
         words["pending"] += 1
       else:
-        cells.append(f"{name} {verdict_text(v)}")
+        cells.append(f"{name} {verdict_text(v, weak_baseline(ctx, c, v))}")
         words[v.word] += 1
     # a later stage's arm of exactly these methods tests the claim on another task
-    cells += [f"{label(a.task)} pending: stage {s}" for s, arms in ((2, P.STAGE2), (3, P.STAGE3))
+    cells += [f"{label(a.task)} {later_pending(ctx, s, {(a.task, m) for m in a.methods})}"
+              for s, arms in ((2, P.STAGE2), (3, P.STAGE3))
               for a in arms if set(a.methods) == methods | bases and not a.grid]
     tally = ", ".join(f"{w} {words[w]}" for w in (*VERDICT_WORDS, "pending") if words[w])
     budgets = []
@@ -261,8 +301,11 @@ def claims_table(ctx: Ctx) -> str:
                      f"{label(t)} pending")
     rows.append([text, CLAIM_PAPER[key], "; ".join(cells),
                  "pending" if set(words) == {"pending"} else tally, "; ".join(budgets)])
-  rows += [[text, paper, f"pending: stage {s}", f"pending: stage {s}", "—"]
-           for text, paper, s in LATER_CLAIMS]
+  for key, paper, s in LATER_CLAIMS:
+    pairs = {(r.task, m) for r in (P.STAGE2_RULES if s == 2 else P.STAGE3_RULES)
+             if r.claim == key for m in rule_methods(r)}
+    rows.append([P.CLAIMS[key], paper, later_pending(ctx, s, pairs), f"pending: stage {s}",
+                 "—"])
   rows += [list(r) for r in UNTESTABLE]
   return table(["claim (SPEC §1)", "paper", "ours, per comparison: mean [97.5% interval] "
                 "(seeds ahead / seeds) verdict", "verdict", "budget"], rows)
@@ -316,10 +359,13 @@ def mr_anchor(rows: list[dict]) -> str:
     reading, cell = "one seed: no interval", f"{mean:+.2f}"
   else:
     cell = f"{mean:+.2f} {span(lo, hi)}"
-    reading = ("agree (the interval contains 0)" if lo <= 0 <= hi else
-               "differ (the interval excludes 0)") + (
-        f"; equivalent within ±{m:g}" if -m < lo and hi < m else
-        f"; not shown equivalent within ±{m:g} (the interval reaches past it)")
+    # The registered rule is equivalence within ± the margin; whether the interval contains
+    # zero is description (DEVIATIONS).
+    reading = (f"equivalent within ±{m:g}" if -m < lo and hi < m else
+               f"not shown equivalent within ±{m:g} (the registered rule: the interval "
+               "reaches past it)") + ("; no difference detected (the interval contains 0)"
+                                      if lo <= 0 <= hi else
+                                      "; differ (the interval excludes 0)")
   return table(["task", "seeds", "ours (JAX)", "HF PyTorch", "ours − HF, per seed",
                 f"mean [{100 * P.DESCRIBE_LEVEL:g}% interval]", "reading"],
                [["MR", ", ".join(map(str, seeds)), fmt_mean([ours[s] for s in seeds]),
@@ -485,6 +531,7 @@ def stage1_table(ctx: Ctx) -> str:
       word += f" (second look: {k} of {n} runs recorded)"
     elif word == "inconclusive":
       word += f": any effect lies in {span(*v.decide)}"
+    word += weak_baseline(ctx, c, v)
     rows.append([label(c.task), comparison_label(c), test, v.n, f"{v.mean:+.2f}",
                  span(*v.decide), span(*v.describe), f"{v.ahead}/{v.n}", v.look, word,
                  f"{v.resolvable:.2f}"])
@@ -985,7 +1032,8 @@ def figures(rs: dict, out: str = FIGURES) -> list[str]:
 
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--file", default=os.path.join(REPO, "RESULTS.md"))
+  p.add_argument("--file", action="append",
+                 help="a report whose table blocks to rebuild (repeatable); default: REPORTS")
   p.add_argument("--pilots", default=PILOTS_MD, help="the pilots' report, written whole")
   p.add_argument("--records", default=records.RECORDS)
   p.add_argument("--check", action="store_true",
@@ -993,19 +1041,24 @@ def main(argv=None):
   p.add_argument("--no_figures", action="store_true")
   a = p.parse_args(argv)
   rs = records.read_all(a.records)
-  text = open(a.file).read()
-  new, changed = render(text, rs)
+  changed, rewritten = [], {}
+  for path in a.file or REPORTS:
+    text = open(path).read()
+    new, names = render(text, rs)
+    changed += [f"{os.path.basename(path)}: {n}" for n in names]
+    if new != text:
+      rewritten[path] = new
   pilots = pilots_md(rs)
   old = open(a.pilots).read() if os.path.isfile(a.pilots) else None
   if a.check:
     changed += [os.path.relpath(a.pilots, REPO)] if pilots != old else []
     if changed:
-      print(f"{a.file}: tables that differ from the records: {', '.join(changed)}; run "
+      print(f"tables that differ from the records: {', '.join(changed)}; run "
             "scripts/report.py.")
       return 1
     return 0
-  if new != text:
-    with open(a.file, "w") as f:
+  for path, new in rewritten.items():
+    with open(path, "w") as f:
       f.write(new)
   if pilots != old:
     with open(a.pilots, "w") as f:

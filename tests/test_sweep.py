@@ -264,6 +264,14 @@ def test_protocol_rules():
   assert p.verdict([-5.0, -5.1, -4.9], "noninferior", 1.0, 1).word == "worse"
   # within the margin but wholly below zero: non-inferior, and said to be lower
   assert p.verdict([-1.0, -1.1, -0.9], "noninferior", 2.0, 1).word == "within the margin, lower"
+  # wholly below zero, reaching past the margin: waits at look 1, then is named lower
+  assert p.verdict([-1.0, -3.0, -0.5], "noninferior", 1.0, 1).word == "undecided"
+  lower = [-1.5, -2.5, -1.2, -2.0, -1.8]  # 97.5%: [-2.58, -1.02]
+  assert p.verdict(lower, "noninferior", 2.0, 2).word == p.LOWER_NOT_SHOWN
+  assert p.verdict(lower, "noninferior", 2.0, 1).word == "undecided"
+  assert p.verdict(lower, "noninferior", 3.0, 2).word == "within the margin, lower"
+  assert p.verdict(lower, "superior", 2.0, 2).word == "worse"
+  assert p.verdict([-1.0, -3.0, 0.5, -2.0, 1.3], "noninferior", 1.0, 2).word == "inconclusive"
   # resolvable: the difference found with 80% power, (t(0.9875, 2) + t(0.8, 2)) * sd / sqrt(3)
   from scipy import stats  # pylint: disable=import-outside-toplevel
   want = (stats.t.ppf(0.9875, 2) + stats.t.ppf(0.8, 2)) * 0.1 / math.sqrt(3)
