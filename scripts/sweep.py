@@ -234,10 +234,10 @@ def identity(config: str, sets, settings: dict) -> tuple:
   return config, tuple(sorted(over)), str(settings["seed"])
 
 
-def recorded_elsewhere(sweep: str) -> dict[tuple, dict]:
+def recorded_elsewhere(sweep: str, rows: dict | None = None) -> dict[tuple, dict]:
   """{identity: row} of every row of the other records (for runs two sweeps share)."""
   out = {}
-  for name, rows in records.read_all().items():
+  for name, rows in (records.read_all() if rows is None else rows).items():
     if name == sweep:
       continue
     for r in rows:
@@ -435,6 +435,19 @@ def stage_runs(stage: int, rows: dict) -> tuple[list[stages.Run], dict]:
   return stages.later_stage_ready(stage, rows, d)
 
 
+def not_reused(runs: list, rows: dict) -> list:
+  """The runs that will train: those whose identity no other record holds (a run there, such
+  as a λ grid's preset point, is taken from its row instead: `run_jobs`)."""
+  elsewhere, out = {}, []
+  for run in runs:
+    if run.sweep not in elsewhere:
+      elsewhere[run.sweep] = recorded_elsewhere(run.sweep, rows)
+    job = job_of(run, "")
+    if identity(job.config, job.set, job.settings) not in elsewhere[run.sweep]:
+      out.append(run)
+  return out
+
+
 def first_stage() -> dict[str, int]:
   """Each task's first stage: its lr and budget runs count there."""
   out = {c.task: 1 for c in sweep_specs.STAGE1}
@@ -475,13 +488,14 @@ def stage_totals(rows: dict) -> dict[int, StageTotals]:
   whole = {1: [("first looks", first, est(first)),
                ("every second look", first + second, est(first + second))]}
   for s in (2, 3):
-    runs = stages.later_stage_runs(s, d.tasks)
+    runs = not_reused(stages.later_stage_runs(s, d.tasks), rows)
     whole[s] = [("all", runs, est(runs))]
   of_task, out = first_stage(), {}
   for stage in sweep_specs.STAGES:
     done = [r for name, rs in rows.items() for r in rs
             if stage_of_row(name, r, of_task) == stage and not r.get("reused_from")]
     left, waiting = stage_runs(stage, rows)
+    left = not_reused(left, rows)
     out[stage] = StageTotals(done, sum(machine_seconds(r) for r in done),
                              sum("seconds" not in r or bool(r.get("timing_incomplete"))
                                  for r in done), left, est(left),

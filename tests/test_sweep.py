@@ -415,3 +415,18 @@ def test_an_attempt_stopped_with_its_runner_marks_the_timing_incomplete(tmp_path
   row = records.row_from_run(wd, "s", {"task": "rte", "method": "ce", "seed": "0"})
   assert row["timing_incomplete"] and row["seconds"] == 15.0
   assert sweep.measured_rates({"s": [{**row, "budget": {"num_epochs": 3}}]}) == {}
+
+
+def test_a_preset_grid_point_recorded_in_stage1_is_not_work_left():
+  """A λ grid's preset point (ACL at λ 0.5) is stage 1's run: counted once, not as left."""
+  from scripts import sweep, sweeps as p, stages  # pylint: disable=import-outside-toplevel
+  st = stages.TaskState("mrpc", lr="1e-4", epochs=3)
+  arm = next(a for a in p.STAGE2 if a.task == "mrpc")
+  runs = stages._arm_runs(2, arm, st)  # pylint: disable=protected-access
+  job = sweep.job_of(stages.method_run(p.STAGE_SWEEP[1], st, "acl", 1), "")
+  rows = {p.STAGE_SWEEP[1]: [{"config": job.config, "set": job.set, "overrides": {},
+                              "seed": 1}]}
+  kept = sweep.not_reused(runs, rows)
+  gone = [r.name for r in runs if r not in kept]
+  assert gone == ["task=mrpc,method=acl,loss.lam=0.5,seed=1"]
+  assert sweep.not_reused(runs, {}) == runs
