@@ -21,7 +21,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from acl_jax import provenance  # light: no jax, so a torch worker stays jax-free
+from acl_jax import cpuinfo, provenance  # light: no jax, so a torch worker stays jax-free
 
 PACKAGES = ("jax", "jaxlib", "flax", "optax", "numpy", "torch", "transformers")
 
@@ -49,15 +49,14 @@ def cpu_busy(seconds: float = 3.0) -> float:
 
 
 def cpu_model() -> str:
-  """The CPU's "model name" from /proc/cpuinfo ("unknown" where there is none)."""
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or "unknown"
+  """The CPU's "model name" ("unknown CPU" where there is none)."""
+  return cpuinfo.cpu()["name"]
+
+
+def cpu_kind() -> str:
+  """The CPU's name, family, model and vector ISA (acl_jax.cpuinfo), without the core count:
+  what a speed figure is printed beside."""
+  return cpuinfo.describe().rpartition(", ")[0]
 
 
 def versions(packages: Sequence[str] = PACKAGES) -> dict[str, str]:
@@ -75,6 +74,7 @@ def machine_info(repo: str) -> dict[str, Any]:
   """What a reader needs to compare two runs of a benchmark."""
   return {
       "cpu_model": cpu_model(),
+      "cpu": cpuinfo.cpu(),  # family, model and vector ISA: the name alone hides them
       "cpu_count": os.cpu_count(),
       "cpus_usable": len(os.sched_getaffinity(0)),
       "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),

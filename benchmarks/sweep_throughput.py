@@ -82,7 +82,7 @@ def main(argv=None):
       ["mode", "seconds per pair (each round)", "runs per hour"],
       [[m, ", ".join(f"{x:.1f}" for x in times[m]), f"{rate[m]:.1f}"] for m in times]))
   print(f"one run per core / one at a time: {rate['pinned'] / rate['serial']:.3f}x "
-        f"({common.cpu_model()}, {os.cpu_count()} cores)")
+        f"({common.cpu_kind()}, {os.cpu_count()} cores)")
   common.write_json(args.out, {"machine": common.machine_info(REPO), "steps": args.steps,
                                "seconds": times, "runs_per_hour": rate,
                                "command": common.command_line()})

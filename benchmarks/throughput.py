@@ -466,7 +466,7 @@ def main():
   machine["load_average_end"] = os.getloadavg()
   common.write_json(args.out, results)
   print(report(results))
-  print(f"\nCommand: {results['command']}\nMachine: {machine['cpu_model']}, "
+  print(f"\nCommand: {results['command']}\nMachine: {common.cpu_kind()}, "
         f"{machine['cpus_usable']}/{machine['cpu_count']} CPUs usable, jax "
         f"{machine['versions']['jax']}, torch {machine['versions']['torch']}, XLA_FLAGS="
         f"{results['xla_flags']!r}\nWrote {args.out}")

@@ -466,7 +466,7 @@ def main():
   tmp = tempfile.mkdtemp(prefix="vs_hf_")
   args.log_dir = args.log_dir or tmp
   os.makedirs(args.log_dir, exist_ok=True)
-  print(f"# {common.cpu_model()}, {len(usable)} usable cores"
+  print(f"# {common.cpu_kind()}, {len(usable)} usable cores"
         f"{', runs pinned to ' + str(sorted(args.cpu_set)) if args.cpu_set else ''}; "
         f"results: {out}; logs: {args.log_dir}", flush=True)
   done = {(r["task"], r["framework"], r["seed"]) for r in data["runs"]}
@@ -494,7 +494,7 @@ def main():
     if args.log_dir != tmp:
       shutil.rmtree(tmp, ignore_errors=True)
   print(f"\n{'QUICK MODE (subsampled, not the real job): ' if args.quick else ''}"
-        f"{common.cpu_model()}, {time.perf_counter() - start:.0f} s this invocation\n")
+        f"{common.cpu_kind()}, {time.perf_counter() - start:.0f} s this invocation\n")
   print(table(data))
   busy = [r["cpu_busy_start"] for r in data["runs"] if "cpu_busy_start" in r]
   if busy and max(busy) > 0.25:

@@ -30,8 +30,9 @@ Metrics are fractions (0.8123), as train.py writes them. Imports nothing heavy.
 import fcntl
 import json
 import os
+import time
 
-from acl_jax import provenance  # light: no jax
+from acl_jax import cpuinfo, provenance  # light: no jax
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -112,15 +113,9 @@ def budget_of(config: dict | None, results: dict) -> dict:
 
 
 def machine() -> str:
-  """The CPU model and core count of this machine (timings in a row were taken on it)."""
-  model = ""
-  try:
-    with open("/proc/cpuinfo") as f:
-      model = next((line.split(":", 1)[1].strip() for line in f
-                    if line.startswith("model name")), "")
-  except OSError:
-    pass
-  return f"{model or 'unknown CPU'}, {os.cpu_count()} cores"
+  """The CPU (name, family, model, vector ISA) and core count that a row's timings were taken
+  on (acl_jax.cpuinfo)."""
+  return cpuinfo.describe()
 
 
 def row_from_run(workdir: str, sweep: str, settings: dict, config: str = "",
@@ -159,11 +154,17 @@ def row_from_run(workdir: str, sweep: str, settings: dict, config: str = "",
     row["early_exit"] = early
     row["timed_on"] = machine()  # the sweep runs eval.py's timed passes here
   spent = _load(os.path.join(workdir, RUN_TIME))
+  if spent and spent.get("run", _folder(workdir)) != _folder(workdir):
+    spent = None  # another run's times (a copied folder): this run is untimed
   if spent:  # wall seconds of train.py and the post steps, all attempts; on this machine
     row["seconds"] = round(spent["seconds"], 1)
-    if spent.get("cpu_attempts", 0) == spent.get("attempts"):  # every attempt measured
+    # CPU time only where every attempt measured it, and training was among them (a folder
+    # finished elsewhere has only its evaluations timed here)
+    if spent.get("cpu_attempts", 0) == spent.get("attempts") > 0:
       row["cpu_seconds"] = round(spent["cpu_seconds"], 1)
     row["workers"] = spent.get("workers", 1)
+    if spent.get("spans"):  # when each timed step ended: a copied timing shows in them
+      row["time_spans"] = spent["spans"]
     if spent.get("lost"):  # an attempt stopped with its runner: these times are too low
       row["timing_incomplete"] = True
     row["timed_on"] = machine()
@@ -172,11 +173,18 @@ def row_from_run(workdir: str, sweep: str, settings: dict, config: str = "",
   return row
 
 
+def _folder(workdir: str) -> str:
+  return os.path.basename(os.path.normpath(workdir))
+
+
 def add_time(workdir: str, seconds: float, workers: int = 1, attempt: bool = False,
              cpu: float | None = None) -> None:
   """Adds `seconds` of wall time (and `cpu` CPU seconds) to the run folder's RUN_TIME."""
   path = os.path.join(workdir, RUN_TIME)
   spent = _load(path) or {"seconds": 0.0, "attempts": 0}
+  spent["run"] = _folder(workdir)
+  spent.setdefault("spans", []).append({"end": round(time.time(), 1),
+                                        "seconds": round(seconds, 1)})
   spent["seconds"] += seconds
   if cpu is not None:
     spent["cpu_seconds"] = spent.get("cpu_seconds", 0.0) + cpu
@@ -193,6 +201,7 @@ def begin_attempt(workdir: str) -> None:
   with its runner before its time was added (`lost`), so the run's time is incomplete."""
   path = os.path.join(workdir, RUN_TIME)
   spent = _load(path) or {"seconds": 0.0, "attempts": 0}
+  spent["run"] = _folder(workdir)
   if spent.get("open"):
     spent["lost"] = spent.get("lost", 0) + 1
   spent["open"] = True

@@ -564,3 +564,40 @@ def test_glue_hf_anchor_rows_name_their_epochs(tmp_path):
   for r in rows:
     assert {k: v for k, v in records.parse_name(r["run"]).items()
             if k not in records.OWN} == r["overrides"]
+
+
+def test_no_two_runs_share_one_timing():
+  """Two different runs (other params) with the same wall and CPU seconds is a copied timing,
+  not a measurement: such a row must be marked timing_incomplete (it then counts as untimed)."""
+  seen = {}
+  for rows in records.read_all().values():
+    for r in rows:
+      if r.get("reused_from") or r.get("timing_incomplete") or "cpu_seconds" not in r:
+        continue
+      key = (r["seconds"], r["cpu_seconds"])
+      params = r.get("train", {}).get("params_sha256")
+      other = seen.setdefault(key, (r["run"], params))
+      assert other[1] == params, f"{r['run']} has the timing of {other[0]}"
+
+
+def test_a_row_takes_only_its_own_folders_timing(tmp_path):
+  """A sweep_time.json written for another run (a copied folder) leaves the row untimed; a
+  folder whose training was not timed here records no CPU seconds."""
+  wd = tmp_path / "task=r8,method=ce,seed=3"
+  wd.mkdir()
+  (wd / "results.json").write_text(json.dumps({"train": {}, "checkpoint_step": 1}))
+  records.add_time(str(wd), 10.0, attempt=True, cpu=9.0)
+  row = records.row_from_run(str(wd), "s", {"task": "r8", "method": "ce", "seed": "3"})
+  assert (row["seconds"], row["cpu_seconds"]) == (10.0, 9.0) and row["time_spans"]
+  copy = tmp_path / "task=r8,method=ce,seed=4"
+  copy.mkdir()
+  for name in ("results.json", records.RUN_TIME):
+    (copy / name).write_text((wd / name).read_text())
+  row = records.row_from_run(str(copy), "s", {"task": "r8", "method": "ce", "seed": "4"})
+  assert "seconds" not in row and "cpu_seconds" not in row
+  evals_only = tmp_path / "task=r8,method=ce,seed=5"
+  evals_only.mkdir()
+  (evals_only / "results.json").write_text((wd / "results.json").read_text())
+  records.add_time(str(evals_only), 5.0, cpu=4.0)  # an eval.py step, no training attempt
+  row = records.row_from_run(str(evals_only), "s", {"task": "r8", "method": "ce", "seed": "5"})
+  assert row["seconds"] == 5.0 and "cpu_seconds" not in row
