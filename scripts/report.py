@@ -25,7 +25,7 @@ import sys
 
 import numpy as np
 
-from scripts import records, stages, sweep as runner, sweeps as P
+from scripts import later, records, stages, sweep as runner, sweeps as P
 
 REPO = records.REPO
 FIGURES = os.path.join(REPO, "results", "figures")
@@ -232,6 +232,12 @@ def rule_methods(rule) -> tuple[str, ...]:
   return rule.method, rule.baseline
 
 
+def later_budget(ctx: Ctx, task: str) -> str:
+  st = ctx.d.tasks.get(task)
+  return (f"{label(task)} {P.epochs_text(st.epochs)}, lr {st.lr}" if st and st.epochs else
+          f"{label(task)} pending")
+
+
 def later_pending(ctx: Ctx, stage: int, pairs: set[tuple[str, str]]) -> str:
   """"pending: stage N (k of n runs recorded)": the stage's known runs of these (task,
   method) pairs, and how many of them are in its record."""
@@ -290,9 +296,13 @@ def claims_table(ctx: Ctx) -> str:
         cells.append(f"{name} {verdict_text(v, weak_baseline(ctx, c, v))}")
         words[v.word] += 1
     # a later stage's arm of exactly these methods tests the claim on another task
-    cells += [f"{label(a.task)} {later_pending(ctx, s, {(a.task, m) for m in a.methods})}"
-              for s, arms in ((2, P.STAGE2), (3, P.STAGE3))
-              for a in arms if set(a.methods) == methods | bases and not a.grid]
+    for s, later_rules in ((2, P.STAGE2_RULES), (3, P.STAGE3_RULES)):
+      for r in later_rules:
+        if r.claim == key and isinstance(r, P.Comparison):
+          got = later.claim_word(ctx.idx, s, r)
+          cells.append(f"{label(r.task)} " + (got[1] if got else later_pending(
+              ctx, s, {(r.task, r.method), (r.task, r.baseline)})))
+          words[got[0] if got else "pending"] += 1
     tally = ", ".join(f"{w} {words[w]}" for w in (*VERDICT_WORDS, "pending") if words[w])
     budgets = []
     for t in dict.fromkeys(c.task for c in comps):
@@ -302,10 +312,18 @@ def claims_table(ctx: Ctx) -> str:
     rows.append([text, CLAIM_PAPER[key], "; ".join(cells),
                  "pending" if set(words) == {"pending"} else tally, "; ".join(budgets)])
   for key, paper, s in LATER_CLAIMS:
-    pairs = {(r.task, m) for r in (P.STAGE2_RULES if s == 2 else P.STAGE3_RULES)
-             if r.claim == key for m in rule_methods(r)}
-    rows.append([P.CLAIMS[key], paper, later_pending(ctx, s, pairs), f"pending: stage {s}",
-                 "—"])
+    mine = [r for r in (P.STAGE2_RULES if s == 2 else P.STAGE3_RULES) if r.claim == key]
+    got = [later.claim_word(ctx.idx, s, r) for r in mine]
+    if None in got:
+      pairs = {(r.task, m) for r in mine for m in rule_methods(r)}
+      rows.append([P.CLAIMS[key], paper, later_pending(ctx, s, pairs), f"pending: stage {s}",
+                   "—"])
+      continue
+    tally = collections.Counter(w for w, _ in got)
+    rows.append([P.CLAIMS[key], paper,
+                 "; ".join(f"{label(r.task)} {cell}" for r, (_, cell) in zip(mine, got)),
+                 ", ".join(f"{w} {n}" for w, n in tally.items()),
+                 "; ".join(dict.fromkeys(later_budget(ctx, r.task) for r in mine))])
   rows += [list(r) for r in UNTESTABLE]
   return table(["claim (SPEC §1)", "paper", "ours, per comparison: mean [97.5% interval] "
                 "(seeds ahead / seeds) verdict", "verdict", "budget"], rows)

@@ -1,0 +1,117 @@
+"""Stages 2 and 3 read from records under their rules (scripts/later.py), on synthetic rows
+whose answers are known."""
+import pytest
+
+from scripts import later, report, sweeps as P
+
+S1, S2 = P.STAGE_SWEEP[1], P.STAGE_SWEEP[2]
+SEEDS = P.LOOK_SEEDS[0]
+
+
+def _multi_exit_row(method, seed, gains, base=80.0):
+  """A multi-exit SST-2 row: exit m scores base + m + gains[m] (+ a seed wobble)."""
+  acc = {m: (base + m + gains.get(m, 0.0) + 0.1 * seed) / 100 for m in later.EXITS}
+  dev = {f"exit_{m}/accuracy": a for m, a in acc.items()}
+  dev["accuracy"] = acc[6]
+  # the early-exit curve: at 2 layers exit 2's score, at 4 layers exit 4's
+  curve = [{"mean_layers": float(m), "metric": acc[m], "full_metric": acc[6], "num_layers": 6}
+           for m in (2, 4)]
+  return {"run": later.run_name("sst2", method, seed), "task": "sst2", "method": method,
+          "seed": seed, "evals": [{"step": 1, "dev": dev}], "early_exit": {"entropy": curve}}
+
+
+def _idx(rows, sweep=S2):
+  return {(sweep, r["run"]): r for r in rows}
+
+
+SHALLOW = {1: 3.0, 2: 2.5, 3: 2.0, 4: 0.3, 5: 0.2, 6: 0.1}
+DEEP = {1: 0.1, 2: 0.2, 3: 0.3, 4: 2.0, 5: 2.5, 6: 3.0}
+RULE = P.STAGE2_RULES[0]
+
+
+def test_exit_rule_holds_when_the_shallow_exits_gain_most():
+  rows = [_multi_exit_row(m, s, g) for s in SEEDS
+          for m, g in (("acl_cl", {k: v + 0.05 * s for k, v in SHALLOW.items()}), ("jt", {}),
+                       ("kd", {}))]
+  res = later.exit_result(_idx(rows), 2, RULE, "jt")
+  assert res.look == 1 and res.contrast.word == "beats"
+  assert res.contrast.mean == pytest.approx((7.5 - 0.6) / 3 + 0, abs=0.2)
+  assert res.per_exit[1][0] == pytest.approx(3.05, abs=1e-6)
+  # at 3 mean layers: halfway between exits 2 and 4 on both curves
+  assert res.matched.mean == pytest.approx((2.5 + 0.3) / 2 + 0.05, abs=1e-6)
+  word, cell = later.claim_word(_idx(rows), 2, RULE)
+  assert word == "holds" and cell.startswith("vs JT shallow − deep +")
+
+
+def test_exit_rule_fails_when_the_deep_exits_gain_most_and_waits_when_unrecorded():
+  rows = [_multi_exit_row(m, s, g) for s in SEEDS
+          for m, g in (("acl_cl", {k: v + 0.05 * s for k, v in DEEP.items()}), ("jt", {}),
+                       ("kd", {}))]
+  assert later.claim_word(_idx(rows), 2, RULE)[0] == "fails"
+  assert later.claim_word(_idx(rows[:-1]), 2, RULE) is None
+
+
+def _grid_rows(task, method, field, values, score, seeds=SEEDS, metric="f1"):
+  out = []
+  for v in values:
+    for s in seeds:
+      value = score(v, s) / 100
+      row = {"run": later.run_name(task, method, s, ((field, v),)), "task": task,
+             "method": method, "seed": s, "evals": [{"step": 1, "dev": {metric: value}}]}
+      if P.TASKS[task].scored != "dev":
+        row["latest"] = {"test": {metric: value}}
+      out.append(row)
+  return out
+
+
+def test_range_rule_reads_the_lambda_grid_with_the_preset_point_from_stage1():
+  rule = P.STAGE2_RULES[1]
+  noise = (0.0, 0.3, -0.2)
+  acl = _grid_rows("mrpc", "acl", "loss.lam", rule.values, lambda v, s: 87 + noise[s])
+  scl = _grid_rows("mrpc", "scl", "loss.lam", rule.values,
+                   lambda v, s: 80 + 10 * float(v) + noise[s] + 0.1 * s)
+  # ACL at its preset λ 0.5 is stage 1's run, named without the grid field
+  preset = [r for r in acl if "loss.lam=0.5" in r["run"]]
+  stage1 = [dict(r, run=later.run_name("mrpc", "acl", r["seed"])) for r in preset]
+  idx = {**_idx([r for r in acl + scl if r not in preset]), **_idx(stage1, S1)}
+  look, (word, r, s, v) = later.range_result(idx, 2, rule)
+  assert (look, word, r.passes, s.passes, v.word) == (1, "holds", False, True, "beats")
+  assert s.range == pytest.approx(8.0 + 0.1 * 0, abs=1e-6)
+  del idx[(S1, stage1[0]["run"])]
+  assert later.range_result(idx, 2, rule) is None
+
+
+def test_stable_rule_on_gamma_keep():
+  rule = P.STAGE2_RULES[2]
+  flat = _grid_rows("mr", "gloss", "loss.gamma_keep", rule.values,
+                    lambda v, s: 82 + 0.1 * s + 0.05 * float(v), metric="accuracy")
+  assert later.stable_result(_idx(flat), 2, rule)[1][0] == "stable"
+  steep = _grid_rows("mr", "gloss", "loss.gamma_keep", rule.values,
+                     lambda v, s: 82 + 0.1 * s + 20 * float(v), metric="accuracy")
+  assert later.stable_result(_idx(steep), 2, rule)[1][0] == "unstable"
+
+
+def test_a_plain_later_comparison_and_its_second_look():
+  rule = P.STAGE2_RULES[3]  # R52, CE+G-Loss against CE, superiority
+  def rows(method, offsets):
+    return [{"run": later.run_name("r52", method, s), "task": "r52", "method": method,
+             "seed": s, "latest": {"test": {"accuracy": (90 + o) / 100}}}
+            for s, o in enumerate(offsets)]
+  ce = rows("ce", [0.0, 0.0, 0.0, 0.0, 0.0])
+  undecided = rows("gloss", [1.0, -1.0, 0.5])
+  assert later.comparison_result(_idx(ce + undecided), 2, rule).word == "undecided"
+  second = rows("gloss", [1.0, -1.0, 0.5, 0.8, 1.2])
+  v = later.comparison_result(_idx(ce + second), 2, rule)
+  assert v.look == 2 and v.n == 5 and v.word == "inconclusive"
+
+
+def test_the_claims_table_shows_a_decided_later_claim():
+  rows = [_multi_exit_row(m, s, g) for s in SEEDS
+          for m, g in (("acl_cl", {k: v + 0.05 * s for k, v in SHALLOW.items()}), ("jt", {}),
+                       ("kd", {}))]
+  for r in rows:
+    r["sweep"] = S2
+  ctx = report.context({S2: rows})
+  claims = report.claims_table(ctx)
+  cells = next(line for line in claims.splitlines() if line.startswith(f"| {P.CLAIMS['exits']}"))
+  assert "SST-2 vs JT shallow − deep +" in cells and "| holds 1 |" in cells
