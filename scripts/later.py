@@ -18,9 +18,11 @@ def run_name(task: str, method: str, seed, grid=()) -> str:
 
 
 def find(idx: dict, stage: int, task: str, method: str, seed, grid=()) -> dict | None:
-  """A run's row: in the stage's record, else (a grid point at the method's preset, or a
-  baseline trained earlier) stage 1's run of the same settings."""
-  row = idx.get((P.STAGE_SWEEP[stage], run_name(task, method, seed, grid)))
+  """A run's row: in the stage's record or an earlier stage's (a baseline trained there),
+  else, for a grid point at the method's preset, stage 1's run of the same settings."""
+  name = run_name(task, method, seed, grid)
+  row = next((idx[k] for k in ((P.STAGE_SWEEP[s], name) for s in range(stage, 0, -1))
+              if k in idx), None)
   if row is None and all(P.PRESETS.get((method, k)) == v for k, v in grid):
     row = idx.get((P.STAGE_SWEEP[1], run_name(task, method, seed)))
   return row
@@ -147,6 +149,30 @@ def comparison_result(idx: dict, stage: int, c: P.Comparison) -> P.Verdict | Non
     return None if a is None or b is None else [P.score(x) - P.score(y) for x, y in zip(a, b)]
   got = looks(get, lambda d, look: P.verdict(d, c.kind, P.TASKS[c.task].margin, look))
   return None if got is None else got[1]
+
+
+def rule_methods(rule) -> tuple[str, ...]:
+  """The methods a stage-2/3 rule reads."""
+  if isinstance(rule, P.ExitRule):
+    return (rule.method,) + rule.baselines
+  if isinstance(rule, P.RangeRule):
+    return rule.robust, rule.sensitive
+  if isinstance(rule, P.StableRule):
+    return (rule.method,)
+  return rule.method, rule.baseline
+
+
+def rule_values(rule) -> tuple[str, tuple[str, ...]] | None:
+  """(field, values) a grid rule reads; None for the others."""
+  if isinstance(rule, (P.RangeRule, P.StableRule)):
+    return rule.field, tuple(rule.values)
+  return None
+
+
+def second_look_wanted(idx: dict, stage: int, rule) -> bool:
+  """Whether the rule's first look is recorded and left it undecided: its seeds 3-4 follow."""
+  got = claim_word(idx, stage, rule)
+  return got is not None and got[0] == "undecided"
 
 
 def claim_word(idx: dict, stage: int, rule) -> tuple[str, str] | None:

@@ -221,17 +221,6 @@ def not_shown(ctx: Ctx, c: P.Comparison) -> str:
   return f"pending ({k} of {n} runs recorded)"
 
 
-def rule_methods(rule) -> tuple[str, ...]:
-  """The methods a stage-2/3 rule reads."""
-  if isinstance(rule, P.ExitRule):
-    return (rule.method,) + rule.baselines
-  if isinstance(rule, P.RangeRule):
-    return rule.robust, rule.sensitive
-  if isinstance(rule, P.StableRule):
-    return (rule.method,)
-  return rule.method, rule.baseline
-
-
 def later_budget(ctx: Ctx, task: str) -> str:
   st = ctx.d.tasks.get(task)
   return (f"{label(task)} {P.epochs_text(st.epochs)}, lr {st.lr}" if st and st.epochs else
@@ -315,7 +304,7 @@ def claims_table(ctx: Ctx) -> str:
     mine = [r for r in (P.STAGE2_RULES if s == 2 else P.STAGE3_RULES) if r.claim == key]
     got = [later.claim_word(ctx.idx, s, r) for r in mine]
     if None in got:
-      pairs = {(r.task, m) for r in mine for m in rule_methods(r)}
+      pairs = {(r.task, m) for r in mine for m in later.rule_methods(r)}
       rows.append([P.CLAIMS[key], paper, later_pending(ctx, s, pairs), f"pending: stage {s}",
                    "—"])
       continue

@@ -8,7 +8,7 @@ scripts/report.py reads the same decisions (`decisions`) to state them. Imports 
 """
 import dataclasses
 
-from scripts import sweeps as P
+from scripts import later, sweeps as P
 
 @dataclasses.dataclass(frozen=True)
 class Run:
@@ -262,7 +262,8 @@ def _arm_runs(stage: int, arm, st: TaskState) -> list[Run]:
   return out
 
 
-def later_stage_runs(stage: int, states: dict[str, TaskState]) -> list[Run]:
+def later_stage_runs(stage: int, states: dict[str, TaskState],
+                     second_looks: bool = False) -> list[Run]:
   """Every run of stage 2 or 3, for the estimate: each task at its picked lr and budget where
   decided, else at LR_PREFERRED (or its LR_FROM source's rate) and its first budget, with the
   lr and budget runs of the tasks new in the stage."""
@@ -273,13 +274,16 @@ def later_stage_runs(stage: int, states: dict[str, TaskState]) -> list[Run]:
     lr = st.lr if st is not None and st.lr else P.LR_PREFERRED
     epochs = (st.epochs if st is not None and st.task == arm.task and st.epochs
               else P.TASKS[arm.task].epochs)
-    out += _arm_runs(stage, arm, TaskState(arm.task, lr=lr, epochs=epochs))
+    st = TaskState(arm.task, lr=lr, epochs=epochs)
+    out += _arm_runs(stage, arm, st)
+    if second_looks:  # every rule's seeds 3-4, as if every first look were undecided
+      out += second_look_runs(stage, arm.task, st, {}, every=True)
   for task in dict.fromkeys(a.task for a in arms):  # lr and budget runs of tasks new here
     if task not in states:
       src = states.get(P.LR_FROM.get(task, ""))
       lr = src.lr if src is not None and src.lr else P.LR_PREFERRED
       out = [lr_run(task, lr), budget_run(task, lr)] + out
-  return out
+  return list(dict.fromkeys(out))
 
 
 def later_stage_ready(stage: int, rows: dict[str, list[dict]],
@@ -310,7 +314,30 @@ def later_stage_ready(stage: int, rows: dict[str, list[dict]],
       waiting[task] = d.waiting.get(task) or st.waiting
       continue
     runs += [r for a in arms if a.task == task for r in _arm_runs(stage, a, st)]
+    runs += second_look_runs(stage, task, st, idx)
   return [r for r in dict.fromkeys(runs) if (r.sweep, r.name) not in idx], waiting
+
+
+def second_look_runs(stage: int, task: str, st: TaskState, idx: dict,
+                     every: bool = False) -> list[Run]:
+  """Seeds 3-4 of the task's later-stage rules whose first look left them undecided (every
+  rule's, with `every`: the estimate's upper end): each of the rule's methods (at the rule's
+  grid values) as an arm of stage 2 or 3 trains it, into this stage's record."""
+  out = []
+  for rule in P.STAGE2_RULES if stage == 2 else P.STAGE3_RULES:
+    if rule.task != task or not (every or later.second_look_wanted(idx, stage, rule)):
+      continue
+    grid = later.rule_values(rule)
+    for method in later.rule_methods(rule):
+      arm = next((a for a in P.STAGE2 + P.STAGE3 if a.task == task and method in a.methods
+                  and [k for k, _ in a.grid] == ([grid[0]] if grid else [])), None)
+      if arm is None:  # a stage-1 method (CE): its seeds 3-4 are stage 1's
+        continue
+      values = ((grid[0], tuple(v for v in grid[1] if v != P.PRESETS.get((method, grid[0])))),
+                ) if grid else ()
+      out += _arm_runs(stage, dataclasses.replace(arm, methods=(method,), grid=values,
+                                                  seeds=P.LOOK_SEEDS[1]), st)
+  return out
 
 
 def whole_stage1(states: dict[str, TaskState] | None = None) -> tuple[list[Run], list[Run]]:

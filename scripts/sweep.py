@@ -489,7 +489,8 @@ def stage_totals(rows: dict) -> dict[int, StageTotals]:
                ("every second look", first + second, est(first + second))]}
   for s in (2, 3):
     runs = not_reused(stages.later_stage_runs(s, d.tasks), rows)
-    whole[s] = [("all", runs, est(runs))]
+    more = not_reused(stages.later_stage_runs(s, d.tasks, second_looks=True), rows)
+    whole[s] = [("first looks", runs, est(runs)), ("every second look", more, est(more))]
   of_task, out = first_stage(), {}
   for stage in sweep_specs.STAGES:
     done = [r for name, rs in rows.items() for r in rs

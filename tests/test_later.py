@@ -115,3 +115,30 @@ def test_the_claims_table_shows_a_decided_later_claim():
   claims = report.claims_table(ctx)
   cells = next(line for line in claims.splitlines() if line.startswith(f"| {P.CLAIMS['exits']}"))
   assert "SST-2 vs JT shallow − deep +" in cells and "| holds 1 |" in cells
+
+
+def test_an_undecided_later_rule_releases_its_second_look():
+  """R52 undecided at seeds 0-2: seeds 3-4 of both methods are released; a decided one
+  releases nothing more."""
+  from scripts import stages  # pylint: disable=import-outside-toplevel
+  st = stages.TaskState("r52", lr="5e-5", epochs=3)
+  def rows(method, offsets):
+    return [{"run": later.run_name("r52", method, s), "task": "r52", "method": method,
+             "seed": s, "latest": {"test": {"accuracy": (90 + o) / 100}}}
+            for s, o in enumerate(offsets)]
+  ce = rows("ce", [0.0, 0.0, 0.0])
+  runs = stages.second_look_runs(2, "r52", st, _idx(ce + rows("gloss", [1.0, -1.0, 0.5])))
+  assert sorted(r.name for r in runs) == [
+      "task=r52,method=ce,seed=3", "task=r52,method=ce,seed=4",
+      "task=r52,method=gloss,seed=3", "task=r52,method=gloss,seed=4"]
+  assert not stages.second_look_runs(2, "r52", st, _idx(ce + rows("gloss", [1.0, 1.1, 0.9])))
+  # the gamma_keep rule's second look trains 0.5 only: 0.7 is the preset, stage 1's
+  rule = P.STAGE2_RULES[2]
+  mr = stages.TaskState("mr", lr="5e-5", epochs=3)
+  flat = _grid_rows("mr", "gloss", "loss.gamma_keep", rule.values,
+                    lambda v, s: 82 + (-4.5, 2.5, -7.0)[s] * float(v),
+                    metric="accuracy")
+  assert later.stable_result(_idx(flat), 2, rule)[1][0] == "undecided"
+  runs = stages.second_look_runs(2, "mr", mr, _idx(flat))
+  assert sorted(r.name for r in runs) == ["task=mr,method=gloss,loss.gamma_keep=0.5,seed=3",
+                                          "task=mr,method=gloss,loss.gamma_keep=0.5,seed=4"]
