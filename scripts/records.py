@@ -73,12 +73,17 @@ def _load(path: str):
 
 
 def _scores(res: dict) -> dict:
-  """A results dict's per-split metrics without example counts: {split: {metric: value}}."""
+  """A results dict's per-split metrics without example counts: {split: {metric: value}},
+  with eval.py's per-class recall and support where it wrote them."""
   out = {}
   for split, vals in res.items():
     if isinstance(vals, dict) and split != "train":
       out[split] = {k: v for k, v in vals.items()
                     if isinstance(v, (int, float)) and k != "num_examples"}
+      per_class = vals.get("per_class")
+      if isinstance(per_class, dict):  # eval.py's: each class's recall and support
+        out[split]["per_class_recall"] = {c: r["recall"] for c, r in per_class.items()}
+        out[split]["per_class_support"] = {c: r["support"] for c, r in per_class.items()}
   return out
 
 
@@ -267,4 +272,4 @@ def scores(row: dict, which: str = "final") -> dict:
     return {f"dev/{k}": v for k, v in (row["evals"][-1]["dev"] if row["evals"] else {}).items()}
   src = row.get(which) or {}
   return {f"{s}/{k}": v for s, vals in src.items() if isinstance(vals, dict)
-          for k, v in vals.items()}
+          for k, v in vals.items() if isinstance(v, (int, float))}

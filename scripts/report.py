@@ -25,14 +25,15 @@ import sys
 
 import numpy as np
 
-from scripts import later, records, stages, sweep as runner, sweeps as P
+from scripts import classes, later, records, stages, sweep as runner, sweeps as P
 
 REPO = records.REPO
 FIGURES = os.path.join(REPO, "results", "figures")
 PILOTS_MD = os.path.join(REPO, "results", "PILOTS.md")
 # The reports whose table blocks are rebuilt from the records: the summary, and per-stage
 # detail beside it.
-REPORTS = (os.path.join(REPO, "RESULTS.md"), os.path.join(REPO, "results", "STAGE1.md"))
+REPORTS = (os.path.join(REPO, "RESULTS.md"), os.path.join(REPO, "results", "STAGE1.md"),
+           os.path.join(REPO, "results", "CLASSES.md"))
 BLOCK = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
 
 LABELS = {"ce": "CE", "scl": "CE+SCL", "acl_embed": "CE+ACL-Embed", "acl": "ACL (Embed+Grad)",
@@ -282,14 +283,16 @@ def claims_table(ctx: Ctx) -> str:
         cells.append(f"{name} {not_shown(ctx, c)}")
         words["pending"] += 1
       else:
-        cells.append(f"{name} {verdict_text(v, weak_baseline(ctx, c, v))}")
+        cells.append(f"{name} {verdict_text(v, weak_baseline(ctx, c, v))}"
+                     f"{classes.note(ctx.rs, c.task, c.method)}")
         words[v.word] += 1
     # a later stage's arm of exactly these methods tests the claim on another task
     for s, later_rules in ((2, P.STAGE2_RULES), (3, P.STAGE3_RULES)):
       for r in later_rules:
         if r.claim == key and isinstance(r, P.Comparison):
           got = later.claim_word(ctx.idx, s, r)
-          cells.append(f"{label(r.task)} " + (got[1] if got else later_pending(
+          cells.append(f"{label(r.task)} " + (got[1] + classes.note(ctx.rs, r.task, r.method)
+                                              if got else later_pending(
               ctx, s, {(r.task, r.method), (r.task, r.baseline)})))
           words[got[0] if got else "pending"] += 1
     tally = ", ".join(f"{w} {words[w]}" for w in (*VERDICT_WORDS, "pending") if words[w])
@@ -630,6 +633,7 @@ TABLES = {
     "anchors": anchors_table, "lr": lr_table, "budget": budget_table, "stage1": stage1_table,
     "stage1_scores": stage1_scores_table, "gate": gate_table,
     "gate_angles": gate_angles_table,
+    "classes": lambda ctx: classes.table(ctx.rs, LABELS),
 }
 
 

@@ -142,3 +142,21 @@ def test_an_undecided_later_rule_releases_its_second_look():
   runs = stages.second_look_runs(2, "mr", mr, _idx(flat))
   assert sorted(r.name for r in runs) == ["task=mr,method=gloss,loss.gamma_keep=0.5,seed=3",
                                           "task=mr,method=gloss,loss.gamma_keep=0.5,seed=4"]
+
+
+def test_the_rarest_class_is_reported_and_a_collapse_is_noted():
+  from scripts import classes  # pylint: disable=import-outside-toplevel
+  def rows(method, rare):
+    return [{"run": later.run_name("r8", method, s), "task": "r8", "method": method, "seed": s,
+             "latest": {"test": {"accuracy": 0.97, "macro_f1": 0.9,
+                                 "per_class_recall": {"acq": 0.99, "grain": rare},
+                                 "per_class_support": {"acq": 696, "grain": 10}}}}
+            for s in SEEDS]
+  rs = {S1: rows("ce", 0.8) + rows("gloss", 0.3)}
+  table = classes.table(rs, report.LABELS)
+  assert "| R8 | CE | 97.00 ± 0.00 (n=3) | 90.00 ± 0.00 (n=3) | 80.00 ± 0.00 (n=3) (grain; " \
+         "support 10) |" in table
+  assert classes.note(rs, "r8", "gloss") == " (lowest class recall 30.0, CE's 80.0)"
+  assert classes.note({S1: rows("ce", 0.8) + rows("gloss", 0.75)}, "r8", "gloss") == ""
+  old = {S1: [dict(r, latest={"test": {"accuracy": 0.97}}) for r in rows("ce", 0.8)]}
+  assert "not recorded (3 of 3 runs)" in classes.table(old, report.LABELS)

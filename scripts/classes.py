@@ -1,0 +1,93 @@
+"""What accuracy hides on imbalanced corpora: macro-F1 and the lowest per-class recall of every
+method on every TextGCN corpus, from the runs' own evaluations of their final weights.
+
+The lowest recall is eval.py's per-class recall on the scored split (records keep it as
+`per_class_recall`, with each class's support); runs recorded before rows kept it show
+macro-F1 alone.
+"""
+import math
+
+from scripts import sweeps as P
+
+# A method whose mean lowest per-class recall is this many points below CE's, on the same
+# corpus, gets a note in the claims table.
+FAR_BELOW = 10.0
+
+
+def scored(row: dict) -> dict:
+  task = P.TASKS[row["task"]]
+  return (row.get("latest") or {}).get(task.scored, {})
+
+
+def lowest_recall(row: dict) -> tuple[str, float, int] | None:
+  """(class, recall in points, support) of the run's least-recalled class, None where its
+  per-class recall was not recorded."""
+  res = scored(row)
+  recall, support = res.get("per_class_recall"), res.get("per_class_support", {})
+  if not recall:
+    return None
+  name = min(recall, key=lambda c: (recall[c], c))
+  return name, 100.0 * recall[name], int(support.get(name, 0))
+
+
+def method_rows(rs: dict, task: str) -> dict[str, list[dict]]:
+  """{method: rows} of the task's scored comparison runs in every stage's record (seed order,
+  each run once)."""
+  out = {}
+  for sweep in P.STAGE_SWEEP.values():
+    for r in rs.get(sweep, []):
+      if r["task"] == task and not r.get("overrides") and scored(r):
+        out.setdefault(r["method"], {})[r["seed"]] = r
+  return {m: [by[s] for s in sorted(by)] for m, by in out.items()}
+
+
+def _mean_sd(xs) -> str:
+  if not xs:
+    return "—"
+  m = sum(xs) / len(xs)
+  if len(xs) < 2:
+    return f"{m:.2f} (n=1)"
+  sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+  return f"{m:.2f} ± {sd:.2f} (n={len(xs)})"
+
+
+def mean_lowest(rows) -> float | None:
+  lows = [lowest_recall(r) for r in rows]
+  return None if not lows or None in lows else sum(x[1] for x in lows) / len(lows)
+
+
+def table(rs: dict, labels: dict) -> str:
+  """Per TextGCN corpus and method: accuracy, macro-F1, and the lowest per-class recall (its
+  class and support), means ± std over seeds, points."""
+  lines = ["| corpus | method | accuracy | macro-F1 | lowest class recall (class, support) |",
+           "|---|---|---|---|---|"]
+  for task, t in P.TASKS.items():
+    if t.family != "textgcn":
+      continue
+    for method, rows in method_rows(rs, task).items():
+      lows = [lowest_recall(r) for r in rows]
+      if None in lows:
+        low = f"not recorded ({sum(x is None for x in lows)} of {len(rows)} runs)"
+      else:
+        classes = sorted({c for c, _, _ in lows})
+        low = f"{_mean_sd([x[1] for x in lows])} ({', '.join(classes)}; support " \
+              f"{', '.join(str(n) for n in sorted({n for _, _, n in lows}))})"
+      lines.append(f"| {t.label} | {labels.get(method, method)} | "
+                   f"{_mean_sd([100 * scored(r)['accuracy'] for r in rows])} | "
+                   f"{_mean_sd([100 * scored(r)['macro_f1'] for r in rows if 'macro_f1' in scored(r)])} | "
+                   f"{low} |")
+  if len(lines) == 2:
+    return "*pending*: no TextGCN run is recorded.\n"
+  return "\n".join(lines) + "\n"
+
+
+def note(rs: dict, task: str, method: str) -> str:
+  """" (lowest class recall X, CE's Y)" where the method's mean lowest per-class recall on the
+  task lies FAR_BELOW points or more under CE's; "" otherwise or where not recorded."""
+  if P.TASKS[task].family != "textgcn":
+    return ""
+  by = method_rows(rs, task)
+  ours, ce = mean_lowest(by.get(method, [])), mean_lowest(by.get("ce", []))
+  if ours is None or ce is None or ce - ours < FAR_BELOW:
+    return ""
+  return f" (lowest class recall {ours:.1f}, CE's {ce:.1f})"
