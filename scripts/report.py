@@ -25,7 +25,7 @@ import sys
 
 import numpy as np
 
-from scripts import classes, later, records, stages, sweep as runner, sweeps as P
+from scripts import classes, holm, later, records, stages, sweep as runner, sweeps as P
 
 REPO = records.REPO
 FIGURES = os.path.join(REPO, "results", "figures")
@@ -220,6 +220,46 @@ def not_shown(ctx: Ctx, c: P.Comparison) -> str:
     return f"withheld: {ctx.d.withheld[c.task]}"
   k, n = progress(ctx, c, P.LOOK_SEEDS[0])
   return f"pending ({k} of {n} runs recorded)"
+
+
+def holm_tests(ctx: Ctx) -> list[holm.Test]:
+  """Every registered comparison with a verdict (stage 1's, then the later rules'), with the
+  one-sided p-value of what it asserts (scripts/holm.py)."""
+  out = []
+  for c, v in ctx.d.verdicts.items():
+    if v.final and c.task not in ctx.d.withheld:
+      out.append(holm.Test(f"{label(c.task)} {comparison_label(c)}", v.word,
+                           holm.p_of(v, c.kind, P.TASKS[c.task].margin)))
+  for s, later_rules in ((2, P.STAGE2_RULES), (3, P.STAGE3_RULES)):
+    for r in later_rules:
+      name = f"{label(r.task)} {P.CLAIMS[r.claim].split(' (')[0]}"
+      if isinstance(r, P.ExitRule):
+        for b in r.baselines:
+          e = later.exit_result(ctx.idx, s, r, b)
+          if e is not None and e.contrast.final:
+            word = {"beats": "holds", "worse": "fails"}.get(e.contrast.word, e.contrast.word)
+            out.append(holm.Test(f"{name}: vs {b.upper()}", word, holm.p_of(e.contrast,
+                                                                             "superior", 0)))
+      elif isinstance(r, P.RangeRule):
+        got = later.range_result(ctx.idx, s, r)
+        if got is not None and got[1][0] != "undecided":
+          word, _, _, v = got[1]
+          out.append(holm.Test(name, word, holm.p_of(v, "superior", 0) if word in (
+              "holds", "fails") else 1.0))
+      elif isinstance(r, P.StableRule):
+        got = later.stable_result(ctx.idx, s, r)
+        if got is not None and got[1][0] != "undecided":
+          word, v = got[1]
+          m = P.TASKS[r.task].margin
+          p = (max(holm.p_above(v, -m), holm.p_below(v, m)) if word == "stable" else
+               min(holm.p_above(v, m), holm.p_below(v, -m)) if word == "unstable" else 1.0)
+          out.append(holm.Test(name, word, p))
+      else:
+        v = later.comparison_result(ctx.idx, s, r)
+        if v is not None and v.final:
+          out.append(holm.Test(f"{label(r.task)} {comparison_label(r)}", v.word,
+                               holm.p_of(v, r.kind, P.TASKS[r.task].margin)))
+  return out
 
 
 def later_budget(ctx: Ctx, task: str) -> str:
@@ -634,6 +674,8 @@ TABLES = {
     "stage1_scores": stage1_scores_table, "gate": gate_table,
     "gate_angles": gate_angles_table,
     "classes": lambda ctx: classes.table(ctx.rs, LABELS),
+    "holm": lambda ctx: holm.table(holm_tests(ctx)),
+    "holm_summary": lambda ctx: holm.summary(holm_tests(ctx)),
 }
 
 

@@ -93,3 +93,26 @@ def test_every_later_arm_method_has_a_rule_or_a_description():
     for m in arm.methods:
       assert (arm.task, m) in judged | described, (arm.task, m)
   assert all(r.claim in P.CLAIMS for r in P.STAGE2_RULES + P.STAGE3_RULES)
+
+
+def test_holm_step_down_and_the_p_of_a_verdict():
+  from scripts import holm  # pylint: disable=import-outside-toplevel
+  tests = [holm.Test("a", "beats", 0.001), holm.Test("b", "worse", 0.006),
+           holm.Test("c", "beats", 0.004), holm.Test("d", "inconclusive", 1.0)]
+  # thresholds 0.025/4, /3, /2, /1: a (0.001 <= 0.00625), c (0.004 <= 0.00833), b (0.006 <=
+  # 0.0125), then d (1 > 0.025)
+  assert holm.holm(tests) == {"a": True, "c": True, "b": True, "d": False}
+  # four more comparisons that assert nothing still enlarge the family: c (0.004 > 0.025/7)
+  # stops the step-down, and b after it fails too
+  wider = holm.holm(tests + [holm.Test(f"n{i}", "inconclusive", 1.0) for i in range(4)])
+  assert (wider["a"], wider["c"], wider["b"]) == (True, False, False)
+  assert holm.summary(tests).startswith("Of 3 decided verdicts among 4 registered comparisons, "
+                                        "3 survive")
+  from scipy import stats
+  v = P.verdict([1.0, 1.2, 0.8], "superior", 0.0, 1)  # mean 1, sd 0.2
+  t = 1.0 / (0.2 / math.sqrt(3))
+  assert holm.p_of(v, "superior", 0.0) == pytest.approx(stats.t.sf(t, 2), rel=1e-6)
+  w = P.verdict([-0.2, 0.0, 0.2], "noninferior", 1.0, 1)  # matches or beats: above -1
+  assert holm.p_of(w, "noninferior", 1.0) == pytest.approx(
+      stats.t.sf(1.0 / (0.2 / math.sqrt(3)), 2), rel=1e-6)
+  assert holm.p_of(P.verdict([-1.0, 1.0, 0.0], "superior", 0.0, 2), "superior", 0.0) == 1.0

@@ -1,0 +1,90 @@
+"""How many of the study's verdicts survive a Holm correction over every registered comparison.
+
+Description, not a rule: the protocol decides each comparison on its own 97.5% interval. Here
+each decided comparison gets the one-sided p-value of what its verdict asserts, at its
+deciding look, from the same paired t statistic:
+- "beats": the difference is above zero; "matches or beats" and "within the margin, lower":
+  above minus the margin; "worse": below zero (superiority) or below minus the margin;
+- the later rules' contrasts likewise ("holds": above zero; "fails": below), and "stable" the
+  larger of its two one-sided p-values (TOST).
+An undecided or inconclusive comparison asserts nothing; it counts in the family (m) with
+p = 1. Holm's step-down runs at a family-wise 2.5% one-sided, the study's two-sided 5%.
+"""
+import dataclasses
+
+from scripts import sweeps as P
+
+ALPHA = 0.025
+
+
+@dataclasses.dataclass(frozen=True)
+class Test:
+  name: str
+  word: str
+  p: float
+
+
+def _se(v: P.Verdict) -> float:
+  return (v.decide[1] - v.decide[0]) / 2 / P.t_quantile(P.DECIDE_LEVEL, v.n - 1)
+
+
+def p_above(v: P.Verdict, bound: float) -> float:
+  """One-sided p of "the true difference is above `bound`"."""
+  from scipy import stats  # pylint: disable=import-outside-toplevel
+  se = _se(v)
+  if se == 0:
+    return 0.0 if v.mean > bound else 1.0
+  return float(stats.t.sf((v.mean - bound) / se, v.n - 1))
+
+
+def p_below(v: P.Verdict, bound: float) -> float:
+  from scipy import stats  # pylint: disable=import-outside-toplevel
+  se = _se(v)
+  if se == 0:
+    return 0.0 if v.mean < bound else 1.0
+  return float(stats.t.cdf((v.mean - bound) / se, v.n - 1))
+
+
+def p_of(v: P.Verdict, kind: str, margin: float) -> float:
+  """The one-sided p-value of what a stage-1-style verdict asserts (1 where it asserts
+  nothing)."""
+  floor = -margin if kind == "noninferior" else 0.0
+  if v.word == "beats":
+    return p_above(v, 0.0)
+  if v.word in ("matches or beats", "within the margin, lower"):
+    return p_above(v, floor)
+  if v.word == "worse":
+    return p_below(v, floor)
+  return 1.0
+
+
+def holm(tests: list[Test], alpha: float = ALPHA) -> dict[str, bool]:
+  """{name: survives} under Holm's step-down over the whole family."""
+  order = sorted(tests, key=lambda t: t.p)
+  out, going = {}, True
+  for i, t in enumerate(order):
+    going = going and t.p <= alpha / (len(order) - i)
+    out[t.name] = going
+  return out
+
+
+def summary(tests: list[Test]) -> str:
+  kept = holm(tests)
+  decided = [t for t in tests if t.p < 1.0]
+  survive = [t for t in decided if kept[t.name]]
+  if not tests:
+    return "*pending*: no registered comparison is decided.\n"
+  return (f"Of {len(decided)} decided verdicts among {len(tests)} registered comparisons, "
+          f"{len(survive)} survive a Holm correction over all {len(tests)} (family-wise "
+          f"{100 * ALPHA:g}% one-sided): {', '.join(t.name for t in survive) or 'none'}.\n")
+
+
+def table(tests: list[Test]) -> str:
+  if not tests:
+    return "*pending*: no registered comparison is decided.\n"
+  kept = holm(tests)
+  lines = ["| comparison | verdict | one-sided p | survives Holm |", "|---|---|---|---|"]
+  for t in sorted(tests, key=lambda t: t.p):
+    lines.append(f"| {t.name} | {t.word} | {t.p:.4f} | "
+                 f"{'yes' if kept[t.name] else 'no' if t.p < 1 else '—'} |")
+  return "\n".join(lines) + "\n"
