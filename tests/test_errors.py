@@ -128,6 +128,18 @@ PREDICT_CASES = [
      lambda t, wd: ["predict.py", "--workdir", wd(), "--input", _csv(t), "--output",
                     f"{t}/out/preds.jsonl"], 2,
      ["--output", "the folder", "/out does not exist; create it first"], 2),
+    ("empty input", lambda t, wd: ["predict.py", "--workdir", wd(), "--input",
+                                   _csv(t, "empty.csv", b"")], 2,
+     ["empty.csv holds no records", "header row"], 2),
+    ("header-only input", lambda t, wd: ["predict.py", "--workdir", wd(), "--input",
+                                         _csv(t, "head.csv", b"text,label\n")], 2,
+     ["head.csv holds a header row and no records"], 2),
+    ("input is a folder", lambda t, wd: ["predict.py", "--workdir", wd(), "--input",
+                                         os.path.dirname(_csv(t, "in/a.csv"))], 2,
+     ["--input", "/in is a folder, not a file"], 2),
+    ("input not UTF-8", lambda t, wd: ["predict.py", "--workdir", wd(), "--input",
+                                       _csv(t, "latin.csv", b"text\ncaf\xe9\n")], 2,
+     ["latin.csv is not UTF-8 text", "byte b'\\xe9' on line 2"], 2),
 ]
 
 
