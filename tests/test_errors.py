@@ -291,6 +291,22 @@ def test_bad_input_to_a_finished_run_prints_one_message(trained, tmp_path, name,
     assert '"accuracy"' in p.stdout and "[dev] per class" in p.stdout
 
 
+def test_eval_logs_to_stderr_and_json_prints_the_metrics_alone(trained, tmp_path):
+  import json
+  wd = _copy(trained, str(tmp_path))
+  p = helpers.run_py(["eval.py", "--workdir", wd, "--split", "dev"])
+  assert p.returncode == 0, p.stderr[-3000:]
+  assert " INFO " not in p.stdout and p.stdout.startswith("{"), p.stdout[:500]
+  assert " INFO " in p.stderr  # the log lines are there, on stderr
+  p = helpers.run_py(["eval.py", "--workdir", wd, "--split", "dev", "--json"])
+  assert p.returncode == 0, p.stderr[-3000:]
+  out = json.loads(p.stdout)  # stdout is the JSON alone
+  assert out["dev"]["accuracy"] == json.load(open(os.path.join(wd, "results.json")))[
+      "dev"]["accuracy"]
+  assert set(out["dev"]["per_class"]) == {"rotten", "fresh"}
+  assert f"wrote {os.path.join(wd, 'results.json')}" in p.stderr
+
+
 def test_the_default_run_exports_and_matches_predict_in_plain_transformers(trained, tmp_path):
   """The quickstart's default head (linear on [CLS]) exports; transformers alone, with the
   exported tokenizer's own max length, gives predict.py's probabilities to 1e-4, on texts
