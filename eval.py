@@ -1,10 +1,13 @@
 r"""Evaluates a trained workdir's best checkpoint and writes DIR/results.json.
 
 Prints each split's metrics, then its per-class precision, recall and F1, the classes named by
-the run's labels.json (results.json: per_class).
+the run's labels.json (results.json: per_class). Log lines go to stderr; with --json, stdout
+holds one JSON object alone (each split's metrics with per_class; with --exit_policy, each
+workdir's sweep rows), to be read by another program.
 
   python eval.py --workdir runs/quickstart --split dev
   python eval.py --workdir runs/mr_gloss --split test
+  python eval.py --workdir runs/mr_gloss --split dev,test --json > metrics.json
 
 Early-exit sweep of multi-exit runs (table per workdir, one plot with a curve per workdir):
   python eval.py --workdir runs/sst2_jt --workdir runs/sst2_acl_cl --exit_policy entropy \
@@ -12,10 +15,11 @@ Early-exit sweep of multi-exit runs (table per workdir, one plot with a curve pe
 """
 import json
 import os
+import sys
 
 from absl import app, flags
 
-from acl_jax import cli
+from acl_jax import cli, errors
 
 _WORKDIR = flags.DEFINE_multi_string("workdir", None, "A workdir written by train.py "
                                      "(repeat the flag for several, with --exit_policy).")
@@ -35,6 +39,14 @@ _CHECKPOINT = flags.DEFINE_enum("checkpoint", "best", ["best", "latest"],
                                 "(e.g. to see how much the dev-set selection moved a number).")
 _PLOT = flags.DEFINE_string("plot", None, "PNG of the quality-speed curves (default: in the "
                             "first workdir).")
+_JSON = flags.DEFINE_bool("json", False, "Print one JSON object alone on stdout (the metrics, "
+                          "per_class included; with --exit_policy, each workdir's sweep rows) "
+                          "and the rest on stderr.")
+
+
+def _say(text: str) -> None:
+  """A line for the reader: on stdout, or on stderr when stdout carries --json's object."""
+  print(text, file=sys.stderr if _JSON.value else sys.stdout, flush=True)
 
 
 def early_exit(workdirs):
@@ -60,16 +72,20 @@ def early_exit(workdirs):
   split = splits[0]
   jsons = []
   for wd in workdirs:
-    try:
-      md, js = early_exit_workdir(wd, split, _POLICY.value, thresholds,
-                                  batch_size=_EXIT_BATCH.value, repeats=_EXIT_REPEATS.value)
-    except FileNotFoundError as e:  # no config or no checkpoint: not a trained workdir
-      raise app.UsageError(str(e)) from e
-    print(open(md).read())
-    print(f"wrote {md}")
+    md, js = early_exit_workdir(wd, split, _POLICY.value, thresholds,
+                                batch_size=_EXIT_BATCH.value, repeats=_EXIT_REPEATS.value)
+    with open(md) as f:
+      _say(f.read())
+    _say(f"wrote {md}")
     jsons.append(js)
   png = _PLOT.value or os.path.join(workdirs[0], f"quality_speed_{_POLICY.value}_{split}.png")
-  print(f"wrote {plot.plot(jsons, png)}")
+  _say(f"wrote {plot.plot(jsons, png)}")
+  if _JSON.value:
+    rows = {}
+    for wd, js in zip(workdirs, jsons):
+      with open(js) as f:
+        rows[wd] = json.load(f)
+    print(json.dumps(rows, indent=2), flush=True)
 
 
 def per_class_table(split: str, rows: dict) -> str:
@@ -86,7 +102,7 @@ def per_class_table(split: str, rows: dict) -> str:
 def main(argv):
   del argv
   from acl_jax import host_heap, logs  # pylint: disable=import-outside-toplevel
-  logs.setup()
+  logs.setup(stream=sys.stderr)  # stdout carries the metrics
   with host_heap.managed():  # before any JAX computation
     return evaluate_workdirs()
 
@@ -103,20 +119,20 @@ def evaluate_workdirs():
   if _CHECKPOINT.value == "latest" and _DUMP.value:
     raise app.UsageError("--dump_features writes the best checkpoint's features; drop it or "
                          "use --checkpoint best.")
-  try:
-    results = evaluate.evaluate_workdir(workdir, _SPLIT.value.split(","),
-                                        dump_features=_DUMP.value, checkpoint=_CHECKPOINT.value,
-                                        per_class=True)
-  except FileNotFoundError as e:  # no config, or no checkpoint of the kind asked for
-    raise app.UsageError(str(e)) from e
+  results = evaluate.evaluate_workdir(workdir, _SPLIT.value.split(","),
+                                      dump_features=_DUMP.value, checkpoint=_CHECKPOINT.value,
+                                      per_class=True)
   name = "results.json" if _CHECKPOINT.value == "best" else "results_latest.json"
   out = os.path.join(workdir, name)
   # Printed before anything is written: a workdir that cannot be written still gives them.
-  print(json.dumps({k: ({m: v for m, v in r.items() if m != "per_class"}
-                        if isinstance(r, dict) else r) for k, r in results.items()}, indent=2))
-  for split, res in results.items():
-    if isinstance(res, dict) and "per_class" in res:
-      print(per_class_table(split, res["per_class"]), flush=True)
+  if _JSON.value:
+    print(json.dumps(results, indent=2), flush=True)
+  else:
+    print(json.dumps({k: ({m: v for m, v in r.items() if m != "per_class"}
+                          if isinstance(r, dict) else r) for k, r in results.items()}, indent=2))
+    for split, res in results.items():
+      if isinstance(res, dict) and "per_class" in res:
+        print(per_class_table(split, res["per_class"]), flush=True)
   # Merge: splits evaluated now replace their entries; other splits and the training record
   # written by train.py stay. Written to a temp file and renamed, so a crash keeps the old one.
   old = {}
@@ -126,9 +142,10 @@ def evaluate_workdirs():
   try:
     provenance.write_atomic(out, json.dumps(evaluate.merge_results(old, results), indent=2))
   except OSError as e:
-    raise OSError(f"The metrics above were not saved: {out} cannot be written ({e.strerror}). "
-                  "Copy them from here, or run eval.py where the workdir is writable.") from e
-  print(f"wrote {out}")
+    raise errors.FileError(f"The metrics above were not saved: {out} cannot be written "
+                           f"({e.strerror}). Copy them from here, or run eval.py where the "
+                           "workdir is writable.") from e
+  _say(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -51,16 +51,16 @@ _THRESHOLD = flags.DEFINE_string("threshold", None, "The policy's threshold: ent
 def _threshold():
   from acl_jax import exits  # pylint: disable=import-outside-toplevel
   if _POLICY.value not in exits.POLICIES:
-    raise ValueError(f"Unknown --exit_policy {_POLICY.value!r}; known: "
-                     f"{sorted(exits.POLICIES)}.")
+    raise cli.UserError(f"Unknown --exit_policy {_POLICY.value!r}; known: "
+                        f"{sorted(exits.POLICIES)}.")
   if _THRESHOLD.value is None:
-    raise ValueError("--exit_policy needs --threshold, e.g. --threshold=0.2.")
+    raise cli.UserError("--exit_policy needs --threshold, e.g. --threshold=0.2.")
   cast = int if _POLICY.value == "patience" else float
   try:
     return cast(_THRESHOLD.value)
   except ValueError as e:
-    raise ValueError(f"--threshold for {_POLICY.value} must be an {cast.__name__}: "
-                     f"{e}") from e
+    raise cli.UserError(f"--threshold for {_POLICY.value} must be an {cast.__name__}: "
+                        f"{e}") from e
 
 
 @cli.user_errors
@@ -79,14 +79,18 @@ def predict_input():
   if _POLICY.value:
     threshold = _threshold()
   elif _THRESHOLD.value is not None:
-    raise ValueError("--threshold needs --exit_policy.")
+    raise cli.UserError("--threshold needs --exit_policy.")
   from acl_jax import predict, run as run_lib  # pylint: disable=import-outside-toplevel
   layout = predict.Layout(_TEXT.value, _PAIR.value, header=not _NO_HEADER.value,
                           names=_COLUMNS.value)
   predict.check_output(_OUTPUT.value)  # before the model loads
+  # The input's columns, and that it holds a row to classify, before the model loads too.
+  config = run_lib.check(_WORKDIR.value, _CHECKPOINT.value)
+  records, cols = predict.read_inputs(_INPUT.value, _FORMAT.value,
+                                      predict.input_columns(config), layout)
   run = run_lib.open(_WORKDIR.value, _CHECKPOINT.value)
-  n = predict.predict_file(run, _INPUT.value, _OUTPUT.value, _FORMAT.value, _BATCH.value,
-                           _POLICY.value, threshold, layout)
+  n = predict.write_predictions(run, records, cols, _OUTPUT.value, _BATCH.value, _POLICY.value,
+                                threshold)
   print(f"wrote {n} predictions to {_OUTPUT.value} ({run.checkpoint} checkpoint, step "
         f"{run.step})", file=sys.stderr)
 

@@ -79,9 +79,10 @@ def train(config, workdir: str, heap, origin: dict | None = None) -> dict:
 @cli.user_errors
 def main(argv):
   del argv
+  config = cli.config_value(_CONFIG)
   if _PRINT.value:
     name = config_flags.get_config_filename(flags.FLAGS["config"])
-    print(_configs.print_config(_CONFIG.value, f"# {name}: every field, its value and what it "
+    print(_configs.print_config(config, f"# {name}: every field, its value and what it "
                                 "does; set one with --config.FIELD=VALUE"))
     return 0
   from acl_jax import host_heap, logs  # pylint: disable=import-outside-toplevel
@@ -90,7 +91,7 @@ def main(argv):
     init_distributed()
     origin = {"command": [os.path.basename(sys.executable), *sys.argv],
               "config": config_flags.get_config_filename(flags.FLAGS["config"])}
-    results = train(_CONFIG.value, _WORKDIR.value, heap, origin)
+    results = train(config, _WORKDIR.value, heap, origin)
   from acl_jax import provenance  # pylint: disable=import-outside-toplevel
   if provenance.is_main():
     for split, res in results.items():

@@ -1,32 +1,43 @@
 """One message per user error: what the entry scripts (train.py, eval.py, predict.py,
-export.py) print when the input is wrong.
+export.py) print when the input is wrong, and a traceback for anything else.
 
-A user error (a bad flag or config, a missing or malformed file, a busy workdir) prints one
-line to stderr and exits with status 2; a traceback is for bugs, or for `--verbose`.
+Exit statuses:
+  0: done.
+  1: a bug: any exception that is not a user error. Its traceback is printed (train.py also
+     keeps it in the workdir's train.log).
+  2: a user error (`errors.UserError`: a bad config field or name, a missing, unreadable or
+     malformed file, a workdir that does not fit the run; a busy workdir; a bad flag): one
+     line to stderr, `--verbose` for the traceback.
+  3: training stopped on a non-finite loss or gradient (`errors.Diverged`): one line naming
+     the step, the bad terms and the last good checkpoint (train.log keeps it too).
 """
 import functools
 import logging
 import os
+import re
 import sys
 
 from absl import app, flags
 
-from acl_jax import provenance
+from acl_jax import errors, provenance
 
 VERBOSE = flags.DEFINE_bool("verbose", False, "On an error, print the whole traceback instead "
                             "of its one-line message.")
-# What bad input raises: ValueError (a value that cannot work), OSError (a missing, unreadable
-# or unwritable file, a full disk), a workdir another run holds, a flag absl refuses, and a
-# misused command line (absl's UsageError, which app.run would answer with every flag's help).
-USER_ERRORS = (ValueError, OSError, provenance.WorkdirBusy, flags.Error, app.UsageError)
+# What bad input raises: a UserError (a value, name, file or workdir that cannot work, a full
+# disk), a workdir another run holds, a flag absl refuses, and a misused command line (absl's
+# UsageError, which app.run would answer with every flag's help). A ValueError or OSError of
+# any other type comes from the code or a library, and is a bug.
+UserError = errors.UserError
+USER_ERRORS = (UserError, provenance.WorkdirBusy, flags.Error, app.UsageError)
 EXIT_USER_ERROR = 2
+EXIT_DIVERGED = 3
 
 
-def fail(message: str) -> None:
-  """Prints `message` as the one line of a user error and exits with EXIT_USER_ERROR."""
+def fail(message: str, status: int = EXIT_USER_ERROR) -> None:
+  """Prints `message` as the one line of a user error and exits with `status`."""
   logging.shutdown()  # flush what was logged before the message, so it comes last
   print(f"error: {' '.join(str(message).split())}", file=sys.stderr, flush=True)
-  sys.exit(EXIT_USER_ERROR)
+  sys.exit(status)
 
 
 def _verbose(argv) -> bool:
@@ -37,16 +48,33 @@ def _verbose(argv) -> bool:
 
 
 def user_errors(main):
-  """Wraps an absl `main(argv)`: a user error becomes one line (`fail`) unless --verbose."""
+  """Wraps an absl `main(argv)`: a user error or a diverged run becomes one line (`fail`)
+  unless --verbose; any other exception propagates, so its traceback is printed (status 1)."""
   @functools.wraps(main)
   def wrapped(argv):
     try:
       return main(argv)
-    except USER_ERRORS as e:
+    except (*USER_ERRORS, errors.Diverged) as e:
       if _verbose(argv):
         raise
-      fail(str(e) or type(e).__name__)
+      fail(str(e) or type(e).__name__,
+           EXIT_DIVERGED if isinstance(e, errors.Diverged) else EXIT_USER_ERROR)
   return wrapped
+
+
+def config_value(holder):
+  """The config of an ml_collections `config_flags` flag. A config file that did not load
+  (missing, or refusing its argument) is a user error, raised here: ml_collections defers it
+  to the config's first use."""
+  config = holder.value
+  try:
+    config.keys()
+  except (AttributeError, KeyError, ValueError, OSError) as e:
+    cause = e.__cause__ or e
+    if isinstance(cause, UserError):
+      raise cause from None
+    raise UserError(str(cause) or type(cause).__name__) from cause
+  return config
 
 
 def parse_flags(argv, closest=None):
@@ -59,7 +87,8 @@ def parse_flags(argv, closest=None):
   try:
     return flags.FLAGS(argv)
   except flags.Error as e:
-    text = str(e)
+    # A config file's UserError reads as its message, without the type's module path.
+    text = re.sub(rf"{errors.__name__}\.\w+: ", "", str(e))
     if "Traceback (most recent call last)" in text:  # a config file's own error, as text
       lines = [line for line in text.splitlines() if line.strip()]
       text = f"{lines[0].split(':', 1)[0]}: {lines[-1]}"

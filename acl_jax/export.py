@@ -34,6 +34,7 @@ import numpy as np
 
 from acl_jax import provenance
 from acl_jax import run as run_lib
+from acl_jax.errors import UserError
 from acl_jax.models import hf
 from acl_jax.models.config import EncoderConfig, read_hf_config
 
@@ -96,16 +97,16 @@ def _linear_as_tanh_head(head: dict, layer_norm: dict, dim: int) -> dict:
 
 
 def exported_head(cfg: EncoderConfig) -> str:
-  """The HF head a model's exits are written as; ValueError when there is no exact one."""
+  """The HF head a model's exits are written as; UserError when there is no exact one."""
   family_head = hf.FAMILY_HEADS[cfg.family]
   if cfg.exit_pooling != "cls":
-    raise ValueError(
+    raise UserError(
         f"This model's exits read the token mean (model.exit_pooling={cfg.exit_pooling!r}), "
         "but HF's sequence-classification heads read the [CLS] state, so no HF model computes "
         "it. Train with --config.model.exit_pooling=cls to export.")
   if cfg.head in (family_head, "linear"):
     return family_head
-  raise ValueError(
+  raise UserError(
       f"A {cfg.family} model exports as {ARCHITECTURES.get(cfg.family, cfg.family)}, whose "
       f"head is {family_head!r}; a {cfg.head!r} head is another layout. Train with "
       f"--config.model.head={family_head} (the HF head, same dropout placement) or the "
@@ -163,9 +164,9 @@ def check_out_dir(out_dir: str) -> None:
         return
   except (OSError, ValueError):
     pass
-  raise ValueError(f"{out_dir} holds other files ({', '.join(sorted(os.listdir(out_dir))[:4])}"
-                   f"{', ...' if len(os.listdir(out_dir)) > 4 else ''}) and is not an earlier "
-                   "export: give an empty or new --out folder.")
+  raise UserError(f"{out_dir} holds other files ({', '.join(sorted(os.listdir(out_dir))[:4])}"
+                  f"{', ...' if len(os.listdir(out_dir)) > 4 else ''}) and is not an earlier "
+                  "export: give an empty or new --out folder.")
 
 
 def export_model(cfg: EncoderConfig, params: Any, out_dir: str, *, base_config: dict,

@@ -9,6 +9,8 @@ import logging
 import os
 import sys
 
+from acl_jax import errors
+
 # Loggers kept at WARNING. Orbax logs through absl's logger, so "absl" covers it.
 NOISY = ("absl", "orbax", "jax", "datasets", "httpx", "urllib3", "filelock")
 
@@ -42,7 +44,8 @@ def _drop_reraised(record: logging.LogRecord) -> bool:
 @contextlib.contextmanager
 def keep_in(workdir: str, process: int = 0):
   """Appends the log lines (INFO of acl_jax, the libraries' and Python's warnings) to the
-  workdir's train.log (train.p<I>.log on process I > 0) while the block runs."""
+  workdir's train.log (train.p<I>.log on process I > 0) while the block runs, and what ended
+  it when an exception did (`record_end`)."""
   name = "train.log" if process == 0 else f"train.p{process}.log"
   handler = logging.FileHandler(os.path.join(workdir, name), delay=True)
   handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
@@ -54,7 +57,26 @@ def keep_in(workdir: str, process: int = 0):
   logging.captureWarnings(True)
   try:
     yield
+  except BaseException as e:
+    record_end(handler, e)
+    raise
   finally:
     root.removeHandler(handler)
     ours.setLevel(level)
     handler.close()
+
+
+def record_end(handler: logging.Handler, e: BaseException) -> None:
+  """Writes what stopped a run to `handler` alone (the tool prints it once, on stderr): the
+  message of a user error or a diverged run, an interrupt, or a bug's traceback."""
+  exc_info = None
+  if isinstance(e, (errors.UserError, errors.Diverged)):
+    msg = f"Stopped: {e}"
+  elif isinstance(e, KeyboardInterrupt):
+    msg = "Stopped: interrupted."
+  elif isinstance(e, SystemExit):
+    msg = f"Stopped: exit status {e.code}."
+  else:
+    msg, exc_info = "Stopped by a bug (an error that is not about the input):", (
+        type(e), e, e.__traceback__)
+  handler.handle(logging.LogRecord(__name__, logging.ERROR, __file__, 0, msg, None, exc_info))

@@ -6,6 +6,8 @@ Light (no jax), so configs and readers can use it.
 import os
 from typing import Collection, Mapping, TypeVar
 
+from acl_jax.errors import UserError
+
 V = TypeVar("V")
 
 # What huggingface_hub reads as true in its offline switches (HF_HUB_OFFLINE and friends).
@@ -13,7 +15,7 @@ _TRUE = ("1", "ON", "YES", "TRUE")
 
 
 def check_known(name, known: Collection, what: str, note: str = ""):
-  """`name` if it is one of `known`; else a ValueError that lists the known names.
+  """`name` if it is one of `known`; else a UserError that lists the known names.
 
   Args:
     name: the value to check.
@@ -23,7 +25,7 @@ def check_known(name, known: Collection, what: str, note: str = ""):
   """
   if name not in known:
     names = sorted(known) if isinstance(known, (Mapping, set, frozenset)) else list(known)
-    raise ValueError(f"Unknown {what} {name!r}; known: {names}{note}.")
+    raise UserError(f"Unknown {what} {name!r}; known: {names}{note}.")
   return name
 
 

@@ -32,6 +32,7 @@ from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 
+from acl_jax.errors import FileError, UserError, open_input
 from acl_jax.data import batching, readers, tasks, tokenize
 from acl_jax.run import Run
 
@@ -69,8 +70,8 @@ class Predictor:
     self.batch_size = batch_size or int(run.config.eval_batch_size)
     devices = run.mesh.size
     if self.batch_size < 1 or self.batch_size % devices:
-      raise ValueError(f"batch_size {self.batch_size} must be a positive multiple of the device "
-                       f"count {devices}: set --batch_size.")
+      raise UserError(f"batch_size {self.batch_size} must be a positive multiple of the device "
+                      f"count {devices}: set --batch_size.")
     t = run.config.task
     self.max_length = int(t.max_length)
     self.boundaries = batching.bucket_boundaries(self.max_length, int(t.num_buckets))
@@ -143,8 +144,8 @@ class Predictor:
     from acl_jax.exits import policies  # pylint: disable=import-outside-toplevel
     cfg = self.run.model.cfg
     if cfg.exits != "all":
-      raise ValueError(f"{self.run.workdir}: {policies.ONE_EXIT_MSG}; predict without "
-                       "--exit_policy, or train with a multi-exit preset (e.g. jt, acl_cl).")
+      raise UserError(f"{self.run.workdir}: {policies.ONE_EXIT_MSG}; predict without "
+                      "--exit_policy, or train with a multi-exit preset (e.g. jt, acl_cl).")
     policies.check_threshold(policy, threshold)
     if self._fast_params is None:  # one device: the fast path is a per-layer jit
       self._fast_params = jax.device_put(jax.device_get(self.run.params))
@@ -213,9 +214,10 @@ def output_keys(fields: Iterable[str]) -> dict[str, str]:
   return out
 
 
-def input_columns(run: Run) -> list[tuple[str, ...]]:
-  """The names the run's text field(s) may have in an input file (`tasks.input_columns`)."""
-  t = run.config.task
+def input_columns(config) -> list[tuple[str, ...]]:
+  """The names a run's text field(s) may have in an input file (`tasks.input_columns`), from
+  its config (`Run.config`, or `run.read_config` before the model loads)."""
+  t = config.task
   return tasks.input_columns(t.name, t.get("text_column", "text"),
                              t.get("text_pair_column", "") or None)
 
@@ -247,13 +249,13 @@ def check_output(path: str) -> None:
     return
   folder = os.path.dirname(path) or "."
   if not os.path.isdir(folder):
-    raise FileNotFoundError(f"--output {path}: the folder {folder} does not exist; create it "
-                            f"first (mkdir -p {folder}).")
+    raise FileError(f"--output {path}: the folder {folder} does not exist; create it "
+                    f"first (mkdir -p {folder}).")
   if os.path.isdir(path):
-    raise IsADirectoryError(f"--output {path} is a folder; name a file in it, e.g. "
-                            f"{os.path.join(path, 'preds.jsonl')}.")
+    raise FileError(f"--output {path} is a folder; name a file in it, e.g. "
+                    f"{os.path.join(path, 'preds.jsonl')}.")
   if not os.access(folder, os.W_OK):
-    raise PermissionError(f"--output {path}: the folder {folder} is not writable.")
+    raise FileError(f"--output {path}: the folder {folder} is not writable.")
 
 
 def _lines(path: str):
@@ -262,11 +264,14 @@ def _lines(path: str):
   if path == "-":
     f, name, own = sys.stdin, "<stdin>", None
   else:
-    if not os.path.isfile(path):
-      raise FileNotFoundError(f"Missing input file {path}.")
-    f = own = open(path, encoding="utf-8-sig", newline="")  # pylint: disable=consider-using-with
+    f = own = open_input(path, "--input", encoding="utf-8-sig", newline="")
     name = path
-  first = next(f, "")
+  try:
+    first = next(f, "")
+  except UnicodeDecodeError:
+    if own is not None:
+      own.close()
+    raise readers.not_utf8(path) from None
   return itertools.chain([first.lstrip("\ufeff")], f), name, first, own
 
 
@@ -283,13 +288,13 @@ def _column(spec: Union[str, int], have: Sequence[str], flag: str, name: str, fm
     return spec
   if spec.isascii() and spec.isdigit():
     if fmt == "jsonl":
-      raise ValueError(f"{flag} {spec}: {name} is JSONL, whose fields go by name, not "
-                       f"position; its first record has {_show(have)}.")
+      raise UserError(f"{flag} {spec}: {name} is JSONL, whose fields go by name, not "
+                      f"position; its first record has {_show(have)}.")
     if int(spec) < len(have):
       return have[int(spec)]
-    raise ValueError(f"{flag} {spec} is out of range: {name} has {len(have)} columns, at "
-                     f"positions 0 to {len(have) - 1}: {_show(have)}.")
-  raise ValueError(f"{flag} {spec!r} is not a column of {name}; its columns are {_show(have)}.")
+    raise UserError(f"{flag} {spec} is out of range: {name} has {len(have)} columns, at "
+                    f"positions 0 to {len(have) - 1}: {_show(have)}.")
+  raise UserError(f"{flag} {spec!r} is not a column of {name}; its columns are {_show(have)}.")
 
 
 def _text_columns(have: Sequence[str], alternatives: Sequence[tuple[str, ...]],
@@ -300,22 +305,22 @@ def _text_columns(have: Sequence[str], alternatives: Sequence[tuple[str, ...]],
   pairs = len(alternatives[0]) > 1
   if layout.text_column is None:
     if layout.text_pair_column is not None:
-      raise ValueError("--text_pair_column comes with --text_column, the first text's column.")
+      raise UserError("--text_pair_column comes with --text_column, the first text's column.")
     cols = next((alt for alt in alternatives if all(c in have for c in alt)), None)
     if cols is None:
       flag = "--text_column and --text_pair_column" if pairs else "--text_column"
       also = ("" if fmt == "jsonl" or not layout.header or layout.names is not None else
               "; a file without a header row also needs --no_header (or --columns NAMES)")
-      raise ValueError(
+      raise UserError(
           f"{name} ({fmt}) has columns {_show(have)}; this run reads the text column(s) {want}. "
           f"Name the column(s) to read with {flag} (a name, or a 0-based position){also}. "
           f"Pass --format if {fmt} is the wrong guess.")
     return cols
   if pairs and layout.text_pair_column is None:
-    raise ValueError(f"This run classifies text pairs ({want}): give --text_pair_column with "
-                     "--text_column.")
+    raise UserError(f"This run classifies text pairs ({want}): give --text_pair_column with "
+                    "--text_column.")
   if not pairs and layout.text_pair_column is not None:
-    raise ValueError(f"This run classifies single texts ({want}); drop --text_pair_column.")
+    raise UserError(f"This run classifies single texts ({want}); drop --text_pair_column.")
   specs = [("--text_column", layout.text_column)]
   if pairs:
     specs.append(("--text_pair_column", layout.text_pair_column))
@@ -332,9 +337,9 @@ def _rows_as_records(rows: Iterable[list[str]], reader, columns: list[str], what
     if not row:  # a blank line is no row, as csv.DictReader reads it
       continue
     if len(row) != len(columns):
-      raise ValueError(f"{name} line {reader.line_num} has {len(row)} fields where {what} has "
-                       f"{len(columns)} ({_show(columns)}); every row needs one field per "
-                       f"column ({hint}).")
+      raise UserError(f"{name} line {reader.line_num} has {len(row)} fields where {what} has "
+                      f"{len(columns)} ({_show(columns)}); every row needs one field per "
+                      f"column ({hint}).")
     yield dict(zip(columns, row))
 
 
@@ -356,15 +361,16 @@ def read_inputs(path: str, fmt: str, alternatives: Sequence[tuple[str, ...]],
     of the text (and pair): the layout's, else the first alternative the input has.
 
   Raises:
-    ValueError: the text column(s) are not in the input, a column is named twice, or (once
-      read) a row has another number of fields than the header.
+    UserError: the input is empty or holds a header row alone, is not UTF-8, its text
+      column(s) are not in it, a column is named twice, or (once read) a row has another
+      number of fields than the header.
   """
   if fmt not in ("auto", *readers.GENERIC_FORMATS):
-    raise ValueError(f"Unknown input format {fmt!r}; known: auto, "
-                     f"{', '.join(readers.GENERIC_FORMATS)}.")
+    raise UserError(f"Unknown input format {fmt!r}; known: auto, "
+                    f"{', '.join(readers.GENERIC_FORMATS)}.")
   if layout.names is not None and not layout.names:
-    raise ValueError("--columns is empty; it names the columns of a file without a header "
-                     "row, e.g. --columns=label,title,description.")
+    raise UserError("--columns is empty; it names the columns of a file without a header "
+                    "row, e.g. --columns=label,title,description.")
   header = layout.header and layout.names is None
   lines, name, first, own = _lines(path)
   try:
@@ -372,8 +378,8 @@ def read_inputs(path: str, fmt: str, alternatives: Sequence[tuple[str, ...]],
       fmt = (path != "-" and readers.format_of(path)) or readers.sniff_format(first)
     if fmt == "jsonl":
       if not header:
-        raise ValueError(f"--no_header and --columns describe CSV or TSV files; {name} is "
-                         "JSONL, whose records name their fields.")
+        raise UserError(f"--no_header and --columns describe CSV or TSV files; {name} is "
+                        "JSONL, whose records name their fields.")
       records = readers.iter_records(lines, fmt, name)
       head = next(records, None)
       have = list(head or ())
@@ -389,16 +395,26 @@ def read_inputs(path: str, fmt: str, alternatives: Sequence[tuple[str, ...]],
         have, what = list(head or ()), "the header"
       twice = sorted({c for c in have if have.count(c) > 1})
       if twice:
-        raise ValueError(f"{name}: {what} names the column(s) {twice} more than once; give "
-                         "each column its own name, so that each is written back.")
+        raise UserError(f"{name}: {what} names the column(s) {twice} more than once; give "
+                        "each column its own name, so that each is written back.")
       if not header and head is not None:
         rows = itertools.chain([head], rows)
       records = _rows_as_records(rows, reader, have, what, name, fmt)
-    if head is None:  # an empty input: no rows to predict
-      if own is not None:
-        own.close()
-      return iter(()), alternatives[0]
+    want = ("one JSON object a line" if fmt == "jsonl" else "a header row naming the columns"
+            if header else "one row a line")
+    if head is None:
+      raise UserError(f"{name} holds no records: expected {want} and at least one row to "
+                      "classify.")
     cols = _text_columns(have, alternatives, layout, name, fmt)
+    first_record = next(records, None)  # the rows under a header row
+    if first_record is None:
+      raise UserError(f"{name} holds a header row and no records: expected at least one row "
+                      "to classify under it.")
+    records = itertools.chain([first_record], records)
+  except UnicodeDecodeError:
+    if own is not None:
+      own.close()
+    raise readers.not_utf8(path) from None
   except Exception:
     if own is not None:
       own.close()
@@ -409,9 +425,11 @@ def read_inputs(path: str, fmt: str, alternatives: Sequence[tuple[str, ...]],
       for n, rec in enumerate(records):
         missing = [c for c in cols if c not in rec]
         if missing:
-          raise ValueError(f"{name} record {n + 1} has no column(s) {missing}; it has "
-                           f"{sorted(rec)}.")
+          raise UserError(f"{name} record {n + 1} has no column(s) {missing}; it has "
+                          f"{sorted(rec)}.")
         yield rec
+    except UnicodeDecodeError:
+      raise readers.not_utf8(path) from None
     finally:
       if own is not None:
         own.close()
@@ -431,7 +449,15 @@ def predict_file(run: Run, input_path: str, output_path: str, fmt: str = "auto",
   if policy:
     from acl_jax.exits import policies  # pylint: disable=import-outside-toplevel
     policies.check_threshold(policy, threshold)  # before reading anything
-  records, cols = read_inputs(input_path, fmt, input_columns(run), layout)
+  records, cols = read_inputs(input_path, fmt, input_columns(run.config), layout)
+  return write_predictions(run, records, cols, output_path, batch_size, policy, threshold)
+
+
+def write_predictions(run: Run, records: Iterable[dict], cols: Sequence[str],
+                      output_path: str, batch_size: int = 0, policy: Optional[str] = None,
+                      threshold: Any = None) -> int:
+  """Classifies `records` (from `read_inputs`, their texts under `cols`) and writes the JSONL
+  lines to `output_path`, as `predict_file` does. Returns the row count."""
   predictor = Predictor(run, batch_size)
   out = predictor.predict_records(records, cols, policy, threshold)
   if output_path == "-":

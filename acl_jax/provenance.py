@@ -12,6 +12,8 @@ import socket
 import subprocess
 from typing import Any
 
+from acl_jax.errors import UserError
+
 log = logging.getLogger(__name__)
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -157,7 +159,7 @@ def check_same_run(workdir: str, cfg) -> None:
   fixed = {k: v for k, v in config_changes(old, flat_config(cfg)).items()
            if not is_resumable(k)}
   if fixed:
-    raise ValueError(
+    raise UserError(
         f"{workdir} holds a checkpoint of a run with another config: {_fmt_changes(fixed)}. "
         "These fields say what is trained, so resuming would mix two runs in one workdir (a "
         "resume may change only RESUMABLE_FIELDS: the optimizer, num_steps, eval, "
@@ -213,10 +215,10 @@ def check_not_pruned(workdir: str) -> None:
   """A finished run (results.json with its training record) whose latest checkpoint is gone
   would silently train again from step 0 and overwrite its results: refuse."""
   if run_finished(workdir) and not checkpoint_steps(workdir):
-    raise ValueError(f"{workdir} holds a finished run (results.json) but no checkpoint to "
-                     "resume from (ckpt/ was deleted, e.g. by checkpoint.keep_train_state="
-                     "False): training would restart from step 0 and overwrite its results. "
-                     "Use a new --workdir, or move results.json away to retrain it here.")
+    raise UserError(f"{workdir} holds a finished run (results.json) but no checkpoint to "
+                    "resume from (ckpt/ was deleted, e.g. by checkpoint.keep_train_state="
+                    "False): training would restart from step 0 and overwrite its results. "
+                    "Use a new --workdir, or move results.json away to retrain it here.")
 
 
 # The run's label names in label-id order (a JSON list), written by the training loop; what

@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional, Sequence
 import ml_collections
 
 from acl_jax import provenance
+from acl_jax.errors import FileError, UserError
 from acl_jax.train import checkpoint as ckpt_lib
 from acl_jax.train import setup as setup_lib, step as step_lib
 
@@ -66,11 +67,11 @@ def read_config(workdir: str) -> ml_collections.ConfigDict:
   """The config the run trains with now: config.json with config_history.jsonl applied."""
   cfg = provenance.run_config(workdir)
   if cfg is None and not os.path.isdir(workdir):
-    raise FileNotFoundError(f"--workdir {workdir} does not exist: it must be a folder written "
-                            "by train.py.")
+    raise FileError(f"--workdir {workdir} does not exist: it must be a folder written "
+                    "by train.py.")
   if cfg is None:
-    raise FileNotFoundError(f"{os.path.join(workdir, 'config.json')} not found: --workdir must "
-                            "be a folder written by train.py.")
+    raise FileError(f"{os.path.join(workdir, 'config.json')} not found: --workdir must "
+                    "be a folder written by train.py.")
   return ml_collections.ConfigDict(cfg)
 
 
@@ -82,8 +83,8 @@ def label_names_or_default(names: Optional[list[str]], num_labels: int,
                 num_labels - 1)
     return [f"LABEL_{i}" for i in range(num_labels)]
   if len(names) != num_labels or len(set(names)) != len(names):
-    raise ValueError(f"{source}: the label names {names} are not {num_labels} distinct names, "
-                     "one per class of the model.")
+    raise UserError(f"{source}: the label names {names} are not {num_labels} distinct names, "
+                    "one per class of the model.")
   return list(names)
 
 
@@ -96,6 +97,14 @@ def _task_label_names(task, names: Optional[list[str]], workdir: str) -> list[st
                 workdir, names, task.label_names)
     task.label_names = names
   return list(task.label_names)
+
+
+def check(workdir: str, checkpoint: str = "best") -> ml_collections.ConfigDict:
+  """The config of `workdir` once it is known to hold a checkpoint of the kind asked for: what
+  `open` checks before anything loads, for a caller to check its own input before then."""
+  config = read_config(workdir)
+  ckpt_lib.check_selected(workdir, checkpoint)
+  return config
 
 
 def open(workdir: str, checkpoint: str = "best",  # pylint: disable=redefined-builtin
@@ -117,12 +126,11 @@ def open(workdir: str, checkpoint: str = "best",  # pylint: disable=redefined-bu
     The run, its params replicated over all devices.
 
   Raises:
-    FileNotFoundError: no config.json, or no checkpoint of the kind asked for.
-    ValueError: a split the task lacks, or a checkpoint that does not fit the model.
-    RuntimeError: the checkpoint's files cannot be read (the message names its step).
+    FileError: no config.json, no checkpoint of the kind asked for, or one whose files cannot
+      be read (the message names its step).
+    UserError: a split the task lacks, or a checkpoint that does not fit the model.
   """
-  config = read_config(workdir)
-  ckpt_lib.check_selected(workdir, checkpoint)
+  config = check(workdir, checkpoint)
   names = provenance.read_labels(workdir)
   setup = None
   if splits is not None:

@@ -9,6 +9,7 @@ import functools
 
 import ml_collections
 
+from acl_jax.errors import UserError
 from acl_jax.names import check_known
 from acl_jax.train.objectives import LOSSES, spec_default
 
@@ -243,8 +244,8 @@ def apply_args(c: ml_collections.ConfigDict, arg: str | None) -> ml_collections.
       if w == "acl_cl":
         _apply_method(c.loss, "acl")
     else:
-      raise ValueError(f"Unknown config argument {w!r}; methods: {sorted(METHODS)}, "
-                       f"multi-exit strategies: {sorted(MULTI_EXIT)}, or 'runlocal'.")
+      raise UserError(f"Unknown config argument {w!r}; methods: {sorted(METHODS)}, "
+                      f"multi-exit strategies: {sorted(MULTI_EXIT)}, or 'runlocal'.")
   c.lock()  # unknown --config.x overrides now fail instead of being silently added
   return c
 

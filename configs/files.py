@@ -13,6 +13,8 @@ relative paths are read under task.data_dir when it is set. Labels may be string
 their names, in id order, go to the workdir's labels.json. CSV is quoted as usual, TSV is not
 (as the GLUE files), JSONL holds one object per line.
 """
+from acl_jax.errors import UserError
+
 from configs import common
 
 # acl_jax.data.readers.GENERIC_FORMATS, spelt out so that configs import no acl_jax code.
@@ -23,9 +25,9 @@ def get_config(arg="csv"):
   words = [w for w in (arg or "").split(",") if w]
   fmt = words.pop(0) if words and words[0] in TASKS else "csv"
   if words and not common.is_config_word(words[0]):
-    raise ValueError(f"Unknown file format {words[0]!r}: configs/files.py reads "
-                     f"{', '.join(TASKS)} (then optional method words and 'runlocal'); save "
-                     "the data as CSV, TSV or JSONL.")
+    raise UserError(f"Unknown file format {words[0]!r}: configs/files.py reads "
+                    f"{', '.join(TASKS)} (then optional method words and 'runlocal'); save "
+                    "the data as CSV, TSV or JSONL.")
   c = common.base_config()
   c.task.name = fmt
   return common.apply_args(c, ",".join(words))

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from acl_jax import data
+from acl_jax.errors import FileError, UserError
 from tests.helpers import SHARED_DATA as DATA
 
 GLUE = os.path.join(DATA, "glue")
@@ -64,7 +65,7 @@ def test_glue_formats_parsed():
 
 
 def test_glue_missing_file_names_layout():
-  with pytest.raises(FileNotFoundError) as e:
+  with pytest.raises(FileError) as e:
     data.load_task("qnli", GLUE)  # shared data has QNLI dev only
   msg = str(e.value)
   assert os.path.join("QNLI", "train.tsv") in msg and "GLUE TSV layout" in msg
@@ -76,7 +77,7 @@ def test_glue_offline_without_data_dir_fails_at_once(monkeypatch):
 
   monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
   monkeypatch.setattr(datasets, "load_dataset", no_network)
-  with pytest.raises(RuntimeError, match=r"--config\.task\.data_dir=\.\./shared/data/glue"):
+  with pytest.raises(UserError, match=r"--config\.task\.data_dir=\.\./shared/data/glue"):
     data.load_task("rte")
 
 
@@ -191,7 +192,7 @@ def test_textgcn_20ng_raw_quirks():
 
 
 def test_textgcn_layout_errors(tmp_path):
-  with pytest.raises(FileNotFoundError) as e:
+  with pytest.raises(FileError) as e:
     data.load_task("mr", str(tmp_path))
   assert os.path.join("mr", "mr.txt") in str(e.value)
   assert os.path.join("mr", "corpus", "mr.txt.gz") in str(e.value)

@@ -1,5 +1,6 @@
 """Bad input gets one message: each row is an input, the exit code it must give, the words its
-message must hold, and how many lines stderr may have. No user error prints a traceback."""
+message must hold, and how many lines stderr may have. No user error prints a traceback; a bug
+does (exit status 1), and train.py keeps it in train.log."""
 import os
 
 import pytest
@@ -50,6 +51,16 @@ CASES = [
      ["Split 'tset' not in task", "eval_splits"], 3),
     ("zero batch size", lambda t: ["train.py", "--config", "configs/quickstart.py",
                                    "--config.batch_size=0"], 2, ["batch_size must be >= 1"], 3),
+    # Before the model loads: the model named here does not exist.
+    ("negative seed", lambda t: ["train.py", "--config", "configs/quickstart.py",
+                                 "--config.seed=-1", "--config.model.name=no-such-org/model"],
+     2, ["seed must be >= 0, got -1", "--config.seed"], 3),
+    ("missing data file", lambda t: ["train.py", "--config", "configs/files.py",
+                                     f"--config.task.train_file={t}/nope.csv"], 2,
+     ["Missing csv file", "nope.csv"], 3),
+    ("data file is a folder", lambda t: ["train.py", "--config", "configs/files.py",
+                                         f"--config.task.train_file={t}"], 2,
+     ["is a folder, not a file"], 3),
 ]
 
 
@@ -117,6 +128,18 @@ PREDICT_CASES = [
      lambda t, wd: ["predict.py", "--workdir", wd(), "--input", _csv(t), "--output",
                     f"{t}/out/preds.jsonl"], 2,
      ["--output", "the folder", "/out does not exist; create it first"], 2),
+    ("empty input", lambda t, wd: ["predict.py", "--workdir", wd(), "--input",
+                                   _csv(t, "empty.csv", b"")], 2,
+     ["empty.csv holds no records", "header row"], 2),
+    ("header-only input", lambda t, wd: ["predict.py", "--workdir", wd(), "--input",
+                                         _csv(t, "head.csv", b"text,label\n")], 2,
+     ["head.csv holds a header row and no records"], 2),
+    ("input is a folder", lambda t, wd: ["predict.py", "--workdir", wd(), "--input",
+                                         os.path.dirname(_csv(t, "in/a.csv"))], 2,
+     ["--input", "/in is a folder, not a file"], 2),
+    ("input not UTF-8", lambda t, wd: ["predict.py", "--workdir", wd(), "--input",
+                                       _csv(t, "latin.csv", b"text\ncaf\xe9\n")], 2,
+     ["latin.csv is not UTF-8 text", "byte b'\\xe9' on line 2"], 2),
 ]
 
 
@@ -131,6 +154,48 @@ def test_bad_predict_input_prints_one_message(request, tmp_path, name, args, cod
   p = _one_message(argv, code, words, max_lines)
   assert set(os.listdir(tmp_path)) - before == made  # no output, no temp file
   assert not p.stdout
+
+
+def _fault_run(tiny_model_dir, wd, worker, *args):
+  """train.py on the tiny quickstart run (6 steps, checkpoints at 3 and 6) under one of
+  tests.fault_workers' faults."""
+  return helpers.run_py(["-m", "tests.fault_workers", worker, *args, "--config",
+                         "configs/quickstart.py:runlocal", "--workdir", wd,
+                         f"--config.model.name={tiny_model_dir}", "--config.progress=False"],
+                        timeout=600)
+
+
+def test_a_bug_in_the_loop_prints_its_traceback_and_keeps_it_in_train_log(tiny_model_dir,
+                                                                           tmp_path):
+  """A ValueError from inside the loop (not a UserError) is a bug, not bad input: its whole
+  traceback goes to stderr and into train.log, and the exit status is 1, not 2."""
+  wd = str(tmp_path / "run")
+  p = _fault_run(tiny_model_dir, wd, "bug_in_eval")
+  assert p.returncode == 1, p.stderr[-3000:]
+  assert "Traceback (most recent call last)" in p.stderr, p.stderr[-3000:]
+  assert "ValueError: operands could not be broadcast together" in p.stderr
+  assert "error: " not in p.stderr  # no one-line user error in its place
+  log = open(os.path.join(wd, "train.log")).read()
+  assert "Stopped by a bug" in log and "Traceback (most recent call last)" in log, log
+  assert "ValueError: operands could not be broadcast together" in log.splitlines()[-1]
+
+
+def test_a_diverged_run_stops_in_one_line_naming_its_last_good_checkpoint(tiny_model_dir,
+                                                                          tmp_path):
+  """A NaN loss from step 5 on: the check at step 6 stops the run with one line (status 3)
+  naming the step and the checkpoint of step 3, which train.log records too."""
+  wd = str(tmp_path / "run")
+  p = _fault_run(tiny_model_dir, wd, "nan_from", "5")
+  err = [line for line in p.stderr.splitlines() if line.strip()]
+  assert p.returncode == 3, p.stderr[-3000:]
+  assert "Traceback" not in p.stderr, p.stderr[-3000:]
+  ckpt = os.path.join(wd, "ckpt", "3")
+  for words in ("Non-finite loss or gradient at step 5: loss=nan",
+                f"the last good checkpoint is {ckpt} (step 3)"):
+    assert words in err[-1], err[-1]
+  log = open(os.path.join(wd, "train.log")).read().splitlines()
+  assert "Stopped: Non-finite loss or gradient at step 5" in log[-1]
+  assert f"checkpoint is {ckpt} (step 3)" in log[-1]
 
 
 def test_verbose_shows_the_traceback(tmp_path):
@@ -224,6 +289,22 @@ def test_bad_input_to_a_finished_run_prints_one_message(trained, tmp_path, name,
   p = _one_message(args(trained, str(tmp_path)), code, words, max_lines)
   if name == "eval: results.json unwritable":  # the metrics were printed all the same
     assert '"accuracy"' in p.stdout and "[dev] per class" in p.stdout
+
+
+def test_eval_logs_to_stderr_and_json_prints_the_metrics_alone(trained, tmp_path):
+  import json
+  wd = _copy(trained, str(tmp_path))
+  p = helpers.run_py(["eval.py", "--workdir", wd, "--split", "dev"])
+  assert p.returncode == 0, p.stderr[-3000:]
+  assert " INFO " not in p.stdout and p.stdout.startswith("{"), p.stdout[:500]
+  assert " INFO " in p.stderr  # the log lines are there, on stderr
+  p = helpers.run_py(["eval.py", "--workdir", wd, "--split", "dev", "--json"])
+  assert p.returncode == 0, p.stderr[-3000:]
+  out = json.loads(p.stdout)  # stdout is the JSON alone
+  assert out["dev"]["accuracy"] == json.load(open(os.path.join(wd, "results.json")))[
+      "dev"]["accuracy"]
+  assert set(out["dev"]["per_class"]) == {"rotten", "fresh"}
+  assert f"wrote {os.path.join(wd, 'results.json')}" in p.stderr
 
 
 def test_the_default_run_exports_and_matches_predict_in_plain_transformers(trained, tmp_path):

@@ -309,7 +309,8 @@ def test_gloss_at_a_tiny_sigma_warns_with_the_floor_share(tiny_model_dir, tmp_pa
 def test_a_failed_save_is_one_message_and_orbax_thread_tracebacks_are_dropped(
     tiny_model_dir, ce_run, tmp_path, monkeypatch):
   """A full disk: Orbax logs each write thread's traceback, then raises to the caller. The
-  tools show the raised error alone, in one line naming the step and what to do."""
+  tools show the raised error alone, in one line naming the step and what to do, which
+  train.log keeps as what ended the run."""
   import logging
   import os
   from acl_jax import logs
@@ -326,6 +327,8 @@ def test_a_failed_save_is_one_message_and_orbax_thread_tracebacks_are_dropped(
                      r"checkpoints are intact.*resume from step 6"):
     loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir, num_steps=9), wd)
   assert ckpt_lib  # the error is raised by Checkpoints.save
+  last = open(os.path.join(wd, "train.log")).read().splitlines()[-1]  # what ended the run
+  assert "Stopped: Saving the checkpoint of step 9" in last and "resume from step 6" in last
   logs.setup()
   kept = []
   handler = logging.Handler()

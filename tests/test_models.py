@@ -10,6 +10,7 @@ import torch  # requirements-test.txt: the equivalence tests must not be skipped
 import transformers
 
 import acl_jax
+from acl_jax.errors import FileError
 from acl_jax.models import hf as hf_lib
 from tests import numerics
 
@@ -160,10 +161,10 @@ def test_alias_resolves_offline_everywhere(monkeypatch):
 
 
 def test_missing_folder_and_files(tmp_path):
-  with pytest.raises(FileNotFoundError, match="does not exist"):
+  with pytest.raises(FileError, match="does not exist"):
     acl_jax.load_pretrained(str(tmp_path / "nope"), 2)
   (tmp_path / "empty").mkdir()
-  with pytest.raises(FileNotFoundError, match="config.json"):
+  with pytest.raises(FileError, match="config.json"):
     acl_jax.load_pretrained(str(tmp_path / "empty"), 2)
   (tmp_path / "empty" / "config.json").write_text(json.dumps({"model_type": "gpt2"}))
   with pytest.raises(ValueError, match="Unsupported model_type 'gpt2'"):

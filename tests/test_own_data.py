@@ -8,6 +8,7 @@ import pytest
 
 from acl_jax import data
 from acl_jax.data import readers, tasks
+from acl_jax.errors import UserError
 from configs import files as files_config
 from configs import hub as hub_config
 
@@ -83,7 +84,7 @@ def test_hub_task_errors_name_the_fix(tmp_path, monkeypatch):
   called = []
   monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: called.append(a))
   start = time.time()
-  with pytest.raises(RuntimeError, match=r"'stanfordnlp/imdb'.*offline.*save_to_disk"):
+  with pytest.raises(UserError, match=r"'stanfordnlp/imdb'.*offline.*save_to_disk"):
     data.load_task("hub", hub_id="stanfordnlp/imdb")
   assert not called and time.time() - start < 5
 

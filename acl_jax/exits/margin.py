@@ -11,6 +11,8 @@ import numbers
 import jax
 import jax.numpy as jnp
 
+from acl_jax.errors import UserError
+
 
 def margin_rule(log_probs, pred, state, threshold):
   """(log_probs [b, K], pred [b], state, threshold) -> (done [b] bool, state)."""
@@ -22,5 +24,5 @@ def margin_rule(log_probs, pred, state, threshold):
 def check_margin(t):
   if not isinstance(t, numbers.Real) or isinstance(t, bool) or not math.isfinite(t) \
       or not 0 < t <= 1:
-    raise ValueError(f"margin threshold must be a float in (0, 1], got {t!r}.")
+    raise UserError(f"margin threshold must be a float in (0, 1], got {t!r}.")
   return float(t)

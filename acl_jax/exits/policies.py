@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from acl_jax.errors import UserError
 from acl_jax.exits.margin import check_margin, margin_rule
 from acl_jax.names import lookup
 
@@ -69,19 +70,19 @@ def _is_real(x) -> bool:
 
 def _check_entropy(t):
   if not _is_real(t) or not math.isfinite(t) or t < 0:
-    raise ValueError(f"entropy threshold must be a finite float >= 0 (nats), got {t!r}.")
+    raise UserError(f"entropy threshold must be a finite float >= 0 (nats), got {t!r}.")
   return float(t)
 
 
 def _check_confidence(t):
   if not _is_real(t) or not 0 < t <= 1:
-    raise ValueError(f"confidence threshold must be a float in (0, 1], got {t!r}.")
+    raise UserError(f"confidence threshold must be a float in (0, 1], got {t!r}.")
   return float(t)
 
 
 def _check_patience(t):
   if not isinstance(t, numbers.Integral) or isinstance(t, (bool, np.bool_)) or t < 1:
-    raise ValueError(
+    raise UserError(
         f"patience threshold must be an int >= 1 (layers in a row with the same argmax), "
         f"got {t!r}.")
   return int(t)

@@ -7,6 +7,7 @@ import jax
 from acl_jax import data as data_lib
 from acl_jax import metrics as metrics_lib
 from acl_jax import run as run_lib
+from acl_jax.errors import UserError
 from acl_jax.exits.policies import check_threshold
 from acl_jax.exits.sweep import sweep, write_table
 
@@ -21,9 +22,9 @@ def early_exit_workdir(workdir: str, split: str, policy: str, thresholds,
   """
   config = run_lib.read_config(workdir)
   if config.model.exits != "all":
-    raise ValueError(f"{workdir} was trained with model.exits={config.model.exits!r}: "
-                     "early-exit evaluation needs a checkpoint trained with exits='all' "
-                     "(e.g. configs/glue.py:sst2,jt).")
+    raise UserError(f"{workdir} was trained with model.exits={config.model.exits!r}: "
+                    "early-exit evaluation needs a checkpoint trained with exits='all' "
+                    "(e.g. configs/glue.py:sst2,jt).")
   for t in thresholds:  # fail before loading anything
     check_threshold(policy, t)
   run = run_lib.open(workdir, "best", splits=[split])

@@ -10,6 +10,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
+from acl_jax.errors import FileError, UserError, open_input
 from acl_jax.names import check_known
 
 # model_type -> family. MiniLM checkpoints declare model_type "bert".
@@ -104,9 +105,9 @@ class EncoderConfig:
     check_known(self.head, EXIT_HEADS, "exit head")
     check_known(self.exit_pooling, EXIT_POOLING, "exit_pooling")
     if self.hidden_size % self.num_heads:
-      raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}.")
+      raise UserError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}.")
     if self.num_labels < 1:
-      raise ValueError(f"num_labels must be >= 1, got {self.num_labels}.")
+      raise UserError(f"num_labels must be >= 1, got {self.num_labels}.")
 
   @property
   def exit_layers(self) -> tuple[int, ...]:
@@ -146,9 +147,23 @@ def config_from_hf(hf: dict, **overrides) -> EncoderConfig:
   """
   model_type = hf.get("model_type", "bert")
   if model_type not in FAMILIES:
-    raise ValueError(
+    raise UserError(
         f"Unsupported model_type {model_type!r} in config.json; supported: {sorted(FAMILIES)}.")
   family = FAMILIES[model_type]
+  try:
+    kw = _hf_fields(hf, family)
+  except KeyError as e:
+    raise UserError(f"config.json lacks {e.args[0]!r}, which a {model_type} model's config "
+                    "holds; is its model_type right?") from None
+  kw["family"] = family
+  if hf.get("classifier_dropout") is not None:
+    kw["classifier_dropout"] = hf["classifier_dropout"]
+  kw.update(overrides)
+  return EncoderConfig(**kw)
+
+
+def _hf_fields(hf: dict, family: str) -> dict:
+  """The EncoderConfig fields an HF config dict of `family` states."""
   if family == "distilbert":
     kw = dict(
         vocab_size=hf["vocab_size"], hidden_size=hf["dim"], num_layers=hf["n_layers"],
@@ -173,19 +188,18 @@ def config_from_hf(hf: dict, **overrides) -> EncoderConfig:
         hidden_act=hf.get("hidden_act", "gelu"))
     pet = hf.get("position_embedding_type", "absolute")
     if pet != "absolute":
-      raise ValueError(f"position_embedding_type {pet!r} is not supported (only 'absolute').")
-  kw["family"] = family
-  if hf.get("classifier_dropout") is not None:
-    kw["classifier_dropout"] = hf["classifier_dropout"]
-  kw.update(overrides)
-  return EncoderConfig(**kw)
+      raise UserError(f"position_embedding_type {pet!r} is not supported (only 'absolute').")
+  return kw
 
 
 def read_hf_config(folder: str) -> dict:
   path = os.path.join(folder, "config.json")
   if not os.path.isfile(path):
-    raise FileNotFoundError(
+    raise FileError(
         f"No config.json in {folder!r}. A model folder needs config.json, model.safetensors "
         "(or pytorch_model.bin) and tokenizer files, as saved by `save_pretrained`.")
-  with open(path) as f:
-    return json.load(f)
+  with open_input(path) as f:
+    try:
+      return json.load(f)
+    except ValueError as e:
+      raise UserError(f"{path} is not valid JSON ({e}).") from None

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from acl_jax.errors import FileError, UserError
 from acl_jax.models import bert
 from acl_jax.models.config import (EXIT_HEADS, FAMILIES, EncoderConfig, config_from_hf,
                                     read_hf_config)
@@ -51,9 +52,9 @@ def resolve_model_dir(name_or_path: str) -> str:
   if os.path.isdir(name_or_path):
     return name_or_path
   if name_or_path.startswith(("/", ".", "~")) or os.path.exists(name_or_path):
-    raise FileNotFoundError(f"Model folder {name_or_path!r} does not exist (or is not a folder).")
+    raise FileError(f"Model folder {name_or_path!r} does not exist (or is not a folder).")
   if _offline():
-    raise OSError(
+    raise FileError(
         f"{name_or_path!r} is not a local folder and the Hugging Face hub is offline "
         "(HF_HUB_OFFLINE=1). Pass a local model folder (config.json + model.safetensors + "
         "tokenizer files) instead, e.g. the packaged MiniLM: "
@@ -68,7 +69,11 @@ def read_state_dict(folder: str) -> dict[str, np.ndarray]:
   pt = os.path.join(folder, "pytorch_model.bin")
   if os.path.isfile(st):
     from safetensors.numpy import load_file  # pylint: disable=import-outside-toplevel
-    raw = load_file(st)
+    try:
+      raw = load_file(st)
+    except Exception as e:  # pylint: disable=broad-except
+      # safetensors' own error type (a truncated or foreign file), or an OSError.
+      raise FileError(f"{st} cannot be read ({type(e).__name__}: {e}).") from e
   elif os.path.isfile(pt):
     try:
       import torch  # pylint: disable=import-outside-toplevel
@@ -78,7 +83,7 @@ def read_state_dict(folder: str) -> dict[str, np.ndarray]:
     raw = {k: v.float().numpy() for k, v in torch.load(pt, map_location="cpu",
                                                         weights_only=True).items()}
   else:
-    raise FileNotFoundError(f"No model.safetensors or pytorch_model.bin in {folder!r}.")
+    raise FileError(f"No model.safetensors or pytorch_model.bin in {folder!r}.")
   out = {}
   for k, v in raw.items():
     for p in _PREFIXES:
@@ -179,7 +184,7 @@ def resolve_head(requested: str | None, found: str | None, sd: dict[str, np.ndar
                  cfg: EncoderConfig, folder: str) -> str:
   """The exit head to build: the requested one, or the checkpoint's (`found`) if unset.
 
-  Raises ValueError, naming `ignore_head` as the way out, when the checkpoint's fine-tuned
+  Raises UserError, naming `ignore_head` as the way out, when the checkpoint's fine-tuned
   head cannot be loaded exactly into the model asked for: another head layout, another
   number of labels, or exits that read the token mean instead of [CLS].
   """
@@ -188,17 +193,17 @@ def resolve_head(requested: str | None, found: str | None, sd: dict[str, np.ndar
   fresh = (f"or drop the checkpoint's head with ignore_head=True (train.py: "
            f"--config.model.ignore_head=True) to start a new {requested or 'linear'!r} head")
   if requested and requested != found:
-    raise ValueError(
+    raise UserError(
         f"The checkpoint in {folder!r} carries a fine-tuned {found!r} exit head "
         f"({', '.join(HEAD_HF_NAMES[found].values())}), which a {requested!r} head cannot hold. "
         f"Ask for head={found!r} (or leave model.head unset to follow the checkpoint), {fresh}.")
   k = _head_labels(sd, found)
   if k != cfg.num_labels:
-    raise ValueError(
+    raise UserError(
         f"The checkpoint's classifier head has {k} labels but num_labels={cfg.num_labels}. "
         f"Pass num_labels={k}, {fresh}.")
   if cfg.exit_pooling != "cls":
-    raise ValueError(
+    raise UserError(
         f"The checkpoint in {folder!r} carries a fine-tuned {found!r} head, which reads the "
         f"[CLS] state, but exit_pooling={cfg.exit_pooling!r}. Use exit_pooling='cls', {fresh}.")
   return found
@@ -210,7 +215,7 @@ def _check_sinusoid(table: np.ndarray | None, cfg: EncoderConfig, folder: str) -
   want = bert.sinusoidal_table(cfg.max_position_embeddings, cfg.hidden_size)
   err = float(np.abs(table - want).max()) if table.shape == want.shape else float("inf")
   if err > 1e-6:
-    raise ValueError(
+    raise UserError(
         f"{folder!r} sets sinusoidal_pos_embds=true, but its position table is not the fixed "
         f"sinusoid (max |difference| {err:.3g}): it was trained (transformers >= 5 leaves it "
         "trainable). acl-jax keeps a sinusoidal table constant; pass sinusoidal_pos_embds=False "
@@ -309,7 +314,7 @@ def read_exit_heads(folder: str, cfg: EncoderConfig) -> dict[str, Any]:
   """The lower exits' heads stored beside an exported multi-exit model (`EXITS_FILE`), as
   {"exit_m": head params} for every exit below the last; {} without the file.
 
-  Raises ValueError when the file's heads are not the ones `cfg` builds.
+  Raises UserError when the file's heads are not the ones `cfg` builds.
   """
   path = os.path.join(folder, EXITS_FILE)
   if not os.path.isfile(path):
@@ -322,20 +327,20 @@ def read_exit_heads(folder: str, cfg: EncoderConfig) -> dict[str, Any]:
   fix = ("Load it with the head and exit_pooling it was exported with, or pass "
          "ignore_head=True to start new heads.")
   if meta.get("head") != cfg.head or meta.get("exit_pooling", "cls") != cfg.exit_pooling:
-    raise ValueError(f"{path} holds {meta.get('head')!r} heads on exit_pooling="
-                     f"{meta.get('exit_pooling')!r}, but the model asked for has head="
-                     f"{cfg.head!r}, exit_pooling={cfg.exit_pooling!r}. {fix}")
+    raise UserError(f"{path} holds {meta.get('head')!r} heads on exit_pooling="
+                    f"{meta.get('exit_pooling')!r}, but the model asked for has head="
+                    f"{cfg.head!r}, exit_pooling={cfg.exit_pooling!r}. {fix}")
   want = list(cfg.exit_layers[:-1])
   if layers != want:
-    raise ValueError(f"{path} holds heads for exits {layers}, but this model's lower exits are "
-                     f"{want}. {fix}")
+    raise UserError(f"{path} holds heads for exits {layers}, but this model's lower exits are "
+                    f"{want}. {fix}")
   out = {}
   for m in want:
     r = _Reader({k[len(f"exit_{m}."):]: v for k, v in tensors.items()
                  if k.startswith(f"exit_{m}.")})
     out[f"exit_{m}"] = {ours: r.dense(name) for ours, name in HEAD_HF_NAMES[cfg.head].items()}
     if r.missing:
-      raise ValueError(f"{path} lacks {r.missing[:3]} of exit_{m}; it is incomplete.")
+      raise UserError(f"{path} lacks {r.missing[:3]} of exit_{m}; it is incomplete.")
   return out
 
 
@@ -367,8 +372,8 @@ def merge_params(cfg: EncoderConfig, key: jax.Array, loaded: Any) -> Any:
       return fresh[name]
     v = flat_loaded[name]
     if v.shape != x.shape:
-      raise ValueError(f"Checkpoint tensor for {name} has shape {v.shape}, model expects "
-                       f"{x.shape}; config.json and the weights disagree.")
+      raise UserError(f"Checkpoint tensor for {name} has shape {v.shape}, model expects "
+                      f"{x.shape}; config.json and the weights disagree.")
     return jnp.asarray(np.asarray(v, dtype=x.dtype))
 
   return jax.tree_util.tree_map_with_path(pick, shapes)
@@ -378,32 +383,32 @@ def load_tokenizer(folder: str):
   from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
   tok = AutoTokenizer.from_pretrained(folder)
   if not tok.is_fast:
-    raise ValueError(f"The tokenizer in {folder!r} is not a fast tokenizer; acl-jax needs "
-                     "tokenizer.json (save the model with a fast tokenizer).")
+    raise UserError(f"The tokenizer in {folder!r} is not a fast tokenizer; acl-jax needs "
+                    "tokenizer.json (save the model with a fast tokenizer).")
   return tok
 
 
 def encoder_config(name_or_path: str, **overrides) -> tuple[str, EncoderConfig]:
   """(model folder, EncoderConfig) of a model, from its config.json alone (no weights read).
 
-  Raises ValueError for a config this encoder cannot run (e.g. an activation missing from
+  Raises UserError for a config this encoder cannot run (e.g. an activation missing from
   `bert.ACTIVATIONS`), before anything slower is loaded.
   """
   folder = resolve_model_dir(name_or_path)
   cfg = config_from_hf(read_hf_config(folder), **overrides)
   if cfg.hidden_act not in bert.ACTIVATIONS:
-    raise ValueError(f"{folder!r} uses the activation {cfg.hidden_act!r} (config.json's "
-                     "hidden_act/activation), which acl-jax does not implement; supported: "
-                     f"{sorted(bert.ACTIVATIONS)}.")
+    raise UserError(f"{folder!r} uses the activation {cfg.hidden_act!r} (config.json's "
+                    "hidden_act/activation), which acl-jax does not implement; supported: "
+                    f"{sorted(bert.ACTIVATIONS)}.")
   return folder, cfg
 
 
 def check_max_length(name_or_path: str, max_length: int) -> None:
-  """Raises ValueError if inputs of `max_length` tokens overrun the model's position table
+  """Raises UserError if inputs of `max_length` tokens overrun the model's position table
   (which would index past it and turn the first step's loss into NaN)."""
   _, cfg = encoder_config(name_or_path)
   if max_length > cfg.max_length:
-    raise ValueError(
+    raise UserError(
         f"task.max_length={max_length} exceeds what {name_or_path!r} can read: its position "
         f"table (max_position_embeddings={cfg.max_position_embeddings}) covers "
         f"{cfg.max_length} tokens. Set --config.task.max_length={cfg.max_length} or lower.")
@@ -455,8 +460,8 @@ def load_pretrained(name_or_path: str, num_labels: int, exits: str = "last", *,
   cfg = cfg.replace(head=resolve_head(head, found, sd, cfg, folder))
   loaded, missing, _ = convert_state_dict(sd, cfg, folder)
   if missing:
-    raise ValueError(f"Checkpoint in {folder!r} lacks {len(missing)} expected tensors, e.g. "
-                     f"{missing[:5]}; is config.json's model_type right?")
+    raise UserError(f"Checkpoint in {folder!r} lacks {len(missing)} expected tensors, e.g. "
+                    f"{missing[:5]}; is config.json's model_type right?")
   if cfg.exits == "all" and not ignore_head:
     loaded.update(read_exit_heads(folder, cfg))
   model = bert.Classifier(cfg)

@@ -28,6 +28,7 @@ import orbax.checkpoint as ocp
 from etils import epath
 
 from acl_jax import provenance
+from acl_jax.errors import FileError, UserError
 from acl_jax.names import check_known, path_names
 
 log = logging.getLogger(__name__)
@@ -42,9 +43,9 @@ def _first_line(error: BaseException, limit: int) -> str:
   return f"{type(error).__name__}: {first[:limit]}"
 
 
-class UnreadableCheckpoint(OSError):
+class UnreadableCheckpoint(FileError):
   """A checkpoint step whose files cannot be read back (as opposed to one that does not fit);
-  an OSError, as the files are at fault: the tools report it in one line."""
+  a FileError, as the files are at fault: the tools report it in one line."""
 
   def __init__(self, folder: str, step: int, error: BaseException):
     super().__init__(f"checkpoint {folder} (step {step}) cannot be read "
@@ -130,10 +131,10 @@ class Checkpoints:
     except Exception as e:  # pylint: disable=broad-except
       # Orbax's own error (a full disk: RESOURCE_EXHAUSTED ... No space left on device) in one
       # line; the previous checkpoints are intact (a save is atomic), so a re-run resumes.
-      raise OSError(f"Saving the checkpoint of step {step} in {mngr.directory} failed "
-                    f"({_first_line(e, 300)}). The earlier checkpoints are intact: "
-                    "free space (or fix the folder) and re-run the same command to resume "
-                    f"from step {mngr.latest_step() or 0}.") from e
+      raise FileError(f"Saving the checkpoint of step {step} in {mngr.directory} failed "
+                      f"({_first_line(e, 300)}). The earlier checkpoints are intact: "
+                      "free space (or fix the folder) and re-run the same command to resume "
+                      f"from step {mngr.latest_step() or 0}.") from e
     if not saved:
       raise RuntimeError(f"Orbax refused to save step {step} in {mngr.directory} (it holds "
                          f"steps {mngr.all_steps()}); a checkpoint would have been lost.")
@@ -178,20 +179,20 @@ class Checkpoints:
       raise UnreadableCheckpoint(self._step_dir(mngr, step), step, e) from e
 
   def _check_fits(self, mngr, step: int, meta: dict, target_params) -> None:
-    """Raises ValueError if the checkpoint's params do not fit `target_params`' shapes."""
+    """Raises UserError if the checkpoint's params do not fit `target_params`' shapes."""
     want = meta["param_shapes"]
     have = param_shapes(target_params)
     diff = {k: (want[k], have.get(k)) for k in want if want[k] != have.get(k)}
     if diff:
       k = next(iter(diff))
-      raise ValueError(
+      raise UserError(
           f"The checkpoint in {mngr.directory} does not fit this model: {k} is {diff[k][0]} "
           f"there but {diff[k][1]} here ({len(diff)} tensors differ). A classifier head "
           "mismatch means num_labels differs from the run that wrote it; use a new --workdir "
           "or the same task and model.")
 
   def _check_tree(self, mngr, step: int, meta: dict, target_state) -> None:
-    """Raises ValueError if the saved state has other leaves than `target_state` (an optimizer
+    """Raises UserError if the saved state has other leaves than `target_state` (an optimizer
     or TrainState change since it was written), read from its metadata alone."""
     path = os.path.join(self._step_dir(mngr, step), "state")
     try:
@@ -203,13 +204,13 @@ class Checkpoints:
       return
     diff = sorted(saved ^ live)
     if all(p.startswith("opt_state/") for p in diff):
-      raise ValueError(
+      raise UserError(
           f"The checkpoint in {mngr.directory} (step {step}) fits this model but not this "
           f"optimizer's state (the optimizer or its settings changed since; it was trained by "
           f"code {meta['code_versions']}). Resume it with that code, or "
           f"start a new --workdir; eval.py still reads its params. First differing leaf: "
           f"{diff[0]}.")
-    raise ValueError(
+    raise UserError(
         f"The checkpoint in {mngr.directory} (step {step}) holds another train state than "
         f"this code builds ({len(diff)} leaves differ, e.g. {diff[0]}); resume it with the "
         "code that wrote it, or start a new --workdir.")
@@ -226,7 +227,7 @@ class Checkpoints:
         bad.append(e)
     if not bad:
       return None
-    raise OSError(
+    raise FileError(
         f"No checkpoint in {mngr.directory} can be read: the " + "; the ".join(map(str, bad)) +
         f". If they are damaged (e.g. a full disk truncated them), delete {mngr.directory} "
         "to retrain this run from step 0 (its records and best/ stay), or use a new --workdir.")
@@ -301,7 +302,7 @@ class Checkpoints:
     try:
       return self.restore_params(target_params, best=best)
     except UnreadableCheckpoint as e:
-      raise OSError(
+      raise FileError(
           f"The {'best' if best else 'latest'} {e}. A finished run is read at that step "
           "alone, never at an earlier one in its place; if its files are damaged, retrain the "
           "run.") from e
@@ -330,14 +331,14 @@ def check_selected(workdir: str, checkpoint: str) -> None:
   check_known(checkpoint, CHECKPOINTS, "checkpoint")
   latest = provenance.checkpoint_steps(workdir)
   if not (latest or provenance.checkpoint_steps(workdir, "best")):
-    raise FileNotFoundError(
+    raise FileError(
         f"No checkpoint in {workdir}: train it first (a run restored from a records archive, "
         "or pruned, keeps its results but not its weights).")
   if checkpoint == "latest" and not latest:
     dropped = provenance.run_finished(workdir) and _config_keeps_no_state(workdir)
     why = ("the run deleted it after training (checkpoint.keep_train_state=False)" if dropped
            else "it is missing or empty")
-    raise FileNotFoundError(
+    raise FileError(
         f"{workdir} has no latest checkpoint: {os.path.join(workdir, 'ckpt')}, the final "
         f"weights, holds none ({why}); use --checkpoint best.")
 

@@ -22,6 +22,7 @@ import numpy as np
 from acl_jax import data as data_lib
 from acl_jax import logs, provenance
 from acl_jax.data import fingerprint
+from acl_jax.errors import Diverged, FileError, UserError
 from acl_jax.models import hf
 from acl_jax.provenance import is_main
 from acl_jax.train import checkpoint as ckpt_lib
@@ -49,13 +50,25 @@ class LoopState:
     names = [f.name for f in dataclasses.fields(cls)]
     missing = [k for k in names if k not in meta]
     if missing:
-      raise ValueError(f"The checkpoint's metadata lacks {missing}: another version of the "
-                       "code wrote it. Resume it with that code, or use a new --workdir.")
+      raise UserError(f"The checkpoint's metadata lacks {missing}: another version of the "
+                      "code wrote it. Resume it with that code, or use a new --workdir.")
     return cls(**{k: meta[k] for k in names})
 
   def meta(self, **extra) -> dict:
     """The checkpoint's JSON metadata: this state plus `extra` (step, data position, ...)."""
     return {**dataclasses.asdict(self), **extra}
+
+
+def _last_good(workdir: str) -> str:
+  """Where a run that stopped on a non-finite step can go on from: its newest checkpoint (each
+  is written after the steps before it were checked finite)."""
+  steps = provenance.checkpoint_steps(workdir)
+  if not steps:
+    return ("Training stopped before its first checkpoint: a re-run starts again from the "
+            "pretrained weights.")
+  folder = os.path.join(workdir, "ckpt", str(steps[-1]))
+  return (f"Training stopped; the last good checkpoint is {folder} (step {steps[-1]}), which a "
+          "re-run of the command resumes from (a resume may change the optim.* fields).")
 
 
 def params_fingerprint(params) -> str:
@@ -85,7 +98,10 @@ def train_and_evaluate(config, workdir: str, origin: dict | None = None,
   """
   setup_lib.check_config(config)
   created = not os.path.isdir(workdir)
-  os.makedirs(workdir, exist_ok=True)
+  try:
+    os.makedirs(workdir, exist_ok=True)
+  except OSError as e:
+    raise FileError(f"--workdir {workdir} cannot be made ({e.strerror}).") from None
   try:
     with provenance.workdir_lock(workdir, take=jax.process_index() == 0), logs.keep_in(
         workdir, jax.process_index()):
@@ -112,7 +128,7 @@ def _train(config, workdir: str, origin: dict | None, on_phase: Callable[[str], 
   n_train = len(s.tok["train"])
   steps_per_epoch = data_lib.num_train_batches(n_train, cfg.batch_size)
   if steps_per_epoch < 1:
-    raise ValueError(f"{n_train} training examples make no batch of {cfg.batch_size}.")
+    raise UserError(f"{n_train} training examples make no batch of {cfg.batch_size}.")
   total = cfg.num_steps if cfg.num_steps > 0 else cfg.num_epochs * steps_per_epoch
   eval_every = cfg.eval_every or steps_per_epoch
   ckpt_every = cfg.checkpoint_every or eval_every
@@ -201,7 +217,10 @@ def _train(config, workdir: str, origin: dict | None, on_phase: Callable[[str], 
     if heavy:
       on_phase("evaluate")
     # Host sync: raises on a non-finite step before anything is evaluated or saved.
-    new, count = sums.fetch()
+    try:
+      new, count = sums.fetch()
+    except Diverged as e:
+      raise Diverged(f"{e} {_last_good(workdir)}") from None
     logged = {k: logged.get(k, 0.0) + v for k, v in new.items()}
     since += count
     if run_sums:  # in the loop state, so the run's sums survive a resume

@@ -31,6 +31,7 @@ from acl_jax.losses import center
 from acl_jax.losses.gate import ANGLE_PARAMS
 from acl_jax.losses.graph import DEFAULT_W_FLOOR, FLOOR_SHARE_WARN, gloss_floor_share
 from acl_jax.losses.prototype import prototype_loss
+from acl_jax.errors import UserError
 from acl_jax.models import label_embeddings
 from acl_jax.names import check_known, lookup
 from acl_jax.train.step import AXIS, example_ids, gather_global
@@ -356,14 +357,14 @@ def _lambda(loss_cfg, family: LossFamily, combine: str) -> float:
     return 0.0
   if lam == LAM_DEFAULT:
     if "lam" not in family.defaults:
-      raise ValueError(f"loss {loss_cfg.name!r} has no default lambda (SPEC fixes none): set "
-                       f"one, e.g. --config.loss.lam=0.5, or use its method preset.")
+      raise UserError(f"loss {loss_cfg.name!r} has no default lambda (SPEC fixes none): set "
+                      f"one, e.g. --config.loss.lam=0.5, or use its method preset.")
     lam = family.defaults["lam"]
   if lam < 0:
-    raise ValueError(f"loss.lam must be >= 0, got {lam}.")
+    raise UserError(f"loss.lam must be >= 0, got {lam}.")
   if combine == "convex" and lam > 1:
-    raise ValueError(f"loss.lam must be in [0, 1] for {loss_cfg.name} ((1-lam) CE + lam L), "
-                     f"got {lam}.")
+    raise UserError(f"loss.lam must be in [0, 1] for {loss_cfg.name} ((1-lam) CE + lam L), "
+                    f"got {lam}.")
   return lam
 
 
@@ -395,12 +396,12 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
   if loss_cfg.combine:  # "": the family's own form
     check_known(loss_cfg.combine, COMBINE_FORMS, "loss.combine", " (or '': the loss's own)")
     if combine == "none":
-      raise ValueError(f"loss.combine={loss_cfg.combine!r} with loss.name={name!r}: plain CE "
-                       "has no auxiliary term to combine; leave loss.combine=''.")
+      raise UserError(f"loss.combine={loss_cfg.combine!r} with loss.name={name!r}: plain CE "
+                      "has no auxiliary term to combine; leave loss.combine=''.")
     if multi_exit is not None:
-      raise ValueError(f"loss.combine={loss_cfg.combine!r} with multi_exit.strategy="
-                       f"{multi_exit.strategy!r}: multi-exit training adds the final exit's "
-                       "auxiliary loss to the exits' CE (SPEC §2.5); leave loss.combine=''.")
+      raise UserError(f"loss.combine={loss_cfg.combine!r} with multi_exit.strategy="
+                      f"{multi_exit.strategy!r}: multi-exit training adds the final exit's "
+                      "auxiliary loss to the exits' CE (SPEC §2.5); leave loss.combine=''.")
     combine = loss_cfg.combine
   check_known(loss_cfg.class_weights, ("", "balanced"), "loss.class_weights")
   lam = _lambda(loss_cfg, family, combine)
@@ -417,13 +418,13 @@ def build_objective(loss_cfg, *, num_labels: int, last_exit: int, class_weights=
     if strategy.takes_aux:
       losses.check_tau(loss_cfg.tau)
     if aux_fn is not None and not strategy.takes_aux:
-      raise ValueError(f"loss.name={name!r} with multi_exit.strategy={multi_exit.strategy!r}: "
-                       "only ACL-CL adds a contrastive loss to multi-exit training; use "
-                       "loss.name='ce' (or 'acl_embed' with acl_cl).")
+      raise UserError(f"loss.name={name!r} with multi_exit.strategy={multi_exit.strategy!r}: "
+                      "only ACL-CL adds a contrastive loss to multi-exit training; use "
+                      "loss.name='ce' (or 'acl_embed' with acl_cl).")
   gate = _gate(loss_cfg, lam)
   if gate is not None and aux_fn is None:
-    raise ValueError(f"loss.gate=True needs an auxiliary loss (scl, acl_embed, ...), not "
-                     f"{name!r}.")
+    raise UserError(f"loss.gate=True needs an auxiliary loss (scl, acl_embed, ...), not "
+                    f"{name!r}.")
   # Multi-exit: the final exit's aux loss is additive (SPEC §2.5: the last exit trains with
   # CE + lambda * L_ACL, gated by ACL-Grad), and inside the strategy's weighted sum, so the
   # main and aux terms carry the final exit's weight w_M.

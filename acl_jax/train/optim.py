@@ -5,6 +5,7 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence
 import jax
 import optax
 
+from acl_jax.errors import UserError
 from acl_jax.names import path_names
 
 
@@ -62,11 +63,11 @@ def lr_groups(*, lr: float, total_steps: int, warmup_ratio: float = 0.1, strateg
   "encoder", "head" (the final exit) and "lower_heads" (see `make_optimizer`).
   """
   if lr <= 0:
-    raise ValueError(f"optim.lr must be > 0, got {lr}.")
+    raise UserError(f"optim.lr must be > 0, got {lr}.")
   if head_lr_mult <= 0:
-    raise ValueError(f"optim.head_lr_mult must be > 0, got {head_lr_mult}.")
+    raise UserError(f"optim.head_lr_mult must be > 0, got {head_lr_mult}.")
   if total_steps < 1:
-    raise ValueError(f"total_steps must be >= 1, got {total_steps}; check num_epochs/num_steps.")
+    raise UserError(f"total_steps must be >= 1, got {total_steps}; check num_epochs/num_steps.")
 
   def sched(peak, steps=total_steps):
     return lr_schedule(peak, steps, int(round(warmup_ratio * steps)))

@@ -17,33 +17,46 @@ import optax
 
 from acl_jax import data as data_lib
 from acl_jax.data import fingerprint
+from acl_jax.errors import UserError
 from acl_jax.models import hf
 from acl_jax.train import objectives, optim, scoring, step as step_lib, strategies
 from acl_jax.train.state import TrainState
 
-# The top-level fields that count something, and their least value.
+# The fields that count something, and their least value; the seeds (numpy's and jax's
+# generators take no negative seed).
 _COUNTS = (("batch_size", 1), ("eval_batch_size", 1), ("num_steps", 0), ("eval_every", 0),
-           ("checkpoint_every", 0), ("early_stop_patience", 0), ("log_every", 1))
+           ("checkpoint_every", 0), ("early_stop_patience", 0), ("log_every", 1), ("seed", 0),
+           ("task.split_seed", 0))
 
 
 def check_config(cfg) -> None:
-  """Raises ValueError naming the field and the fix for any config error that needs no data
-  or model: counts, divisibility by the device count, the loss (each loss family and
-  strategy validates its own fields, on stand-in sizes) and the optimizer."""
+  """Raises UserError naming the field and the fix for any config error that needs no data
+  or model: counts and seeds, divisibility by the device count, the loss (each loss family
+  and strategy validates its own fields, on stand-in sizes) and the optimizer."""
   for key, low in _COUNTS:
-    if cfg[key] < low:
-      raise ValueError(f"{key} must be >= {low}, got {cfg[key]}: set --config.{key}.")
+    section, _, name = key.rpartition(".")
+    value = (cfg[section] if section else cfg)[name]
+    if value < low:
+      raise UserError(f"{key} must be >= {low}, got {value}: set --config.{key}.")
   if cfg.num_steps == 0 and cfg.num_epochs < 1:
-    raise ValueError(f"num_epochs must be >= 1 when num_steps is 0, got {cfg.num_epochs}: set "
-                     "--config.num_epochs or --config.num_steps.")
+    raise UserError(f"num_epochs must be >= 1 when num_steps is 0, got {cfg.num_epochs}: set "
+                    "--config.num_epochs or --config.num_steps.")
   for key in ("batch_size", "eval_batch_size"):
     if cfg[key] % jax.device_count():
-      raise ValueError(f"{key} {cfg[key]} must be divisible by the device count "
-                       f"{jax.device_count()}: set --config.{key} to a multiple of it.")
+      raise UserError(f"{key} {cfg[key]} must be divisible by the device count "
+                      f"{jax.device_count()}: set --config.{key} to a multiple of it.")
   exit_layers = (1, 2) if cfg.model.exits == "all" else (1,)
-  multi = strategies.multi_exit_from_config(cfg.multi_exit, exit_layers, total_steps=2)
-  objectives.build_objective(cfg.loss, num_labels=2, last_exit=exit_layers[-1], multi_exit=multi)
-  optim.lr_groups(**_lr_args(cfg, total_steps=2, multi=multi))
+  try:
+    multi = strategies.multi_exit_from_config(cfg.multi_exit, exit_layers, total_steps=2)
+    objectives.build_objective(cfg.loss, num_labels=2, last_exit=exit_layers[-1],
+                               multi_exit=multi)
+    optim.lr_groups(**_lr_args(cfg, total_steps=2, multi=multi))
+  except ValueError as e:
+    # The loss functions check their own arguments; on these stand-in sizes, what they
+    # refuse is a config field.
+    if isinstance(e, UserError):
+      raise
+    raise UserError(str(e)) from e
 
 
 def _cache_dir() -> str:
@@ -78,8 +91,8 @@ class Setup:
 def check_splits(task, splits) -> None:
   missing = [s for s in splits if s not in task.splits]
   if missing:
-    raise ValueError(f"Split {missing[0]!r} not in task {task.name}; it has "
-                     f"{sorted(task.splits)} (check eval_splits or --split).")
+    raise UserError(f"Split {missing[0]!r} not in task {task.name}; it has "
+                    f"{sorted(task.splits)} (check eval_splits or --split).")
 
 
 def load_model(config, num_labels: int, with_tokenizer: bool = True):

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from acl_jax import losses
+from acl_jax.errors import UserError
 from acl_jax.models import label_embeddings
 from acl_jax.names import check_known
 from acl_jax.train.step import AXIS, gather_global
@@ -104,8 +105,8 @@ def _2st(me, x):
 
 def _check_2st(me_cfg):
   if not 0 < me_cfg.stage1_fraction < 1:
-    raise ValueError(f"multi_exit.stage1_fraction must be in (0, 1), got "
-                     f"{me_cfg.stage1_fraction}.")
+    raise UserError(f"multi_exit.stage1_fraction must be in (0, 1), got "
+                    f"{me_cfg.stage1_fraction}.")
 
 
 def _kd_term(student_logits, teacher_logits, temperature, mask):
@@ -127,7 +128,7 @@ def _kd(me, x):
 
 def _check_kd(me_cfg):
   if me_cfg.kd_temperature <= 0 or not 0 <= me_cfg.kd_alpha <= 1:
-    raise ValueError("multi_exit.kd_temperature must be > 0 and kd_alpha in [0, 1].")
+    raise UserError("multi_exit.kd_temperature must be > 0 and kd_alpha in [0, 1].")
   check_known(me_cfg.kd_form, KD_FORMS, "multi_exit.kd_form")
 
 
@@ -149,7 +150,7 @@ def _acl_cl(me, x):
 
 def _check_acl_cl(me_cfg):
   if me_cfg.lambda_cl < 0:
-    raise ValueError(f"multi_exit.lambda_cl must be >= 0, got {me_cfg.lambda_cl}.")
+    raise UserError(f"multi_exit.lambda_cl must be >= 0, got {me_cfg.lambda_cl}.")
   check_known(me_cfg.gate_ce, GATE_CE, "multi_exit.gate_ce")
 
 
@@ -186,8 +187,8 @@ def multi_exit_from_config(me_cfg, exit_layers, total_steps: int) -> MultiExit |
   check_known(s, STRATEGIES, "multi_exit.strategy", " (or '' for single-exit training)")
   exit_layers = tuple(exit_layers)
   if len(exit_layers) < 2:
-    raise ValueError(f"multi_exit.strategy={s!r} needs an exit on every layer: set "
-                     "model.exits='all'.")
+    raise UserError(f"multi_exit.strategy={s!r} needs an exit on every layer: set "
+                    "model.exits='all'.")
   STRATEGIES[s].check(me_cfg)
   return MultiExit(s, exit_layers, exit_weights(me_cfg.weights, len(exit_layers)),
                    stage1_length(me_cfg.stage1_fraction, total_steps),

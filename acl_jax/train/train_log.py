@@ -13,6 +13,7 @@ import os
 import jax
 import jax.numpy as jnp
 
+from acl_jax.errors import Diverged
 from acl_jax.provenance import write_atomic
 
 log = logging.getLogger(__name__)
@@ -24,14 +25,14 @@ def _checked(k: str) -> bool:
 
 
 def check_finite(step: int, m: dict) -> None:
-  """Raises on a NaN/Inf loss or gradient, naming the step and the bad terms.
+  """Raises Diverged on a NaN/Inf loss or gradient, naming the step and the bad terms.
 
   The gradient norm is checked too: a non-finite gradient under finite losses would corrupt
   the parameters and surface one step later, under the wrong term.
   """
   bad = sorted(k for k, v in m.items() if _checked(k) and not math.isfinite(float(v)))
   if bad:
-    raise FloatingPointError(
+    raise Diverged(
         f"Non-finite loss or gradient at step {step}: " +
         ", ".join(f"{k}={float(m[k])}" for k in bad) +
         ". Lower optim.lr, check the loss hyperparameters, or try model.dtype=float32.")
@@ -61,7 +62,7 @@ class DeviceSums:
     self.acc = _add(self.acc, m, jnp.int32(step))
 
   def fetch(self) -> tuple[dict, int]:
-    """(sums, steps) since the last fetch, on the host; raises FloatingPointError, naming the
+    """(sums, steps) since the last fetch, on the host; raises Diverged, naming the
     step and its terms, if any of those steps had a non-finite loss or gradient."""
     if self.acc is None:
       return {}, 0
