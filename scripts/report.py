@@ -262,6 +262,35 @@ def holm_tests(ctx: Ctx) -> list[holm.Test]:
   return out
 
 
+def _trained(row: dict) -> str:
+  return f"`{(row.get('code') or ['unknown'])[0][:7]}` on {row.get('timed_on', 'unknown')}"
+
+
+def reruns_table(ctx: Ctx) -> str:
+  """Each rerun (scripts/rerun.py) beside its original: revisions, CPUs, the scored number,
+  every dev evaluation, and the params hash."""
+  out = []
+  for sweep, rows in sorted(ctx.rs.items()):
+    if not sweep.startswith("rerun_"):
+      continue
+    for r in rows:
+      old = ctx.idx.get((r["rerun_of"], r["run"]))
+      if old is None:
+        continue
+      evals = sum(a == b for a, b in zip(old["evals"], r["evals"]))
+      was, now = (x.get("train", {}).get("params_sha256", "") for x in (old, r))
+      out.append([f"`{r['run']}` ({r['rerun_of']})", _trained(old), _trained(r)
+                  + (f", `XLA_FLAGS={r['xla_flags']}`" if r.get("xla_flags") else ""),
+                  f"{P.score(old):.4f}", f"{P.score(r):.4f}",
+                  f"{evals} of {len(old['evals'])}" + ("" if len(r["evals"]) == len(
+                      old["evals"]) else f" ({len(r['evals'])} now)"),
+                  "yes" if was == now else f"no (`{was[:8]}` / `{now[:8]}`)"])
+  if not out:
+    return "*pending*: no rerun is recorded.\n"
+  return table(["run (record)", "trained at, on", "rerun at, on", "score then", "score now",
+                "dev evaluations equal", "params hash equal"], out)
+
+
 def later_budget(ctx: Ctx, task: str) -> str:
   st = ctx.d.tasks.get(task)
   return (f"{label(task)} {P.epochs_text(st.epochs)}, lr {st.lr}" if st and st.epochs else
@@ -675,6 +704,7 @@ TABLES = {
     "gate_angles": gate_angles_table,
     "classes": lambda ctx: classes.table(ctx.rs, LABELS),
     "holm": lambda ctx: holm.table(holm_tests(ctx)),
+    "reruns": reruns_table,
     "holm_summary": lambda ctx: holm.summary(holm_tests(ctx)),
 }
 

@@ -160,3 +160,19 @@ def test_the_rarest_class_is_reported_and_a_collapse_is_noted():
   assert classes.note({S1: rows("ce", 0.8) + rows("gloss", 0.75)}, "r8", "gloss") == ""
   old = {S1: [dict(r, latest={"test": {"accuracy": 0.97}}) for r in rows("ce", 0.8)]}
   assert "not recorded (3 of 3 runs)" in classes.table(old, report.LABELS)
+
+
+def test_a_rerun_is_set_beside_its_original():
+  evals = [{"step": s, "dev": {"mcc": 0.1 * s}} for s in (1, 2, 3)]
+  old = {"run": "task=cola,method=ce,seed=0", "task": "cola", "method": "ce", "seed": 0,
+         "evals": evals, "code": ["a" * 40], "timed_on": "CPU A",
+         "train": {"params_sha256": "1" * 16}}
+  same = dict(old, sweep="rerun_head", rerun_of=S1, code=["b" * 40], timed_on="CPU B")
+  moved = dict(same, evals=evals[:2] + [{"step": 3, "dev": {"mcc": 0.31}}],
+               train={"params_sha256": "2" * 16})
+  for rerun, want in ((same, ["30.0000", "3 of 3", "yes"]),
+                      (moved, ["31.0000", "2 of 3", "no (`11111111` / `22222222`)"])):
+    text = report.reruns_table(report.context({S1: [old], "rerun_head": [rerun]}))
+    cells = [c.strip() for c in text.splitlines()[2].strip("|").split("|")]
+    assert cells[1:3] == ["`aaaaaaa` on CPU A", "`bbbbbbb` on CPU B"]
+    assert [cells[3]] + cells[4:] == ["30.0000"] + want
