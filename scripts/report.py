@@ -25,7 +25,7 @@ import sys
 
 import numpy as np
 
-from scripts import classes, holm, later, records, stages, sweep as runner, sweeps as P
+from scripts import classes, holm, later, later_tables, records, stages, sweep as runner, sweeps as P
 
 REPO = records.REPO
 FIGURES = os.path.join(REPO, "results", "figures")
@@ -33,7 +33,7 @@ PILOTS_MD = os.path.join(REPO, "results", "PILOTS.md")
 # The reports whose table blocks are rebuilt from the records: the summary, and per-stage
 # detail beside it.
 REPORTS = (os.path.join(REPO, "RESULTS.md"), os.path.join(REPO, "results", "STAGE1.md"),
-           os.path.join(REPO, "results", "CLASSES.md"))
+           os.path.join(REPO, "results", "STAGE2.md"), os.path.join(REPO, "results", "CLASSES.md"))
 BLOCK = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
 
 LABELS = {"ce": "CE", "scl": "CE+SCL", "acl_embed": "CE+ACL-Embed", "acl": "ACL (Embed+Grad)",
@@ -705,6 +705,8 @@ TABLES = {
     "classes": lambda ctx: classes.table(ctx.rs, LABELS),
     "holm": lambda ctx: holm.table(holm_tests(ctx)),
     "reruns": reruns_table,
+    **{name: (lambda ctx, name=name: later_tables.stage2_md(ctx.idx, LABELS)[name])
+       for name in ("stage2_exits", "stage2_lambda", "stage2_gamma_keep")},
     "holm_summary": lambda ctx: holm.summary(holm_tests(ctx)),
 }
 

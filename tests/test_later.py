@@ -176,3 +176,26 @@ def test_a_rerun_is_set_beside_its_original():
     cells = [c.strip() for c in text.splitlines()[2].strip("|").split("|")]
     assert cells[1:3] == ["`aaaaaaa` on CPU A", "`bbbbbbb` on CPU B"]
     assert [cells[3]] + cells[4:] == ["30.0000"] + want
+
+
+def test_stage2_detail_tables_render_the_rules():
+  from scripts import later_tables  # pylint: disable=import-outside-toplevel
+  rows = [_multi_exit_row(m, s, g) for s in SEEDS
+          for m, g in (("acl_cl", {k: v + 0.05 * s for k, v in SHALLOW.items()}), ("jt", {}),
+                       ("kd", {}))]
+  text = later_tables.exits_table(_idx(rows), RULE, report.LABELS)
+  assert text.count("| holds |") == 0 and text.count(" holds |") == 2 and "exit 6" in text
+  assert later_tables.exits_table(_idx(rows[:-1]), RULE, report.LABELS) == \
+      "*pending*: 8 of 9 first-look runs recorded.\n"
+  rule = P.STAGE2_RULES[1]
+  noise = (0.0, 0.3, -0.2)
+  acl = _grid_rows("mrpc", "acl", "loss.lam", rule.values, lambda v, s: 87 + noise[s])
+  scl = _grid_rows("mrpc", "scl", "loss.lam", rule.values,
+                   lambda v, s: 80 + 10 * float(v) + noise[s] + 0.1 * s)
+  text = later_tables.range_table(_idx(acl + scl), rule, report.LABELS)
+  assert "The claim: **holds**." in text and "| CE+SCL | 81.13 ± 0.23 |" in text
+  gamma = P.STAGE2_RULES[2]
+  flat = _grid_rows("mr", "gloss", "loss.gamma_keep", ("0.3", "0.5", "0.7", "0.9"),
+                    lambda v, s: 82 + 0.1 * s + 0.05 * float(v), metric="accuracy")
+  text = later_tables.stable_table(_idx(flat), gamma, report.LABELS, ("0.3", "0.5", "0.9"))
+  assert "**stable**" in text and "| 0.7 (preset) |" in text and "| 0.3 |" in text

@@ -1,0 +1,125 @@
+"""results/STAGE2.md's tables: each stage-2 rule's numbers in full, from the records
+(scripts/later.py reads them under the rules; RESULTS.md's claims table gives the verdicts).
+
+Every function takes the records index ({(record, run): row}) and the method labels, and
+returns a markdown table, or one "*pending*" line naming how many of its runs are recorded.
+"""
+import math
+
+from scripts import later, sweeps as P
+
+
+def _span(lo, hi) -> str:
+  return f"[{lo:+.2f}, {hi:+.2f}]"
+
+
+def _mean_sd(xs) -> str:
+  m = sum(xs) / len(xs)
+  sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else 0.0
+  return f"{m:.2f} ± {sd:.2f}"
+
+
+def _table(head, rows) -> str:
+  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+  return "\n".join(lines + ["| " + " | ".join(map(str, r)) + " |" for r in rows]) + "\n"
+
+
+def _pending(idx, stage, task, methods, grid=()) -> str:
+  """"*pending*" with the first look's runs recorded of these methods (at these values)."""
+  points = [g for g in grid] or [()]
+  names = [(m, s, g) for m in methods for s in P.LOOK_SEEDS[0] for g in points]
+  done = sum(later.find(idx, stage, task, m, s, g) is not None for m, s, g in names)
+  return f"*pending*: {done} of {len(names)} first-look runs recorded.\n"
+
+
+def _verdict(v: P.Verdict) -> str:
+  return f"{v.mean:+.2f} {_span(*v.decide)}"
+
+
+def exits_table(idx: dict, rule: P.ExitRule, labels: dict, stage: int = 2) -> str:
+  """Per baseline: the paired gain at each exit (95%), the shallow-minus-deep contrast and the
+  matched-cost accuracy (97.5%, with their verdicts), and the curve at 2 and 4 layers."""
+  res = [later.exit_result(idx, stage, rule, b) for b in rule.baselines]
+  if None in res:
+    return _pending(idx, stage, rule.task, (rule.method,) + rule.baselines)
+  rows = []
+  for b, r in zip(rule.baselines, res):
+    word = {"beats": "holds", "worse": "fails"}.get(r.contrast.word, r.contrast.word)
+    matched = (f"{_verdict(r.matched)} {r.matched.word}" if r.matched else "not reached")
+    described = ", ".join(f"{layers:g}: " + (f"{got[0]:+.2f} {_span(*got[1:])}" if got else "—")
+                          for layers, got in r.described.items())
+    rows.append([f"{labels[rule.method]} − {labels[b]}", r.look, r.contrast.n,
+                 *[f"{m:+.2f}" for m, _, _ in r.per_exit.values()],
+                 f"{_verdict(r.contrast)} {word}", matched, described])
+  head = ["pair", "look", "seeds", *[f"exit {m}" for m in later.EXITS],
+          "shallow − deep, 97.5%", f"at {rule.layers:g} mean layers, 97.5%",
+          "at 2 and 4 layers, 95%"]
+  per_exit = "; ".join(
+      f"{labels[b]}: " + ", ".join(f"exit {m} {_span(lo, hi)}" for m, (_, lo, hi)
+                                     in r.per_exit.items()) for b, r in zip(rule.baselines, res))
+  return _table(head, rows) + f"\nPaired per-exit gains, 95% intervals: {per_exit}.\n"
+
+
+def range_table(idx: dict, rule: P.RangeRule, labels: dict, stage: int = 2) -> str:
+  """Per method: the seed means at each value, their range and its noise floor; then the paired
+  per-seed range, sensitive minus robust."""
+  got = later.range_result(idx, stage, rule)
+  grid = [((rule.field, v),) for v in rule.values]
+  if got is None:
+    return _pending(idx, stage, rule.task, (rule.robust, rule.sensitive), grid)
+  look, (word, robust, sensitive, v) = got
+  seeds = P.LOOK_SEEDS[0] + (P.LOOK_SEEDS[1] if look == 2 else ())
+  rows = []
+  for method, sp in ((rule.robust, robust), (rule.sensitive, sensitive)):
+    scores = later.grid_scores(idx, stage, rule.task, method, rule.field, rule.values, seeds)
+    rows.append([labels[method], *[_mean_sd(s) for s in scores], f"{sp.range:.2f}",
+                 f"{sp.floor:.2f}", "yes" if sp.passes else "no"])
+  head = ["method", *[f"{rule.field.split('.')[-1]} {x}" for x in rule.values],
+          "range of means", "noise floor (97.5%)", "range passes floor"]
+  return _table(head, rows) + (
+      f"\nLook {look}, {len(seeds)} seeds. Per-seed range over the values, "
+      f"{labels[rule.sensitive]} − {labels[rule.robust]}: {_verdict(v)} (97.5%), "
+      f"{v.word}. The claim: **{word}**.\n")
+
+
+def stable_table(idx: dict, rule: P.StableRule, labels: dict, arm_values=(), stage: int = 2):
+  """Each value's mean ± std, each against the preset (paired, 95%), and the rule's ends."""
+  got = later.stable_result(idx, stage, rule)
+  values = tuple(dict.fromkeys(tuple(arm_values) + tuple(rule.values)))
+  if got is None:
+    return _pending(idx, stage, rule.task, (rule.method,),
+                    [((rule.field, v),) for v in rule.values])
+  look, (word, v) = got
+  seeds = P.LOOK_SEEDS[0] + (P.LOOK_SEEDS[1] if look == 2 else ())
+  preset = later.grid_scores(idx, stage, rule.task, rule.method, rule.field, (rule.preset,),
+                             seeds)[0]
+  rows = []
+  for value in sorted(values, key=float):
+    got_v = later.grid_scores(idx, stage, rule.task, rule.method, rule.field, (value,), seeds)
+    if got_v is None:
+      got_v = later.grid_scores(idx, stage, rule.task, rule.method, rule.field, (value,),
+                                P.LOOK_SEEDS[0])
+    if got_v is None:
+      rows.append([value, "pending", ""])
+      continue
+    s = got_v[0]
+    d = [a - b for a, b in zip(s, preset)]
+    mean, lo, hi = P.interval(d, P.DESCRIBE_LEVEL)
+    rows.append([value + (" (preset)" if value == rule.preset else ""),
+                 f"{_mean_sd(s)} (n={len(s)})",
+                 "—" if value == rule.preset else f"{mean:+.2f} {_span(lo, hi)}"])
+  head = [rule.field.split(".")[-1], f"{labels[rule.method]}, points",
+          f"− {rule.preset}, paired, 95%"]
+  return _table(head, rows) + (
+      f"\nThe rule, look {look}: {rule.values[0]} − {rule.values[1]} {_verdict(v)} (97.5%), "
+      f"within ±{P.TASKS[rule.task].margin:g} for stable: **{word}**.\n")
+
+
+def stage2_md(idx: dict, labels: dict) -> dict[str, str]:
+  """{table name: body} of results/STAGE2.md's blocks."""
+  exits, lam, gamma = (r for r in P.STAGE2_RULES if not isinstance(r, P.Comparison))
+  arm = next(a for a in P.STAGE2 if a.task == gamma.task and a.grid)
+  return {"stage2_exits": exits_table(idx, exits, labels),
+          "stage2_lambda": range_table(idx, lam, labels),
+          "stage2_gamma_keep": stable_table(idx, gamma, labels, arm.grid[0][1])}
+
