@@ -382,7 +382,9 @@ def claims_table(ctx: Ctx) -> str:
       continue
     tally = collections.Counter(w for w, _ in got)
     rows.append([P.CLAIMS[key], paper,
-                 "; ".join(f"{label(r.task)} {cell}" for r, (_, cell) in zip(mine, got)),
+                 "; ".join(f"{label(r.task)} "
+                           + (f"{LABELS[r.method]} " if isinstance(r, P.Comparison) else "")
+                           + cell for r, (_, cell) in zip(mine, got)),
                  ", ".join(f"{w} {n}" for w, n in tally.items()),
                  "; ".join(dict.fromkeys(later_budget(ctx, r.task) for r in mine))])
   rows += [list(r) for r in UNTESTABLE]

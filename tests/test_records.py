@@ -315,6 +315,50 @@ def test_results_stay_under_30kb_when_stage1_is_complete():
   assert len(text.encode()) < 30 * 1024, len(text.encode())
 
 
+def _later_row(run: stages.Run, value: float) -> dict:
+  """A stage-2/3 row: multi-exit runs with per-exit scores and an early-exit curve."""
+  row = _row(run, value)
+  if run.early_exit:
+    dev = row["evals"][-1]["dev"]
+    for m in range(1, 7):
+      dev[f"exit_{m}/accuracy"] = (value - 2.0 * (6 - m)) / 100
+    row["early_exit"] = {"entropy": [
+        {"mean_layers": float(m), "metric": dev[f"exit_{m}/accuracy"],
+         "full_metric": dev["exit_6/accuracy"], "num_layers": 6} for m in (2, 4)]}
+  return row
+
+
+def _complete_all(value) -> dict[str, list[dict]]:
+  """Stages 1, 2 and 3 recorded whole, every later rule taken to its second look."""
+  rs = _complete(value)
+  for stage in (2, 3):
+    while True:
+      ready, _ = stages.later_stage_ready(stage, rs)
+      if not ready:
+        break
+      for run in ready:
+        rs.setdefault(run.sweep, []).append(_later_row(run, value(run)))
+  return rs
+
+
+def test_results_stay_under_30kb_when_every_stage_is_complete():
+  """Every stage recorded, every comparison and rule at its second look."""
+  def value(run):
+    seed = int(dict(run.settings)["seed"])
+    if run.sweep in (P.LR, P.BUDGET) and run.task not in LR_SCORES:
+      return 90.0
+    wobble = 3.0 * ((-1) ** seed) * (1 + seed % 3) * (0 if run.method == "ce" else 1)
+    return (_value(run) if run.task in LR_SCORES else 90.0 + 0.3 * seed) + wobble
+  rs = _complete_all(value)
+  assert rs.get(P.STAGE_SWEEP[3]), "stage 3 was not released"
+  rs.update({k: v for k, v in records.read_all().items() if k not in rs})
+  text, changed = report.render(open(RESULTS).read(), rs)
+  assert "claims" in changed and "pending: stage" not in text.split("## Protocol")[0]
+  others = next(line for line in text.splitlines() if line.startswith(f"| {P.CLAIMS['others']}"))
+  assert "RTE CE+ACL-Embed " in others and "MR CE+SCL " in others  # each names its method
+  assert len(text.encode()) < 30 * 1024, len(text.encode())
+
+
 # ---- the pilots and the command line ------------------------------------------------------
 
 def _pilot_rows(sweep, task, method, values, **overrides):
