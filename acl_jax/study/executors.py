@@ -120,17 +120,21 @@ except (OSError, AttributeError):
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent():
+def _die_with_parent(parent: int):
   """Run in the child before exec: SIGKILL it when the thread that started it ends, so a run
-  does not outlive a killed driver or worker (a no-op outside Linux)."""
+  does not outlive a killed driver or worker (a no-op outside Linux). `parent`: the pid of
+  the process that forked, which may have died before the child asked."""
   if _prctl is not None:
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+      os._exit(1)  # pylint: disable=protected-access
 
 
 def call(cmd, on_start=None, **kw) -> tuple[int, float]:
   """subprocess.call, also returning the child's CPU seconds (user + system, from wait4's
   rusage); `on_start(proc)` is called once it runs."""
-  proc = subprocess.Popen(cmd, preexec_fn=_die_with_parent, **kw)  # pylint: disable=consider-using-with
+  # pylint: disable-next=consider-using-with,subprocess-popen-preexec-fn
+  proc = subprocess.Popen(cmd, preexec_fn=functools.partial(_die_with_parent, os.getpid()), **kw)
   if on_start is not None:
     on_start(proc)
   _, status, usage = os.wait4(proc.pid, 0)
@@ -166,10 +170,11 @@ def run_once(spec: RunSpec, driver: str, finished: Callable[[RunSpec], bool],
       return RunResult(spec.identity, FINISHED, host=host)
     env = {**os.environ, **(slot_env or {}), **spec.env}
     procs = []
-    out = open(os.path.join(spec.workdir, spec.log), "ab") if spec.log else None  # pylint: disable=consider-using-with
+    log = os.path.join(spec.workdir, spec.log)
+    out = open(log, "ab") if spec.log else None  # pylint: disable=consider-using-with
     t0 = time.time()
     try:
-      with claim.keep_alive(on_lost=lambda: [p.kill() for p in procs]):
+      with claim.keep_alive(on_lost=lambda: [_kill(p) for p in procs]):
         rc, cpu = call([*prefix, *spec.argv], on_start=procs.append, cwd=spec.cwd or None,
                        env=env, stdout=out, stderr=subprocess.STDOUT if out else None)
     except OSError as e:
@@ -181,6 +186,16 @@ def run_once(spec: RunSpec, driver: str, finished: Callable[[RunSpec], bool],
     return RunResult(spec.identity, status, rc, time.time() - t0, cpu, host)
   finally:
     claim.release()
+
+
+def _kill(proc: subprocess.Popen) -> None:
+  """SIGKILL unless `call` reaped it (not Popen.kill: its poll would reap the child under
+  `call`'s wait4)."""
+  if proc.returncode is None:
+    try:
+      os.kill(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+      pass
 
 
 def describe(rec: dict | None) -> str:
