@@ -3,9 +3,9 @@
 An executor takes run specs (`RunSpec`: one command, the workdir it writes and what it needs)
 and yields a `RunResult` for each as it ends, in the order they end:
 
-  ex = LocalExecutor()                      # this machine, one run per core or accelerator
-  ex = RayExecutor("auto")                  # the nodes of a Ray cluster
-  for res in ex.run(specs, finished=results_written):
+  runner = LocalExecutor()                  # this machine, one run per core or accelerator
+  runner = RayExecutor("auto")              # the nodes of a Ray cluster
+  for res in runner.run(specs, finished=results_written):
     print(res.identity, res.status, res.returncode, res.wall_s, res.cpu_s, res.host)
 
 Every run is claimed before it starts (acl_jax/study/claims.py), by the process that runs it
@@ -230,7 +230,14 @@ class Executor(abc.ABC):
 
 
 class LocalExecutor(Executor):
-  """Runs on this machine, one run per slot at a time (`local_slots`), in subprocesses."""
+  """Runs on this machine, one run per slot at a time, in subprocesses.
+
+  Args:
+    slots: the slots (`local_slots`), or how many to share this host's cores or
+      accelerators between (default: one per accelerator, else per core). A run takes one
+      slot whatever its cpus, gpus and resources, which only Ray schedules by.
+    lease_s, driver: as Executor's.
+  """
 
   def __init__(self, slots: int | list[Slot] | None = None, lease_s: float = claims.LEASE_S,
                driver: str | None = None):
