@@ -59,6 +59,12 @@ def outputs(specs):
   return {s.identity: open(os.path.join(s.workdir, "out.txt")).read() for s in specs}
 
 
+def test_the_study_package_imports_neither_jax_nor_ray():
+  p = helpers.run_py(["-c", "import sys; from acl_jax.study import executors; "
+                      "print(sorted({m.split('.')[0] for m in sys.modules} & {'jax', 'ray'}))"])
+  assert p.returncode == 0 and p.stdout.strip() == "[]", p.stderr
+
+
 # Claims.
 
 # Claims at a given time, says whether it won, and holds its claim until its stdin closes.
@@ -306,7 +312,7 @@ def test_a_killed_driver_loses_and_repeats_nothing(kind, request, tmp_path):
 
 @pytest.mark.slow
 def test_ray_executor_trains_two_runs_with_train_py(ray_address, tiny_model_dir, tmp_path):
-  """Two runlocal train.py runs, one Ray task each. Slow (15 to 30 s on 2 cores): the tiny
+  """Two runlocal train.py runs, one Ray task each. Slow (15 to 40 s on 2 cores): the tiny
   runs above cover the executor."""
   specs = [ex.RunSpec(f"seed={s}", (
       sys.executable, "train.py", "--config", "configs/quickstart.py:runlocal",
