@@ -1,4 +1,5 @@
-"""acl_jax installs as a package whose pinned dependencies are requirements.txt's."""
+"""acl_jax installs as a package whose pinned dependencies are requirements.txt's (and
+acl-jax[ray] adds the Ray the tests pin)."""
 import os
 import re
 import subprocess
@@ -28,7 +29,12 @@ def test_pip_install_gives_an_importable_package_with_the_pinned_deps(tmp_path):
   assert q.returncode == 0, q.stderr[-2000:]
   assert q.stdout.strip().startswith(str(target))
   meta = next(target.glob("acl_jax-*.dist-info")) / "METADATA"
-  deps = sorted(re.sub(r"\s+", "", m) for m in
-                re.findall(r"^Requires-Dist: (.+)$", meta.read_text(), re.M))
+  reqs = [re.sub(r"\s+", "", m) for m in
+          re.findall(r"^Requires-Dist: (.+)$", meta.read_text(), re.M)]
+  deps = sorted(r for r in reqs if "extra==" not in r)
   assert deps == [re.sub(r"\s+", "", d) for d in
                   _pins(os.path.join(helpers.REPO, "requirements.txt"))]
+  # acl-jax[ray]: RayExecutor's Ray, at the version the tests pin.
+  ray_pin = [p for p in _pins(os.path.join(helpers.REPO, "requirements-test.txt"))
+             if p.startswith("ray==")]
+  assert sorted(r for r in reqs if "extra==" in r) == [f'{ray_pin[0]};extra=="ray"']

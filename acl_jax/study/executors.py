@@ -1,0 +1,341 @@
+"""Executors: where a study's runs execute, each at most once across every driver.
+
+An executor takes run specs (`RunSpec`: one command, the workdir it writes and what it needs)
+and yields a `RunResult` for each as it ends, in the order they end:
+
+  runner = LocalExecutor()                  # this machine, one run per core or accelerator
+  runner = RayExecutor("auto")              # the nodes of a Ray cluster
+  for res in runner.run(specs, finished=results_written):
+    print(res.identity, res.status, res.returncode, res.wall_s, res.cpu_s, res.host)
+
+Every run is claimed before it starts (acl_jax/study/claims.py), by the process that runs it
+(this one, or the Ray worker on the node), and the claim is released when it ends. A run
+that is already finished (`finished(spec)`, asked before and again under the claim) or
+claimed by a live owner is not started: its result says FINISHED or CLAIMED. So drivers on
+several machines may hand out the same specs at once, and a driver killed midway leaves
+claims that go stale; the next driver takes them over and resumes the runs.
+
+A run's command is killed with the process that started it (Linux), so a killed driver or
+Ray worker leaves no run behind that would write its workdir beside a successor's.
+"""
+import abc
+import ctypes
+import dataclasses
+import functools
+import os
+import queue
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+
+from acl_jax import provenance
+from acl_jax.study import claims
+from acl_jax.study.slots import Slot, local_slots
+
+# RunResult.status: the command ran (see returncode), or it did not and why.
+RAN = "ran"
+FINISHED = "finished"  # finished before (`finished(spec)`); nothing ran
+CLAIMED = "claimed elsewhere"  # another live owner holds the run's claim
+LOST = "claim lost"  # the run stalled past its lease, was taken over and killed
+ERROR = "error"  # the command could not start, or the executor failed it
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@dataclasses.dataclass(frozen=True)
+class RunSpec:
+  """One run: a command, run once, that writes its workdir.
+
+  Attributes:
+    identity: the run's stable name; every driver gives the same run the same one.
+    argv: the command.
+    workdir: the folder the run writes, on storage every node sees; its claims live there.
+    cwd: the folder the command runs in ("": the executor's).
+    env: variables set for the command, over the node's environment.
+    log: the file in the workdir the command's stdout and stderr are appended to ("": they
+      stay on the executor's).
+    cpus: cores the run needs (Ray schedules by them).
+    gpus: GPUs the run needs (Ray schedules by them and sets CUDA_VISIBLE_DEVICES).
+    resources: custom Ray resources, e.g. {"TPU": 4} (Ray sets TPU_VISIBLE_CHIPS).
+  """
+  identity: str
+  argv: tuple[str, ...]
+  workdir: str
+  cwd: str = ""
+  env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  log: str = "console.log"
+  cpus: float = 1.0
+  gpus: float = 0.0
+  resources: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+  def __post_init__(self):
+    object.__setattr__(self, "argv", tuple(self.argv))
+
+  def __hash__(self):
+    return hash(self.identity)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunResult:
+  """How a run ended: `status` (RAN, FINISHED, CLAIMED, LOST, ERROR); for a run that ran, its
+  exit code, wall and CPU seconds (user + system, its whole process tree: what it costs
+  whatever else shares the machine) and the host it ran on; `detail` says more (the claim's
+  holder, an error)."""
+  identity: str
+  status: str
+  returncode: int | None = None
+  wall_s: float = 0.0
+  cpu_s: float = 0.0
+  host: str = ""
+  detail: str = ""
+
+  @property
+  def ok(self) -> bool:
+    """Whether the run is done: it ran and exited 0, or had finished before."""
+    return self.status == FINISHED or (self.status == RAN and self.returncode == 0)
+
+
+def results_written(spec: RunSpec) -> bool:
+  """The default `finished`: train.py finished the run (`provenance.run_finished`)."""
+  return provenance.run_finished(spec.workdir)
+
+
+def _in_workdir(name: str, spec: RunSpec) -> bool:
+  return os.path.exists(os.path.join(spec.workdir, name))
+
+
+def written(name: str) -> Callable[[RunSpec], bool]:
+  """A `finished` for runs that are done once their workdir holds the file `name`
+  (picklable, for Ray)."""
+  return functools.partial(_in_workdir, name)
+
+
+try:
+  _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):
+  _prctl = None
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int):
+  """Run in the child before exec: SIGKILL it when the thread that started it ends, so a run
+  does not outlive a killed driver or worker (a no-op outside Linux). `parent`: the pid of
+  the process that forked, which may have died before the child asked."""
+  if _prctl is not None:
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+      os._exit(1)  # pylint: disable=protected-access
+
+
+def call(cmd, on_start=None, **kw) -> tuple[int, float]:
+  """subprocess.call, also returning the child's CPU seconds (user + system, from wait4's
+  rusage); `on_start(proc)` is called once it runs."""
+  # pylint: disable-next=consider-using-with,subprocess-popen-preexec-fn
+  proc = subprocess.Popen(cmd, preexec_fn=functools.partial(_die_with_parent, os.getpid()), **kw)
+  if on_start is not None:
+    on_start(proc)
+  _, status, usage = os.wait4(proc.pid, 0)
+  proc.returncode = os.waitstatus_to_exitcode(status)
+  return proc.returncode, usage.ru_utime + usage.ru_stime
+
+
+def run_once(spec: RunSpec, driver: str, finished: Callable[[RunSpec], bool],
+             lease_s: float = claims.LEASE_S, slot_env: Mapping[str, str] | None = None,
+             prefix: Iterable[str] = ()) -> RunResult:
+  """Claims the run, runs it unless it is finished, and releases the claim: what every
+  executor runs, on the host that runs the command.
+
+  Args:
+    spec: the run.
+    driver: the id of the driver that asked for it (`claims.new_driver_id`).
+    finished: whether a run is done; asked again once the claim is held, as the run's
+      previous holder may have finished it meanwhile.
+    lease_s: the claim's lease; the heartbeat is refreshed ten times in one.
+    slot_env: variables of the executor's slot (its accelerators), under `spec.env`.
+    prefix: put before the command (e.g. taskset).
+  """
+  host = socket.gethostname()
+  if finished(spec):
+    return RunResult(spec.identity, FINISHED, host=host)
+  os.makedirs(spec.workdir, exist_ok=True)
+  claim = claims.try_claim(spec.workdir, driver, lease_s, run=spec.identity)
+  if claim is None:
+    return RunResult(spec.identity, CLAIMED, host=host,
+                     detail=describe(claims.holder(spec.workdir, lease_s)))
+  try:
+    if finished(spec):
+      return RunResult(spec.identity, FINISHED, host=host)
+    env = {**os.environ, **(slot_env or {}), **spec.env}
+    procs = []
+    log = os.path.join(spec.workdir, spec.log)
+    out = open(log, "ab") if spec.log else None  # pylint: disable=consider-using-with
+    t0 = time.time()
+    try:
+      with claim.keep_alive(on_lost=lambda: [_kill(p) for p in procs]):
+        rc, cpu = call([*prefix, *spec.argv], on_start=procs.append, cwd=spec.cwd or None,
+                       env=env, stdout=out, stderr=subprocess.STDOUT if out else None)
+    except OSError as e:
+      return RunResult(spec.identity, ERROR, host=host, detail=f"{spec.argv[0]}: {e}")
+    finally:
+      if out is not None:
+        out.close()
+    status = LOST if claim.lost.is_set() else RAN
+    return RunResult(spec.identity, status, rc, time.time() - t0, cpu, host)
+  finally:
+    claim.release()
+
+
+def _kill(proc: subprocess.Popen) -> None:
+  """SIGKILL unless `call` reaped it (not Popen.kill: its poll would reap the child under
+  `call`'s wait4)."""
+  if proc.returncode is None:
+    try:
+      os.kill(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+      pass
+
+
+def describe(rec: dict | None) -> str:
+  """A claim's owner in words."""
+  if not rec:
+    return "free"
+  return f"driver {rec.get('driver')} (pid {rec.get('pid')} on {rec.get('host')})"
+
+
+class Executor(abc.ABC):
+  """Runs run specs, each at most once across the drivers that share their workdirs.
+
+  Attributes:
+    lease_s: how long a claim lives without a heartbeat (`claims.is_free`).
+    driver: this driver's id, in the claims it takes.
+  """
+
+  def __init__(self, lease_s: float = claims.LEASE_S, driver: str | None = None):
+    self.lease_s = lease_s
+    self.driver = driver or claims.new_driver_id()
+
+  @abc.abstractmethod
+  def run(self, specs: Iterable[RunSpec],
+          finished: Callable[[RunSpec], bool] = results_written) -> Iterator[RunResult]:
+    """Runs `specs`, yielding one result per spec as each ends.
+
+    Args:
+      specs: the runs.
+      finished: whether a run is done (it is then not run again); on Ray it runs on the
+        nodes too, so it must pickle.
+    """
+
+
+class LocalExecutor(Executor):
+  """Runs on this machine, one run per slot at a time, in subprocesses.
+
+  Args:
+    slots: the slots (`local_slots`), or how many to share this host's cores or
+      accelerators between (default: one per accelerator, else per core). A run takes one
+      slot whatever its cpus, gpus and resources, which only Ray schedules by.
+    lease_s, driver: as Executor's.
+  """
+
+  def __init__(self, slots: int | list[Slot] | None = None, lease_s: float = claims.LEASE_S,
+               driver: str | None = None):
+    super().__init__(lease_s, driver)
+    self.slots = slots if isinstance(slots, list) else local_slots(slots)
+
+  def run(self, specs, finished=results_written):
+    todo, results, stop = queue.Queue(), queue.Queue(), threading.Event()
+    n = 0
+    for spec in specs:
+      if finished(spec):
+        yield RunResult(spec.identity, FINISHED, host=socket.gethostname())
+      else:
+        todo.put(spec)
+        n += 1
+
+    def work(slot: Slot):
+      prefix = ["taskset", "-c", ",".join(map(str, slot.cpus))] if slot.cpus else []
+      while not stop.is_set():
+        try:
+          spec = todo.get_nowait()
+        except queue.Empty:
+          return
+        try:
+          res = run_once(spec, self.driver, finished, self.lease_s, slot.env, prefix)
+        except Exception as e:  # pylint: disable=broad-except
+          res = RunResult(spec.identity, ERROR, host=socket.gethostname(), detail=repr(e))
+        results.put(res)
+
+    threads = [threading.Thread(target=work, args=(s,), daemon=True) for s in self.slots[:n]]
+    for t in threads:
+      t.start()
+    try:
+      for _ in range(n):
+        yield results.get()
+    finally:  # a caller that stops listening starts no more runs; those running end
+      stop.set()
+      for t in threads:
+        t.join()
+
+
+class RayExecutor(Executor):
+  """Runs on the nodes of a Ray cluster: each run is one Ray task that asks for the run's
+  cpus, gpus and custom resources, and runs `run_once` on its node (claim, command under a
+  heartbeat, release). The driver submits every run it is given and yields results as the
+  tasks end.
+
+  The workdirs, and the code the commands and tasks run, must be at the same paths on every
+  node (shared storage): by default the tasks import acl_jax from this checkout
+  (`runtime_env`'s PYTHONPATH), and `finished` reads the workdirs from the nodes.
+
+  Args:
+    address: the cluster: None (one found on this machine, else a new local one), "auto"
+      (one found on this machine), "host:port" or "ray://host:port" (Ray Client).
+    lease_s, driver: as Executor's.
+    runtime_env: the tasks' Ray runtime environment when this executor connects; default
+      {"env_vars": {"PYTHONPATH": <this checkout>}}. Ignored when Ray is already initialised.
+    **init_kwargs: more ray.init arguments when this executor connects.
+  """
+
+  def __init__(self, address: str | None = None, lease_s: float = claims.LEASE_S,
+               driver: str | None = None, runtime_env: dict | None = None, **init_kwargs):
+    super().__init__(lease_s, driver)
+    self.address = address
+    self.runtime_env = ({"env_vars": {"PYTHONPATH": REPO}} if runtime_env is None
+                        else runtime_env)
+    self.init_kwargs = init_kwargs
+
+  def _ray(self):
+    import ray  # pylint: disable=import-outside-toplevel
+    if not ray.is_initialized():
+      ray.init(address=self.address, runtime_env=self.runtime_env, **self.init_kwargs)
+    return ray
+
+  def run(self, specs, finished=results_written):
+    ray = self._ray()
+    task = ray.remote(run_once)
+    pending = {}
+    for spec in specs:
+      if finished(spec):
+        yield RunResult(spec.identity, FINISHED, host=socket.gethostname())
+        continue
+      held = claims.holder(spec.workdir, self.lease_s)
+      if held is not None:  # saves a task; the task checks again when it claims the run
+        yield RunResult(spec.identity, CLAIMED, host=socket.gethostname(),
+                        detail=describe(held))
+        continue
+      # No retries: a run whose worker died is resumed by a later driver, once its claim
+      # has gone stale, not by Ray while the claim still looks live.
+      ref = task.options(num_cpus=spec.cpus, num_gpus=spec.gpus, max_retries=0,
+                         resources=dict(spec.resources), name=spec.identity).remote(
+                             spec, self.driver, finished, self.lease_s)
+      pending[ref] = spec
+    while pending:
+      done, _ = ray.wait(list(pending), num_returns=1)
+      for ref in done:
+        spec = pending.pop(ref)
+        try:
+          yield ray.get(ref)
+        except ray.exceptions.RayError as e:
+          yield RunResult(spec.identity, ERROR, detail=f"{type(e).__name__}: {e}")

@@ -1,0 +1,81 @@
+"""The slots of one host, where LocalExecutor runs one run at a time: one per CUDA device,
+else one per TPU chip, else one per core, each with the variables that give a process its
+accelerators and the cores it is pinned to."""
+import dataclasses
+import glob
+import os
+import re
+import subprocess
+from collections.abc import Mapping
+
+
+def cuda_devices() -> list[str]:
+  """The CUDA devices this process may use: CUDA_VISIBLE_DEVICES when set, else those
+  `nvidia-smi -L` lists."""
+  vis = os.environ.get("CUDA_VISIBLE_DEVICES")
+  if vis is not None:
+    ids = [d.strip() for d in vis.split(",") if d.strip()]
+    return [] if ids[:1] == ["-1"] else ids
+  try:
+    out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30,
+                         check=False).stdout
+  except (OSError, subprocess.SubprocessError):
+    return []
+  return [str(i) for i, _ in enumerate(re.findall(r"^GPU \d+", out, re.M))]
+
+
+def tpu_chips() -> list[str]:
+  """The TPU chips of this host: TPU_VISIBLE_CHIPS when set, else the /dev/accel<N> devices
+  (character devices; some GPU drivers make /dev/accel a folder)."""
+  vis = os.environ.get("TPU_VISIBLE_CHIPS")
+  if vis:
+    return [c.strip() for c in vis.split(",") if c.strip()]
+  chips = [p for p in glob.glob("/dev/accel*") if not os.path.isdir(p)]
+  return sorted((m.group(1) for p in chips if (m := re.search(r"accel(\d+)$", p))), key=int)
+
+
+def tpu_env(chips: list[str], slot: int) -> dict[str, str]:
+  """The variables that give one process `chips` of the host's TPU chips, beside processes on
+  the others: the chips, their bounds (one or two chips: a slice of the host), and a mesh
+  controller port of its own (as Ray and Cloud TPU's guides set them)."""
+  env = {"TPU_VISIBLE_CHIPS": ",".join(chips), "TPU_HOST_BOUNDS": "1,1,1",
+         "TPU_MESH_CONTROLLER_ADDRESS": f"localhost:{8476 + slot}",
+         "TPU_MESH_CONTROLLER_PORT": str(8476 + slot)}
+  if len(chips) in (1, 2):
+    env["TPU_CHIPS_PER_HOST_BOUNDS"] = "1,1,1" if len(chips) == 1 else "1,2,1"
+  return env
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+  """Where LocalExecutor runs one run at a time: `env` gives it its accelerators, `cpus` the
+  cores it is pinned to (taskset; () when unpinned)."""
+  env: Mapping[str, str]
+  cpus: tuple[int, ...]
+
+
+def _split(items: list, n: int) -> list[list]:
+  """`items` in `n` contiguous groups of equal size (the remainder left out); [] each when
+  there are fewer items than groups."""
+  per = len(items) // n
+  return [items[i * per:(i + 1) * per] for i in range(n)]
+
+
+def local_slots(n: int | None = None) -> list[Slot]:
+  """This host's slots: one per CUDA device, else one per TPU chip, else one per core (`n`
+  slots instead, sharing them out). Several slots split the cores between them, each pinned
+  to its own."""
+  cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(
+      range(os.cpu_count() or 1))
+  gpus = cuda_devices()
+  tpus = [] if gpus else tpu_chips()
+  devices = gpus or tpus
+  n = n or len(devices) or len(cores)
+  if devices and n > len(devices):
+    raise ValueError(f"{n} slots for {len(devices)} accelerators ({', '.join(devices)}): "
+                     "a slot needs one at least.")
+  groups = _split(devices, n) if devices else [[]] * n
+  envs = ([{"CUDA_VISIBLE_DEVICES": ",".join(g)} for g in groups] if gpus
+          else [tpu_env(g, i) for i, g in enumerate(groups)] if tpus else [{}] * n)
+  pins = _split(cores, n) if n > 1 else [[]]
+  return [Slot(env, tuple(pin)) for env, pin in zip(envs, pins)]

@@ -1,0 +1,330 @@
+"""Study executors: a claim has one winner and goes stale with its owner; LocalExecutor and
+RayExecutor (on a real local Ray cluster) run each spec once, across drivers started together
+and across a driver killed midway."""
+import collections
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import pytest
+
+from acl_jax.study import claims, executors as ex, slots
+from tests import helpers
+
+# A tiny run: after `sleep` seconds, appends "start <name>" then "end <name>" to the shared
+# log (one O_APPEND write each, so the lines of runs at once do not mix) and writes out.txt
+# (<name> <cwd>) in its workdir, the executor's cwd for it.
+RUN = """
+import os, sys, time
+name, log, sleep = sys.argv[1], sys.argv[2], float(sys.argv[3])
+def note(what):
+  fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+  os.write(fd, f"{what} {name}\\n".encode())
+  os.close(fd)
+note("start")
+time.sleep(sleep)
+open("out.txt", "w").write(f"{name} {os.path.basename(os.getcwd())}")
+note("end")
+"""
+DONE = ex.written("out.txt")
+
+
+def tiny_specs(root, n=4, sleep=0.0):
+  log = os.path.join(root, "runs.log")
+  out = []
+  for i in range(n):
+    wd = os.path.join(root, f"run{i}")
+    out.append(ex.RunSpec(f"run{i}", (sys.executable, "-c", RUN, f"run{i}", log, str(sleep)),
+                          wd, cwd=wd))
+  return out
+
+
+def log_counts(root):
+  """{"start"/"end": Counter of run names} from the shared log."""
+  counts = {"start": collections.Counter(), "end": collections.Counter()}
+  with open(os.path.join(root, "runs.log")) as f:
+    for line in f:
+      what, name = line.split()
+      counts[what][name] += 1
+  return counts
+
+
+def outputs(specs):
+  return {s.identity: open(os.path.join(s.workdir, "out.txt")).read() for s in specs}
+
+
+def test_the_study_package_imports_neither_jax_nor_ray():
+  p = helpers.run_py(["-c", "import sys; from acl_jax.study import executors; "
+                      "print(sorted({m.split('.')[0] for m in sys.modules} & {'jax', 'ray'}))"])
+  assert p.returncode == 0 and p.stdout.strip() == "[]", p.stderr
+
+
+# Claims.
+
+# Claims at a given time, says whether it won, and holds its claim until its stdin closes.
+CLAIM = """
+import sys, time
+from acl_jax.study import claims
+time.sleep(max(0, float(sys.argv[2]) - time.time()))
+print(claims.try_claim(sys.argv[1], claims.new_driver_id()) is not None, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_of_claimers_racing_exactly_one_wins(tmp_path):
+  wd = str(tmp_path / "run")
+  at = time.time() + 3  # the processes claim at once, once all have imported
+  procs = [subprocess.Popen([sys.executable, "-c", CLAIM, wd, str(at)], cwd=helpers.REPO,
+                            env=helpers.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True) for _ in range(4)]
+  wins = [p.stdout.readline().strip() for p in procs]
+  for p in procs:
+    p.stdin.close()
+    p.wait(timeout=60)
+  assert sorted(wins) == ["False", "False", "False", "True"]
+  # The winner exited: its claim is stale. Threads racing for the takeover: one wins again.
+  barrier, won = threading.Barrier(6), []
+
+  def take():
+    barrier.wait()
+    won.append(claims.try_claim(wd, claims.new_driver_id(), lease_s=60))
+  threads = [threading.Thread(target=take) for _ in range(6)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  assert len([c for c in won if c is not None]) == 1
+  assert sorted(os.listdir(os.path.join(wd, claims.CLAIMS))) == ["0", "1"]
+
+
+def test_a_claim_goes_stale_with_its_owner_or_its_heartbeat_and_not_before(tmp_path):
+  wd = str(tmp_path / "run")
+  # Its owner process is gone (same host): taken over at once, whatever the lease.
+  p = helpers.run_py(["-c", "from acl_jax.study import claims; "
+                      f"assert claims.try_claim({wd!r}, 'gone')"])
+  assert p.returncode == 0, p.stderr
+  assert claims.holder(wd) is None
+  mine = claims.try_claim(wd, "a", lease_s=10)
+  assert mine is not None and mine.path.endswith("1")
+  # Live: its owner runs and beats.
+  assert claims.try_claim(wd, "b", lease_s=10) is None
+  assert claims.holder(wd, 10)["driver"] == "a"
+  # A heartbeat older than the lease: taken over, and the old owner learns it lost.
+  mine.rec["heartbeat"] = time.time() - 11
+  claims._write_atomic(mine.path, mine.rec)  # pylint: disable=protected-access
+  theirs = claims.try_claim(wd, "b", lease_s=10)
+  assert theirs is not None
+  assert not mine.refresh() and mine.lost.is_set()
+  mine.release()  # writes nothing: the claim is b's
+  assert claims.holder(wd, 10)["driver"] == "b"
+  theirs.release()
+  assert claims.holder(wd, 10) is None
+  # A claim file still being written counts as live, until a lease has passed.
+  wd2 = str(tmp_path / "run2")
+  os.makedirs(os.path.join(wd2, claims.CLAIMS))
+  empty = os.path.join(wd2, claims.CLAIMS, "0")
+  open(empty, "w").close()
+  assert claims.try_claim(wd2, "c", lease_s=10) is None
+  os.utime(empty, (time.time() - 11, time.time() - 11))
+  assert claims.try_claim(wd2, "c", lease_s=10) is not None
+
+
+def test_keep_alive_beats_and_calls_back_when_the_claim_is_lost(tmp_path):
+  wd = str(tmp_path / "run")
+  c = claims.try_claim(wd, "a", lease_s=0.5)
+  lost = threading.Event()
+  with c.keep_alive(on_lost=lost.set, every=0.05):
+    time.sleep(0.7)  # past the lease: only the beats keep it
+    assert claims.try_claim(wd, "b", lease_s=0.5) is None
+    with open(os.path.join(wd, claims.CLAIMS, "1"), "w") as f:
+      json.dump({"driver": "b"}, f)  # b took it over
+    assert lost.wait(5)
+
+
+# Local slots.
+
+def test_local_slots_give_each_run_its_accelerators_and_cores(monkeypatch):
+  monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1, 2, 3}, raising=False)
+  monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+  assert slots.local_slots() == [slots.Slot({"CUDA_VISIBLE_DEVICES": "4"}, (0, 1)),
+                                 slots.Slot({"CUDA_VISIBLE_DEVICES": "5"}, (2, 3))]
+  assert slots.local_slots(1) == [slots.Slot({"CUDA_VISIBLE_DEVICES": "4,5"}, ())]
+  with pytest.raises(ValueError, match="3 slots for 2 accelerators"):
+    slots.local_slots(3)
+  monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+  monkeypatch.setenv("TPU_VISIBLE_CHIPS", "0,1,2,3")
+  tpu = slots.local_slots()
+  assert [s.env["TPU_VISIBLE_CHIPS"] for s in tpu] == ["0", "1", "2", "3"]
+  assert {s.env["TPU_CHIPS_PER_HOST_BOUNDS"] for s in tpu} == {"1,1,1"}
+  assert len({s.env["TPU_MESH_CONTROLLER_PORT"] for s in tpu}) == 4
+  assert [s.cpus for s in tpu] == [(0,), (1,), (2,), (3,)]
+  monkeypatch.delenv("TPU_VISIBLE_CHIPS")
+  monkeypatch.setattr(slots, "tpu_chips", lambda: [])
+  assert slots.local_slots() == [slots.Slot({}, (i,)) for i in range(4)]
+
+
+# LocalExecutor.
+
+def test_local_executor_runs_each_spec_once_and_times_it(tmp_path):
+  root = str(tmp_path)
+  specs = tiny_specs(root)
+  t0 = time.time()
+  res = list(ex.LocalExecutor(slots=2).run(specs, DONE))
+  print(f"LocalExecutor, 4 tiny runs: {time.time() - t0:.2f} s")
+  assert sorted(r.identity for r in res) == [s.identity for s in specs]
+  assert all(r.status == ex.RAN and r.returncode == 0 and r.ok for r in res)
+  assert all(r.wall_s > 0 and r.cpu_s > 0 for r in res)
+  assert outputs(specs) == {f"run{i}": f"run{i} run{i}" for i in range(4)}
+  assert set(log_counts(root)["end"].values()) == {1}
+  # Finished runs are not run again; a run claimed by a live owner elsewhere is not started.
+  held = claims.try_claim(str(tmp_path / "run4"), "other")
+  more = tiny_specs(root, n=5)
+  again = {r.identity: r for r in ex.LocalExecutor(slots=2).run(more, DONE)}
+  assert [again[f"run{i}"].status for i in range(5)] == [ex.FINISHED] * 4 + [ex.CLAIMED]
+  assert "driver other" in again["run4"].detail
+  held.release()
+  assert sum(log_counts(root)["end"].values()) == 4
+  # A failing command reports its exit code and frees its claim.
+  bad = ex.RunSpec("bad", (sys.executable, "-c", "raise SystemExit(3)"), str(tmp_path / "bad"))
+  [r] = ex.LocalExecutor(slots=1).run([bad], DONE)
+  assert (r.status, r.returncode, r.ok) == (ex.RAN, 3, False)
+  assert claims.holder(bad.workdir) is None
+
+
+def test_a_run_whose_claim_was_taken_over_is_killed(tmp_path):
+  """A run that stalled past its lease and was taken over stops, so that its successor does
+  not share its workdir."""
+  [spec] = tiny_specs(str(tmp_path), n=1, sleep=60)
+
+  def take_over():
+    while not os.path.exists(os.path.join(str(tmp_path), "runs.log")):
+      time.sleep(0.02)
+    with open(os.path.join(spec.workdir, claims.CLAIMS, "1"), "w") as f:
+      json.dump({"driver": "b", "heartbeat": time.time()}, f)
+  thread = threading.Thread(target=take_over)
+  thread.start()
+  [r] = ex.LocalExecutor(slots=1, lease_s=0.5).run([spec], DONE)
+  thread.join()
+  assert (r.status, r.returncode, r.ok) == (ex.LOST, -signal.SIGKILL, False)
+  assert r.wall_s < 30
+  assert not log_counts(str(tmp_path))["end"]
+  assert claims.holder(spec.workdir, 10)["driver"] == "b"  # its release left b's claim
+
+
+# RayExecutor, on a Ray cluster of this machine (loopback) that the module starts and stops.
+
+@pytest.fixture(scope="module")
+def ray_address():
+  ray = pytest.importorskip("ray")
+  # A short folder: Ray's socket paths under it must stay within the OS's length limit.
+  temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+  t0 = time.time()
+  ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+           _node_ip_address="127.0.0.1", _temp_dir=temp, object_store_memory=100 * 2**20,
+           runtime_env={"env_vars": {"PYTHONPATH": helpers.REPO}})
+  print(f"Ray cluster up in {time.time() - t0:.1f} s")
+  try:
+    yield ray.get_runtime_context().gcs_address
+  finally:
+    ray.shutdown()
+    shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_ray_executor_gives_the_local_executors_outputs(ray_address, tmp_path):
+  local, remote = tiny_specs(str(tmp_path / "local")), tiny_specs(str(tmp_path / "ray"))
+  assert all(r.ok for r in ex.LocalExecutor(slots=2).run(local, DONE))
+  t0 = time.time()
+  res = list(ex.RayExecutor(ray_address).run(remote, DONE))
+  print(f"RayExecutor, 4 tiny runs: {time.time() - t0:.2f} s")
+  assert all(r.status == ex.RAN and r.returncode == 0 for r in res)
+  assert all(r.wall_s > 0 and r.cpu_s > 0 and r.host for r in res)
+  assert outputs(remote) == outputs(local)
+  assert [r.status for r in ex.RayExecutor(ray_address).run(remote, DONE)] == [ex.FINISHED] * 4
+
+
+def test_two_ray_drivers_at_once_run_each_spec_once(ray_address, tmp_path):
+  root = str(tmp_path)
+  specs = tiny_specs(root, sleep=0.5)
+  got = [[], []]
+
+  def drive(i):
+    got[i] = list(ex.RayExecutor(ray_address).run(specs, DONE))
+  threads = [threading.Thread(target=drive, args=(i,)) for i in range(2)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  counts = log_counts(root)
+  assert counts["start"] == counts["end"] == {s.identity: 1 for s in specs}
+  statuses = collections.Counter(r.status for r in got[0] + got[1])
+  assert statuses[ex.RAN] == 4 and statuses[ex.ERROR] == 0
+  assert len(outputs(specs)) == 4
+
+
+DRIVER = """
+import sys
+from acl_jax.study import executors as ex
+from tests.test_study_executors import DONE, tiny_specs
+kind, root, address = sys.argv[1:4]
+exe = ex.LocalExecutor(slots=2) if kind == "local" else ex.RayExecutor(address)
+for r in exe.run(tiny_specs(root, sleep=2.0), DONE):
+  print(r.identity, r.status, flush=True)
+"""
+
+
+@pytest.mark.parametrize("kind", ["local", "ray"])
+def test_a_killed_driver_loses_and_repeats_nothing(kind, request, tmp_path):
+  """A driver SIGKILLed while its first two runs run: they die with it, their claims go stale
+  (a dead owner) and the next driver runs them again, and the runs not yet started, once."""
+  address = request.getfixturevalue("ray_address") if kind == "ray" else ""
+  root = str(tmp_path)
+  driver = subprocess.Popen([sys.executable, "-c", DRIVER, kind, root, address],
+                            cwd=helpers.REPO, env=helpers.env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+  log, deadline = os.path.join(root, "runs.log"), time.time() + 60
+  while not (os.path.exists(log) and len(open(log).readlines()) >= 2):
+    assert driver.poll() is None and time.time() < deadline, driver.communicate()
+    time.sleep(0.05)
+  driver.send_signal(signal.SIGKILL)
+  driver.wait()
+  started = log_counts(root)["start"]
+  assert sum(started.values()) == 2 and not log_counts(root)["end"]
+  specs, deadline = tiny_specs(root, sleep=2.0), time.time() + 60
+  exe = ex.LocalExecutor(slots=2) if kind == "local" else ex.RayExecutor(address)
+  while True:  # a run whose claim is still live (its owner dying) is asked for again
+    res = list(exe.run(specs, DONE))
+    assert not [r for r in res if r.status not in (ex.RAN, ex.FINISHED, ex.CLAIMED)], res
+    if all(r.ok for r in res) or time.time() > deadline:
+      break
+    time.sleep(0.5)
+  assert all(r.ok for r in res), res
+  counts = log_counts(root)
+  assert counts["end"] == {s.identity: 1 for s in specs}
+  assert counts["start"] == {s.identity: 1 + started[s.identity] for s in specs}
+  assert outputs(specs) == {s.identity: f"{s.identity} {s.identity}" for s in specs}
+
+
+@pytest.mark.slow
+def test_ray_executor_trains_two_runs_with_train_py(ray_address, tiny_model_dir, tmp_path):
+  """Two runlocal train.py runs, one Ray task each. Slow (15 to 40 s on 2 cores): the tiny
+  runs above cover the executor."""
+  specs = [ex.RunSpec(f"seed={s}", (
+      sys.executable, "train.py", "--config", "configs/quickstart.py:runlocal",
+      f"--config.model.name={tiny_model_dir}", f"--config.seed={s}", "--config.progress=False",
+      "--workdir", str(tmp_path / f"seed={s}")), str(tmp_path / f"seed={s}"), cwd=helpers.REPO)
+           for s in (0, 1)]
+  t0 = time.time()
+  res = list(ex.RayExecutor(ray_address).run(specs))
+  print(f"RayExecutor, 2 runlocal train.py runs: {time.time() - t0:.1f} s")
+  assert all(r.status == ex.RAN and r.returncode == 0 for r in res), [
+      open(os.path.join(s.workdir, s.log)).read()[-2000:] for s in specs]
+  for s in specs:
+    results = json.load(open(os.path.join(s.workdir, "results.json")))
+    assert results["train"]["final_step"] == 6
+  assert [r.status for r in ex.RayExecutor(ray_address).run(specs)] == [ex.FINISHED] * 2
