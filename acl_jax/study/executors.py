@@ -50,6 +50,8 @@ FINISHED = "finished"  # finished before (`finished(spec)`); nothing ran
 CLAIMED = "claimed elsewhere"  # another live owner holds the run's claim
 LOST = "claim lost"  # the run stalled past its lease, was taken over and killed
 ERROR = "error"  # the command could not start, or the executor failed it
+# RunResult.detail of a run whose `Steps.before` said its command need not run.
+NOT_NEEDED = "command not needed"
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -208,7 +210,7 @@ def run_once(spec: RunSpec, driver: str, finished: Callable[[RunSpec], bool],
       if spec.steps is None or spec.steps.before(spec):
         res = _run_command(spec, run_cmd, host)
       else:
-        res = RunResult(spec.identity, RAN, 0, host=host, detail="command not needed")
+        res = RunResult(spec.identity, RAN, 0, host=host, detail=NOT_NEEDED)
       if claim.lost.is_set():
         return dataclasses.replace(res, status=LOST)
       if res.status == RAN and spec.steps is not None:
@@ -282,6 +284,10 @@ class Executor(abc.ABC):
   def pending(self) -> int:
     """How many submitted runs' results `wait` has not yet given."""
 
+  @abc.abstractmethod
+  def capacity(self, cpus: float = 1.0) -> int:
+    """How many runs of `cpus` cores each can run at once."""
+
   def close(self) -> None:
     """Drops the results not yet taken; LocalExecutor starts no more of the runs submitted
     and waits for those running, Ray's tasks run on."""
@@ -322,6 +328,9 @@ class LocalExecutor(Executor):
   @property
   def pending(self):
     return self._pending
+
+  def capacity(self, cpus=1.0):
+    return len(self.slots)
 
   def submit(self, spec, finished=results_written):
     self._pending += 1
@@ -407,6 +416,9 @@ class RayExecutor(Executor):
   @property
   def pending(self):
     return len(self._ready) + len(self._tasks)
+
+  def capacity(self, cpus=1.0):
+    return max(1, int(self._ray().cluster_resources().get("CPU", 1) // cpus))
 
   def submit(self, spec, finished=results_written):
     ray = self._ray()
