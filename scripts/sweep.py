@@ -43,6 +43,20 @@ appends are locked, and a run already there is not written again). Each host log
 file in the workdir (`console.p<I>.log` with `--process_id=I`, else `console.<hostname>.log`;
 train.py keeps its own log lines in train.log beside it).
 
+Runs train through an executor of acl_jax/study: `--executor local` (this machine, `--workers`
+runs at a time, each pinned to its share of the cores) or `--executor ray --address ADDR` (one
+Ray task per run on the cluster's nodes). Planning stays in the driver: it hands out what the
+records release, and plans again after every result. Each run is claimed in its workdir
+before it starts (acl_jax/study/claims.py), and everything a run writes happens under that
+claim, on the host that trains it (the Ray task, or the local executor's thread): the attempt
+is opened (`records.begin_attempt`), train.py runs, its wall and CPU seconds are added
+(`records.add_time`), then a finished run's post steps run, its row is appended (under the
+record's lock, and not when the run is there already) and its checkpoints go (`RunSteps`). So
+two drivers at once train and record each run once: a run another driver holds is waited for
+and planned again, not failed; and a driver killed midway leaves claims that go stale, which
+the next driver takes over, resuming the runs from their checkpoints. On a cluster, the
+checkout, the root and the records must be at the same paths on every node (shared storage).
+
 The runs share JAX's persistent compilation cache (`--compile_cache`, default
 `<root>/.jax_cache`; an already set `JAX_COMPILATION_CACHE_DIR` wins): runs that differ only
 in seed or loss weights compile the same step, so every run after the first loads it from disk
