@@ -380,8 +380,8 @@ class LocalExecutor(Executor):
 class RayExecutor(Executor):
   """Runs on the nodes of a Ray cluster: each run is one Ray task that asks for the run's
   cpus, gpus and custom resources, and runs `run_once` on its node (claim, command under a
-  heartbeat, release). The driver submits every run it is given at once, and takes results
-  as the tasks end.
+  heartbeat, release). Each run submitted becomes a task at once (Ray queues it until a
+  node has room), and results are taken as the tasks end.
 
   The workdirs, and the code the commands and tasks run, must be at the same paths on every
   node (shared storage): by default the tasks import acl_jax from this checkout
