@@ -43,6 +43,20 @@ appends are locked, and a run already there is not written again). Each host log
 file in the workdir (`console.p<I>.log` with `--process_id=I`, else `console.<hostname>.log`;
 train.py keeps its own log lines in train.log beside it).
 
+Runs train through an executor of acl_jax/study: `--executor local` (this machine, `--workers`
+runs at a time, each pinned to its share of the cores) or `--executor ray --address ADDR` (one
+Ray task per run on the cluster's nodes). Planning stays in the driver: it hands out what the
+records release, and plans again after every result. Each run is claimed in its workdir
+before it starts (acl_jax/study/claims.py), and everything a run writes happens under that
+claim, on the host that trains it (the Ray task, or the local executor's thread): the attempt
+is opened (`records.begin_attempt`), train.py runs, its wall and CPU seconds are added
+(`records.add_time`), then a finished run's post steps run, its row is appended (under the
+record's lock, and not when the run is there already) and its checkpoints go (`RunSteps`). So
+two drivers at once train and record each run once: a run another driver holds is waited for
+and planned again, not failed; and a driver killed midway leaves claims that go stale, which
+the next driver takes over, resuming the runs from their checkpoints. On a cluster, the
+checkout, the root and the records must be at the same paths on every node (shared storage).
+
 The runs share JAX's persistent compilation cache (`--compile_cache`, default
 `<root>/.jax_cache`; an already set `JAX_COMPILATION_CACHE_DIR` wins): runs that differ only
 in seed or loss weights compile the same step, so every run after the first loads it from disk
@@ -58,15 +72,16 @@ import shutil
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 import numpy as np
 
 from acl_jax import provenance  # light: no jax
+from acl_jax.study import executors
 from scripts import records, stages, sweeps as sweep_specs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TRAIN, EVAL = os.path.join(REPO, "train.py"), os.path.join(REPO, "eval.py")
 
 run_name = records.run_name
 # The machine the cost model is stated in: hours of this many cores.
@@ -201,7 +216,7 @@ def _load(path: str) -> dict | None:
 
 
 def _command(job: Job, extra: list[str]) -> list[str]:
-  cmd = [sys.executable, os.path.join(REPO, "train.py"), "--config", job.config, "--workdir",
+  cmd = [sys.executable, TRAIN, "--config", job.config, "--workdir",
          job.workdir, f"--config.seed={job.settings['seed']}", "--config.progress=False"]
   cmd += [f"--config.{kv}" for kv in job.set]
   cmd += [f"--config.{k}={v}" for k, v in job.settings.items()
@@ -214,14 +229,15 @@ def train_command(args, settings: dict, workdir: str) -> list[str]:
 
 
 def child_env(args) -> dict:
-  """The environment of each train.py run: ours plus the shared compilation cache."""
-  env = dict(os.environ)
+  """What each train.py run sets over its host's environment: the shared compilation cache
+  (ours, when this environment names one)."""
   cache = getattr(args, "compile_cache", None)
   if cache is None:
     cache = os.path.join(args.root, ".jax_cache")
-  if cache and cache != "none":
-    env.setdefault("JAX_COMPILATION_CACHE_DIR", os.path.abspath(cache))
-  return env
+  if not cache or cache == "none":
+    return {}
+  return {"JAX_COMPILATION_CACHE_DIR": os.environ.get("JAX_COMPILATION_CACHE_DIR")
+          or os.path.abspath(cache)}
 
 
 def identity(config: str, sets, settings: dict) -> tuple:
@@ -252,19 +268,17 @@ def has_weights(workdir: str) -> bool:
               or provenance.checkpoint_steps(workdir, "ckpt"))
 
 
-def call(cmd, **kw) -> tuple[int, float]:
-  """subprocess.call, also returning the child's CPU seconds (user + system): a run's cost
-  whatever else shares the machine, where its wall time is not."""
-  proc = subprocess.Popen(cmd, **kw)  # pylint: disable=consider-using-with
-  _, status, usage = os.wait4(proc.pid, 0)
-  proc.returncode = os.waitstatus_to_exitcode(status)
-  return proc.returncode, usage.ru_utime + usage.ru_stime
+def _local_call(cmd, **kw) -> tuple[int, float]:
+  """A command from the repository root on this machine: (exit code, CPU seconds)."""
+  return executors.call(cmd, cwd=REPO, **kw)
 
 
-def post_steps(job: Job, env: dict, prefix=(), workers: int = 1) -> int:
+def post_steps(job: Job, call=_local_call, workers: int = 1) -> int:
   """eval.py after training, as the sweep asks: the early-exit sweep on dev (timed on seed 0,
-  untimed on the others) and the final weights' scores. Returns the first failing exit code."""
-  wd, ev = job.workdir, [sys.executable, os.path.join(REPO, "eval.py"), "--workdir", job.workdir]
+  untimed on the others) and the final weights' scores. `call(cmd, stdout=..., stderr=...)`
+  runs each as the run's own command, returning (exit code, CPU seconds). Returns the first
+  failing exit code."""
+  wd, ev = job.workdir, [sys.executable, EVAL, "--workdir", job.workdir]
   steps = []
   if job.early_exit and not os.path.isfile(os.path.join(wd, "early_exit_entropy_dev.json")):
     steps.append(ev + ["--exit_policy", "entropy", "--thresholds", job.early_exit, "--split",
@@ -278,7 +292,7 @@ def post_steps(job: Job, env: dict, prefix=(), workers: int = 1) -> int:
       return 1
     t0 = time.time()
     with open(os.path.join(wd, "eval.log"), "a") as log:
-      rc, cpu = call(list(prefix) + cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
+      rc, cpu = call(cmd, stdout=log, stderr=subprocess.STDOUT)
     records.add_time(wd, time.time() - t0, workers, cpu=cpu)
     if rc:
       print(f"  eval FAILED (exit {rc}); see {os.path.join(wd, 'eval.log')}", flush=True)
@@ -298,8 +312,8 @@ def primary(extra: list[str]) -> bool | None:
   return True
 
 
-def finish(job: Job, env: dict, record: str | None, keep_checkpoints: bool,
-           extra: list[str] = (), prefix=(), workers: int = 1) -> int:
+def finish(job: Job, record: str | None, keep_checkpoints: bool, extra: list[str] = (),
+           call=_local_call, workers: int = 1) -> int:
   """A finished run's post steps, its row in the record, then (named sweeps) its checkpoints
   removed. Returns non-zero when a post step failed (the row is then not written). On a
   multi-host job only process 0 does this (`primary`)."""
@@ -312,11 +326,11 @@ def finish(job: Job, env: dict, record: str | None, keep_checkpoints: bool,
       print(f"  {job.name}: give each host --process_id so that process 0 runs the "
             "evaluations this sweep asks for; recorded without them.", flush=True)
       job = dataclasses.replace(job, early_exit="", latest="")
-  rc = post_steps(job, env, prefix, workers)
+  rc = post_steps(job, call, workers)
   if rc or not record:
     return rc
   row = records.row_from_run(job.workdir, job.sweep, job.record_settings, job.config, job.set)
-  if records.append(record, row):
+  if records.append(record, row):  # under its lock, and not when the run is there already
     print(f"  recorded in {os.path.relpath(record, REPO)}", flush=True)
   if not keep_checkpoints:
     for part in ("ckpt", "best"):
@@ -324,67 +338,193 @@ def finish(job: Job, env: dict, record: str | None, keep_checkpoints: bool,
   return 0
 
 
+@dataclasses.dataclass(frozen=True)
+class RunSteps(executors.Steps):
+  """What a sweep run does around train.py, on the host that trains it and under the run's
+  claim (so once, whatever the drivers): the attempt's time (`records.begin_attempt`, then
+  `records.add_time` with the executor's wall and CPU seconds), then for a finished run its
+  post steps, its row and the pruning of its checkpoints (`finish`). A run that train.py had
+  finished (its row, evaluations or pruning left undone) does only the latter."""
+  job: Job
+  record: str
+  keep_checkpoints: bool
+  extra: tuple = ()
+  workers: int = 1
+
+  def done(self) -> bool:
+    """Whether nothing is left: its row is in the record (read again now; without a record,
+    train.py finished it)."""
+    if self.record:
+      return any(r["run"] == self.job.name for r in records.read(self.record))
+    return provenance.run_finished(self.job.workdir)
+
+  def before(self, spec):
+    if provenance.run_finished(self.job.workdir):
+      return False
+    records.begin_attempt(self.job.workdir)
+    return True
+
+  def after(self, spec, result, call):
+    wd = self.job.workdir
+    if result.detail != executors.NOT_NEEDED:
+      records.add_time(wd, result.wall_s, self.workers, attempt=True, cpu=result.cpu_s)
+    if result.returncode != 0 or not provenance.run_finished(wd):
+      return result
+    rc = finish(self.job, self.record, self.keep_checkpoints, list(self.extra), call,
+                self.workers)
+    return dataclasses.replace(result, returncode=rc,
+                               detail=f"post steps failed (exit {rc})" if rc else result.detail)
+
+
+def run_done(spec: executors.RunSpec) -> bool:
+  """The executors' `finished` for sweep runs (`RunSteps.done`)."""
+  return spec.steps.done()
+
+
+def make_executor(args) -> executors.Executor:
+  """--executor local (this machine, --workers runs at a time) or ray (--address)."""
+  if getattr(args, "executor", "local") == "ray":
+    if primary(args.extra) is not True:
+      raise SystemExit("A multi-host job runs the same sweep on every host: use --executor "
+                       "local there.")
+    return executors.RayExecutor(args.address or None)
+  return executors.LocalExecutor(slots=getattr(args, "workers", 1) or 1)
+
+
+def run_spec(job: Job, args, record: str, keep_checkpoints: bool) -> executors.RunSpec:
+  """The executor's spec of a sweep run: train.py with its steps (`RunSteps`). On a
+  multi-host job every process claims the run for itself (they all enter train.py
+  together), under `<workdir>/.process/<log name>`."""
+  claims_in = job.workdir
+  if primary(args.extra) is not True:
+    claims_in = os.path.join(job.workdir, ".process", log_name(args.extra))
+  ray = getattr(args, "executor", "local") == "ray"
+  return executors.RunSpec(
+      job.name, tuple(_command(job, args.extra)), claims_in, cwd=REPO, env=child_env(args),
+      log=os.path.join(job.workdir, log_name(args.extra)),
+      steps=RunSteps(job, record or "", keep_checkpoints, tuple(args.extra),
+                     1 if ray else getattr(args, "workers", 1) or 1))
+
+
+def prepare(job: Job, args, record: str | None, done: set, elsewhere: dict,
+            keep_checkpoints: bool, tag: str = "") -> executors.RunSpec | None:
+  """The run's spec, or None when there is nothing to hand out: recorded (here or, the same
+  run, in another record: its row is taken), or refused (a workdir started with other flags;
+  without --keep_going that ends the sweep)."""
+  wd = job.workdir
+  want = {"config": job.config, "set": sorted(job.set)}
+  if job.name in done:
+    print(f"{tag} done (recorded): {job.name}", flush=True)
+    return None
+  problem = None
+  if os.path.islink(wd) and not os.path.exists(wd):
+    problem = (f"{wd} is a link to a missing run ({os.readlink(wd)}); remove the link to "
+               "train this run here.")
+  elif changed := changed_args(wd, want):
+    problem = (f"{wd} was started with {changed}: its results would not be this sweep's. "
+               "Use another --root, or move the run away to train it again.")
+  if problem:
+    print(f"{tag} FAILED: {problem}", flush=True)
+    if not args.keep_going:
+      raise SystemExit(1)
+    return None
+  if provenance.run_finished(wd):
+    print(f"{tag} done: {wd}", flush=True)
+    if args.dry_run or not (record or job.early_exit or job.latest):
+      return None
+    return run_spec(job, args, record, keep_checkpoints)  # its post steps and row
+  same = elsewhere.get(identity(job.config, job.set, job.settings))
+  if same is not None:
+    print(f"{tag} done (the same run is in {same['sweep']}'s record): {job.name}", flush=True)
+    if not args.dry_run:
+      records.append(record, {
+          **same, "sweep": job.sweep, "run": job.name, "set": sorted(job.set),
+          "overrides": {k: v for k, v in job.record_settings.items() if k not in records.OWN},
+          "reused_from": same["sweep"]})
+    return None
+  spec = run_spec(job, args, record, keep_checkpoints)
+  print(f"{tag} run: {' '.join(spec.argv)}", flush=True)
+  if args.dry_run:
+    return None
+  os.makedirs(wd, exist_ok=True)
+  provenance.write_atomic(os.path.join(wd, RUN_ARGS), json.dumps(want, indent=2))
+  return spec
+
+
+# How often a driver asks again for runs that another driver holds.
+POLL_S = 20.0
+
+
+def drive(runner: executors.Executor, next_spec, keep_going: bool = True,
+          poll_s: float = POLL_S) -> set[str]:
+  """Hands runs out as `next_spec(skip)` plans them, up to the runner's capacity, until it
+  plans none and none runs; returns the names of the runs that failed.
+
+  `next_spec(skip)` gives the next run to hand out (None: none now), planned again from the
+  records after every result, skipping the runs named in `skip` (out, failed, or held by
+  another driver). A run held by another driver is not failed: its owner records it, or its
+  claim goes stale and it is asked for again, every `poll_s` seconds. Without `keep_going`,
+  a failure ends the sweep (SystemExit) once the runs out have ended."""
+  out, failed, held, ended = {}, set(), set(), set()
+  cap, last_poll = runner.capacity(), time.time()
+  try:
+    while True:
+      while len(out) < cap:
+        spec = next_spec(set(out) | failed | held | ended)
+        if spec is None:
+          break
+        out[spec.identity] = spec
+        runner.submit(spec, run_done)
+      if not out:
+        if not held:
+          return failed
+        time.sleep(max(0.0, last_poll + poll_s - time.time()))
+      res = runner.wait(timeout=max(0.1, last_poll + poll_s - time.time())) if out else None
+      if time.time() >= last_poll + poll_s:
+        held.clear()  # plan them again: recorded by now, or free to take over
+        last_poll = time.time()
+      if res is None:
+        continue
+      out.pop(res.identity, None)
+      where = f" on {res.host}" if res.host else ""
+      if res.ok:
+        ended.add(res.identity)
+        took = f" in {res.wall_s:.0f} s{where}" if res.status == executors.RAN else ""
+        print(f"  {res.identity}: {res.status}{took}", flush=True)
+      elif res.status in (executors.CLAIMED, executors.LOST):
+        print(f"  {res.identity}: {res.status} ({res.detail}); waiting for its row", flush=True)
+        held.add(res.identity)
+      else:
+        print(f"  {res.identity} FAILED ({res.status}, exit {res.returncode}{where}"
+              f"{'; ' + res.detail if res.detail else ''})", flush=True)
+        failed.add(res.identity)
+        if not keep_going:
+          raise SystemExit(res.returncode or 1)
+  finally:
+    runner.close()
+
+
 def run_jobs(jobs: list[Job], args, record: str | None = None,
-             keep_checkpoints: bool = True, prefix=(), workers: int = 1) -> None:
+             keep_checkpoints: bool = True) -> None:
   """Trains each job unless recorded (here or, the same run, in another record), resuming a
-  part-trained one; `prefix` goes before each command (e.g. taskset), and each run's wall
-  seconds go to its folder's time record (`records.add_time`)."""
-  env = child_env(args)
+  part-trained one, on the executor `args` names (`make_executor`)."""
   os.makedirs(args.root, exist_ok=True)
   done = {r["run"] for r in records.read(record)} if record else set()
   elsewhere = recorded_elsewhere(jobs[0].sweep) if record and jobs and jobs[0].sweep else {}
-  for i, job in enumerate(jobs):
-    tag, wd = f"[{i + 1}/{len(jobs)}]", job.workdir
-    want = {"config": job.config, "set": sorted(job.set)}
-    if job.name in done:
-      print(f"{tag} done (recorded): {job.name}", flush=True)
-      continue
-    problem = None
-    if os.path.islink(wd) and not os.path.exists(wd):
-      problem = (f"{wd} is a link to a missing run ({os.readlink(wd)}); remove the link to "
-                 "train this run here.")
-    elif changed := changed_args(wd, want):
-      problem = (f"{wd} was started with {changed}: its results would not be this sweep's. "
-                 "Use another --root, or move the run away to train it again.")
-    if problem:
-      print(f"{tag} FAILED: {problem}", flush=True)
-      if not args.keep_going:
-        raise SystemExit(1)
-      continue
-    if provenance.run_finished(wd):
-      print(f"{tag} done: {wd}", flush=True)
-      failed = not args.dry_run and finish(job, env, record, keep_checkpoints, args.extra,
-                                           prefix, workers)
-      if failed and not args.keep_going:
-        raise SystemExit(1)
-      continue
-    same = elsewhere.get(identity(job.config, job.set, job.settings))
-    if same is not None:
-      print(f"{tag} done (the same run is in {same['sweep']}'s record): {job.name}", flush=True)
-      if not args.dry_run:
-        records.append(record, {
-            **same, "sweep": job.sweep, "run": job.name, "set": sorted(job.set),
-            "overrides": {k: v for k, v in job.record_settings.items() if k not in records.OWN},
-            "reused_from": same["sweep"]})
-      continue
-    cmd = _command(job, args.extra)
-    print(f"{tag} run: {' '.join(cmd)}", flush=True)
-    if args.dry_run:
-      continue
-    os.makedirs(wd, exist_ok=True)
-    provenance.write_atomic(os.path.join(wd, RUN_ARGS), json.dumps(want, indent=2))
-    log_path = os.path.join(wd, log_name(args.extra))
-    records.begin_attempt(wd)
-    t0 = time.time()
-    with open(log_path, "a") as log:
-      rc, cpu = call(list(prefix) + cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
-    records.add_time(wd, time.time() - t0, workers, attempt=True, cpu=cpu)
-    if rc == 0 and provenance.run_finished(wd):
-      rc = finish(job, env, record, keep_checkpoints, args.extra, prefix, workers)
-    if rc != 0:
-      print(f"  FAILED (exit {rc}); see {log_path}", flush=True)
-      if not args.keep_going:
-        raise SystemExit(rc)
+  specs = [prepare(job, args, record, done, elsewhere, keep_checkpoints,
+                   f"[{i + 1}/{len(jobs)}]") for i, job in enumerate(jobs)]
+  specs = [s for s in specs if s is not None]
+  if not specs:
+    return
+
+  def next_spec(skip):
+    recorded = {r["run"] for r in records.read(record)} if record else set()
+    return next((s for s in specs if s.identity not in skip | recorded
+                 and (record or not provenance.run_finished(s.steps.job.workdir)
+                      or s.steps.job.early_exit or s.steps.job.latest)), None)
+  failed = drive(make_executor(args), next_spec, args.keep_going)
+  if failed:
+    print(f"{len(failed)} run(s) FAILED: {', '.join(sorted(failed))}", flush=True)
 
 
 def run_all(args) -> None:
@@ -547,9 +687,10 @@ def parse_until(text: str) -> float | None:
 
 
 def run_stage(stage: int, args) -> None:
-  """Trains a stage's runs as the protocol's gates release them, on `args.workers` workers
-  (each pinned to its own cores with taskset when there are several), planning again after
-  every run. With `--until`, a run starts only if its estimate ends before then."""
+  """Trains a stage's runs as the protocol's gates release them, on the executor `args` names
+  (`make_executor`: `--workers` runs at a time here, each pinned to its own cores when there
+  are several, or a Ray cluster's), planning again after every run. With `--until`, a run
+  starts only if its estimate ends before then."""
   deadline = parse_until(args.until)
   root = args.root = os.path.abspath(args.root or os.path.join(REPO, "runs", "sweeps"))
   if args.dry_run:
@@ -562,13 +703,12 @@ def run_stage(stage: int, args) -> None:
     for task, what in waiting.items():
       print(f"{task}: waits on {what}")
     return
-  lock, running, failed = threading.Lock(), {}, set()
-  cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set(range(2))
-  cpus = sorted(cpus)
-  per = max(1, len(cpus) // args.workers)
 
-  def next_job():
-    with lock:
+  declined = set()
+
+  def next_spec(skip):
+    skip = skip | declined
+    while True:
       rows = records.read_all()
       ready, _ = stage_runs(stage, rows)
       # Part-trained runs first: a stop between runs should leave as little half-done.
@@ -576,48 +716,28 @@ def run_stage(stage: int, args) -> None:
       rates = measured_rates(rows)
       for run in ready:
         job = job_of(run, root)
-        ident = identity(job.config, job.set, job.settings)
-        if ident in running or job.name in failed:
+        if job.name in skip:
           continue
         # wall seconds: the machine seconds of a run sharing the machine with the others
         est = args.workers * sweep_specs.estimate_seconds(run.task, run.method, run.epochs, rates)
         if deadline is not None and time.time() + 1.15 * est > deadline:
           continue
-        running[ident] = job.name
-        return job, ident, est
-      return None
+        try:
+          spec = prepare(job, args, records.path_of(job.sweep),
+                         {r["run"] for r in rows.get(job.sweep, [])},
+                         recorded_elsewhere(job.sweep, rows), args.keep_checkpoints,
+                         f"[{job.sweep}, ~{est / 60:.0f} min]")
+        except SystemExit:
+          spec = None
+          print(f"  {job.name}: not retried by this process", flush=True)
+        if spec is None:  # recorded meanwhile, taken from another record, or refused
+          declined.add(job.name)
+          break
+        return spec
+      else:
+        return None
 
-  def worker(i: int):
-    prefix = ["taskset", "-c", ",".join(map(str, cpus[i * per:(i + 1) * per]))] if (
-        args.workers > 1) else []
-    while True:
-      nxt = next_job()
-      if nxt is None:
-        with lock:
-          busy = bool(running)
-        if not busy:
-          return
-        time.sleep(20)  # another worker's run may release new ones
-        continue
-      job, ident, est = nxt
-      print(f"[worker {i}] {job.sweep}: {job.name} (estimate {est / 60:.0f} min)", flush=True)
-      try:
-        run_jobs([job], args, records.path_of(job.sweep), keep_checkpoints=args.keep_checkpoints,
-                 prefix=prefix, workers=args.workers)
-      except SystemExit as e:
-        print(f"[worker {i}] {job.name} FAILED ({e}); not retried by this process", flush=True)
-        with lock:
-          failed.add(job.name)
-      finally:
-        with lock:
-          running.pop(ident, None)
-
-  threads = [threading.Thread(target=worker, args=(i,)) for i in range(args.workers)]
-  for t in threads:
-    t.start()
-    time.sleep(5)
-  for t in threads:
-    t.join()
+  drive(make_executor(args), next_spec, keep_going=True)
   print(status(records.read_all()), flush=True)
 
 
@@ -773,7 +893,14 @@ def main(argv=None):
                  "waits on what")
   p.add_argument("--runs", action="store_true", help="with --status: list the runs left")
   p.add_argument("--workers", type=int, default=1,
-                 help="--stage: runs at a time, each pinned to its share of the cores")
+                 help="--executor local: runs at a time, each pinned to its share of the "
+                 "cores (or its accelerators)")
+  p.add_argument("--executor", default="local", choices=("local", "ray"),
+                 help="where runs train: this machine, or a Ray cluster's nodes (one task "
+                 "each); any number of drivers may share the runs (claims in their workdirs)")
+  p.add_argument("--address", default="",
+                 help="--executor ray: the cluster (host:port, ray://host:port or auto; "
+                 "default: one on this machine, else a new one)")
   p.add_argument("--until", default="",
                  help="--stage: start a run only if its estimate ends before then (HH:MM, or "
                  "seconds from now)")

@@ -2,6 +2,7 @@
 RayExecutor (on a real local Ray cluster) run each spec once, across drivers started together
 and across a driver killed midway."""
 import collections
+import dataclasses
 import json
 import os
 import shutil
@@ -195,6 +196,37 @@ def test_local_executor_runs_each_spec_once_and_times_it(tmp_path):
   [r] = ex.LocalExecutor(slots=1).run([bad], DONE)
   assert (r.status, r.returncode, r.ok) == (ex.RAN, 3, False)
   assert claims.holder(bad.workdir) is None
+
+
+class Noted(ex.Steps):
+  """Steps that note, in the workdir, what ran under the claim."""
+
+  def __init__(self, need: bool):
+    self.need = need
+
+  def before(self, spec):
+    open(os.path.join(spec.workdir, "notes"), "a").write(
+        f"before {claims.holder(spec.workdir)['driver']}\n")
+    return self.need
+
+  def after(self, spec, result, call):
+    rc, _ = call([sys.executable, "-c", "open('notes', 'a').write('after\\n')"])
+    return ex.RunResult(spec.identity, result.status, rc or result.returncode + 10,
+                        result.wall_s, result.cpu_s, result.host, result.detail)
+
+
+def test_a_specs_steps_run_under_its_claim(tmp_path):
+  """`before` says whether the command runs; `after` runs further commands as the run's own,
+  and gives the run's result."""
+  [ran, skipped] = [dataclasses.replace(s, steps=Noted(need)) for s, need in
+                    zip(tiny_specs(str(tmp_path), n=2), (True, False))]
+  res = {r.identity: r for r in ex.LocalExecutor(slots=1, driver="d").run([ran, skipped], DONE)}
+  assert (res["run0"].returncode, res["run0"].wall_s > 0) == (10, True)
+  assert (res["run1"].returncode, res["run1"].detail) == (10, ex.NOT_NEEDED)
+  assert log_counts(str(tmp_path))["end"] == {"run0": 1}
+  for s in (ran, skipped):
+    assert open(os.path.join(s.workdir, "notes")).read() == "before d\nafter\n"
+    assert claims.holder(s.workdir) is None
 
 
 def test_a_run_whose_claim_was_taken_over_is_killed(tmp_path):

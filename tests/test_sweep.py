@@ -115,7 +115,7 @@ def test_rerun_with_other_flags_fails_on_recorded_runs(tmp_path, capsys, monkeyp
   """A run records the --config/--set it was started with; a rerun asking for others fails on
   it (skipping or resuming it would mix settings), unrecorded older runs pass."""
   calls = []
-  monkeypatch.setattr(sweep, "call", lambda cmd, **kw: (calls.append(cmd) or 0, 0.0))
+  monkeypatch.setattr(sweep.executors, "call", lambda cmd, **kw: (calls.append(cmd) or 0, 0.0))
   sweep.run_all(_args(tmp_path, methods="ce", seeds="0,1", dry_run=False))
   assert len(calls) == 2
   rec = json.load(open(tmp_path / "method=ce,seed=0" / sweep.RUN_ARGS))
@@ -133,7 +133,7 @@ def test_rerun_with_other_flags_fails_on_recorded_runs(tmp_path, capsys, monkeyp
 
 
 def _with_cpu(fake, cpu=1.5):
-  """A fake subprocess.call as sweep.call: (exit code, CPU seconds)."""
+  """A fake subprocess.call as executors.call: (exit code, CPU seconds)."""
   return lambda cmd, **kw: (fake(cmd, **kw), cpu)
 
 
@@ -207,7 +207,7 @@ def test_finished_runs_become_record_rows_and_count_as_done_without_their_folder
   and only the runs it lacks are trained."""
   records = sweep.records
   calls = []
-  monkeypatch.setattr(sweep, "call", _with_cpu(_fake_train(calls)))
+  monkeypatch.setattr(sweep.executors, "call", _with_cpu(_fake_train(calls)))
   rec = tmp_path / "records" / "rte_lam.jsonl"
   kw = dict(root=str(tmp_path / "runs"), methods="ce", seeds="0,1", grid=["loss.lam=0.5"],
             dry_run=False, record=str(rec))
@@ -236,7 +236,7 @@ def test_finished_runs_become_record_rows_and_count_as_done_without_their_folder
 def test_a_finished_unrecorded_run_is_recorded_not_retrained(tmp_path, monkeypatch):
   records = sweep.records
   calls = []
-  monkeypatch.setattr(sweep, "call", _with_cpu(_fake_train(calls)))
+  monkeypatch.setattr(sweep.executors, "call", _with_cpu(_fake_train(calls)))
   kw = dict(root=str(tmp_path / "runs"), methods="ce", seeds="0", dry_run=False)
   sweep.run_all(_args(tmp_path, **kw))  # no record asked for
   rec = tmp_path / "r.jsonl"
@@ -316,7 +316,7 @@ def test_stage_gates_release_runs_in_order(tmp_path, monkeypatch, capsys):
     return (ce + (noise[seed] if method == "acl" else 0.0)) / 100
 
   calls = []
-  monkeypatch.setattr(sweep, "call", _with_cpu(_fake_protocol_train(calls, scores)))
+  monkeypatch.setattr(sweep.executors, "call", _with_cpu(_fake_protocol_train(calls, scores)))
   args = _args(tmp_path, root=str(tmp_path / "runs"), dry_run=False, workers=1, until="",
                keep_checkpoints=False, compile_cache="none")
   sweep.run_stage(1, args)
@@ -347,7 +347,7 @@ def test_a_stage_run_starts_only_if_it_ends_before_until(tmp_path, monkeypatch, 
   records, p = sweep.records, sweep.sweep_specs
   monkeypatch.setattr(records, "RECORDS", str(tmp_path / "records"))
   calls = []
-  monkeypatch.setattr(sweep, "call",
+  monkeypatch.setattr(sweep.executors, "call",
                       _with_cpu(_fake_protocol_train(calls, lambda *a: 0.5)))
   monkeypatch.setattr(p, "PRIOR_EPOCH_S", {k: 600 for k in p.PRIOR_EPOCH_S})
   args = _args(tmp_path, root=str(tmp_path / "runs"), dry_run=False, workers=1, until="600",
@@ -380,26 +380,26 @@ def test_preset_grid_points_are_the_presets():
 def test_only_process_0_of_a_multi_host_job_records_and_prunes(tmp_path, monkeypatch):
   records = sweep.records
   calls = []
-  monkeypatch.setattr(sweep, "call", _with_cpu(_fake_train(calls)))
+  monkeypatch.setattr(sweep.executors, "call", _with_cpu(_fake_train(calls)))
   assert sweep.primary([]) is True and sweep.primary(["--process_id=0"]) is True
   assert sweep.primary(["--process_id=1"]) is False and sweep.primary(["--distributed"]) is None
   job = sweep.Job({"task": "rte", "method": "ce", "seed": "0"}, "configs/glue.py:rte,ce", [],
                   str(tmp_path / "run"), "s", latest="test")
   rec = str(tmp_path / "s.jsonl")
   _fake_train([])(sweep._command(job, []))  # pylint: disable=protected-access
-  assert sweep.finish(job, {}, rec, False, ["--process_id=1"]) == 0
+  assert sweep.finish(job, rec, False, ["--process_id=1"]) == 0
   assert records.read(rec) == [] and os.path.isdir(tmp_path / "run" / "ckpt")
-  assert sweep.finish(job, {}, rec, False, ["--distributed"]) == 0  # no evaluations, no prune
+  assert sweep.finish(job, rec, False, ["--distributed"]) == 0  # no evaluations, no prune
   assert len(records.read(rec)) == 1 and os.path.isdir(tmp_path / "run" / "ckpt")
 
 
 def test_call_returns_the_childs_cpu_seconds():
   import subprocess
   import sys
-  rc, cpu = sweep.call([sys.executable, "-c", "sum(i * i for i in range(3 * 10 ** 6))"],
+  rc, cpu = sweep.executors.call([sys.executable, "-c", "sum(i * i for i in range(3 * 10 ** 6))"],
                        stdout=subprocess.DEVNULL)
   assert rc == 0 and cpu > 0.05
-  assert sweep.call([sys.executable, "-c", "raise SystemExit(3)"])[0] == 3
+  assert sweep.executors.call([sys.executable, "-c", "raise SystemExit(3)"])[0] == 3
 
 
 def test_an_attempt_stopped_with_its_runner_marks_the_timing_incomplete(tmp_path):

@@ -8,6 +8,14 @@ and yields a `RunResult` for each as it ends, in the order they end:
   for res in runner.run(specs, finished=results_written):
     print(res.identity, res.status, res.returncode, res.wall_s, res.cpu_s, res.host)
 
+A driver that decides what to run from what has ended (a study's gates) hands runs out one by
+one instead: `runner.submit(spec, finished)`, then `runner.wait(timeout)` for the next result
+(`runner.pending` counts those not yet taken), and `runner.close()` at the end.
+
+A run may do more than its command, on the host that runs the command and under the same
+claim: its `steps` (`Steps`) say whether the command must run, and what follows it (e.g. the
+run's evaluations and its row in the study's record).
+
 Every run is claimed before it starts (acl_jax/study/claims.py), by the process that runs it
 (this one, or the Ray worker on the node), and the claim is released when it ends. A run
 that is already finished (`finished(spec)`, asked before and again under the claim) or
@@ -19,6 +27,7 @@ A run's command is killed with the process that started it (Linux), so a killed 
 Ray worker leaves no run behind that would write its workdir beside a successor's.
 """
 import abc
+import collections
 import ctypes
 import dataclasses
 import functools
@@ -41,6 +50,8 @@ FINISHED = "finished"  # finished before (`finished(spec)`); nothing ran
 CLAIMED = "claimed elsewhere"  # another live owner holds the run's claim
 LOST = "claim lost"  # the run stalled past its lease, was taken over and killed
 ERROR = "error"  # the command could not start, or the executor failed it
+# RunResult.detail of a run whose `Steps.before` said its command need not run.
+NOT_NEEDED = "command not needed"
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -60,6 +71,8 @@ class RunSpec:
     cpus: cores the run needs (Ray schedules by them).
     gpus: GPUs the run needs (Ray schedules by them and sets CUDA_VISIBLE_DEVICES).
     resources: custom Ray resources, e.g. {"TPU": 4} (Ray sets TPU_VISIBLE_CHIPS).
+    steps: what the run does around its command (`Steps`), under its claim; None: the
+      command alone. Pickled to the node on Ray.
   """
   identity: str
   argv: tuple[str, ...]
@@ -70,6 +83,7 @@ class RunSpec:
   cpus: float = 1.0
   gpus: float = 0.0
   resources: Mapping[str, float] = dataclasses.field(default_factory=dict)
+  steps: "Steps | None" = None
 
   def __post_init__(self):
     object.__setattr__(self, "argv", tuple(self.argv))
@@ -96,6 +110,25 @@ class RunResult:
   def ok(self) -> bool:
     """Whether the run is done: it ran and exited 0, or had finished before."""
     return self.status == FINISHED or (self.status == RAN and self.returncode == 0)
+
+
+class Steps:
+  """What a run does around its command, on the host that runs the command, while it holds
+  the run's claim (so once across drivers). Subclass it; on Ray it must pickle."""
+
+  def before(self, spec: RunSpec) -> bool:
+    """Called before the command; False when the command need not run (its work is done,
+    what follows it is not): `after` then gets a result with exit code 0 and no time."""
+    del spec
+    return True
+
+  def after(self, spec: RunSpec, result: RunResult,
+            call: Callable[..., tuple[int, float]]) -> RunResult:
+    """Called once the command ran (status RAN, whatever its exit code); returns the run's
+    result. `call(argv, stdout=...)` runs a further command as the run's own: in its cwd,
+    environment and cores, killed with it; it returns (exit code, CPU seconds)."""
+    del spec, call
+    return result
 
 
 def results_written(spec: RunSpec) -> bool:
@@ -145,8 +178,8 @@ def call(cmd, on_start=None, **kw) -> tuple[int, float]:
 def run_once(spec: RunSpec, driver: str, finished: Callable[[RunSpec], bool],
              lease_s: float = claims.LEASE_S, slot_env: Mapping[str, str] | None = None,
              prefix: Iterable[str] = ()) -> RunResult:
-  """Claims the run, runs it unless it is finished, and releases the claim: what every
-  executor runs, on the host that runs the command.
+  """Claims the run, runs it unless it is finished (with its `steps` around the command), and
+  releases the claim: what every executor runs, on the host that runs the command.
 
   Args:
     spec: the run.
@@ -170,22 +203,36 @@ def run_once(spec: RunSpec, driver: str, finished: Callable[[RunSpec], bool],
       return RunResult(spec.identity, FINISHED, host=host)
     env = {**os.environ, **(slot_env or {}), **spec.env}
     procs = []
-    log = os.path.join(spec.workdir, spec.log)
-    out = open(log, "ab") if spec.log else None  # pylint: disable=consider-using-with
-    t0 = time.time()
-    try:
-      with claim.keep_alive(on_lost=lambda: [_kill(p) for p in procs]):
-        rc, cpu = call([*prefix, *spec.argv], on_start=procs.append, cwd=spec.cwd or None,
-                       env=env, stdout=out, stderr=subprocess.STDOUT if out else None)
-    except OSError as e:
-      return RunResult(spec.identity, ERROR, host=host, detail=f"{spec.argv[0]}: {e}")
-    finally:
-      if out is not None:
-        out.close()
-    status = LOST if claim.lost.is_set() else RAN
-    return RunResult(spec.identity, status, rc, time.time() - t0, cpu, host)
+
+    def run_cmd(argv, **kw):
+      return call([*prefix, *argv], on_start=procs.append, cwd=spec.cwd or None, env=env, **kw)
+    with claim.keep_alive(on_lost=lambda: [_kill(p) for p in procs]):
+      if spec.steps is None or spec.steps.before(spec):
+        res = _run_command(spec, run_cmd, host)
+      else:
+        res = RunResult(spec.identity, RAN, 0, host=host, detail=NOT_NEEDED)
+      if claim.lost.is_set():
+        return dataclasses.replace(res, status=LOST)
+      if res.status == RAN and spec.steps is not None:
+        res = spec.steps.after(spec, res, run_cmd)
+    return dataclasses.replace(res, status=LOST) if claim.lost.is_set() else res
   finally:
     claim.release()
+
+
+def _run_command(spec: RunSpec, run_cmd, host: str) -> RunResult:
+  out = None
+  if spec.log:
+    out = open(os.path.join(spec.workdir, spec.log), "ab")  # pylint: disable=consider-using-with
+  t0 = time.time()
+  try:
+    rc, cpu = run_cmd(spec.argv, stdout=out, stderr=subprocess.STDOUT if out else None)
+  except OSError as e:
+    return RunResult(spec.identity, ERROR, host=host, detail=f"{spec.argv[0]}: {e}")
+  finally:
+    if out is not None:
+      out.close()
+  return RunResult(spec.identity, RAN, rc, time.time() - t0, cpu, host)
 
 
 def _kill(proc: subprocess.Popen) -> None:
@@ -218,15 +265,43 @@ class Executor(abc.ABC):
     self.driver = driver or claims.new_driver_id()
 
   @abc.abstractmethod
-  def run(self, specs: Iterable[RunSpec],
-          finished: Callable[[RunSpec], bool] = results_written) -> Iterator[RunResult]:
-    """Runs `specs`, yielding one result per spec as each ends.
+  def submit(self, spec: RunSpec, finished: Callable[[RunSpec], bool] = results_written) -> None:
+    """Hands `spec` out: it runs once there is room; `wait` gives its result.
 
     Args:
-      specs: the runs.
+      spec: the run.
       finished: whether a run is done (it is then not run again); on Ray it runs on the
         nodes too, so it must pickle.
     """
+
+  @abc.abstractmethod
+  def wait(self, timeout: float | None = None) -> RunResult | None:
+    """The result of the next submitted run to end; None when none is pending, or none ended
+    within `timeout` seconds."""
+
+  @property
+  @abc.abstractmethod
+  def pending(self) -> int:
+    """How many submitted runs' results `wait` has not yet given."""
+
+  @abc.abstractmethod
+  def capacity(self, cpus: float = 1.0) -> int:
+    """How many runs of `cpus` cores each can run at once."""
+
+  def close(self) -> None:
+    """Drops the results not yet taken; LocalExecutor starts no more of the runs submitted
+    and waits for those running, Ray's tasks run on."""
+
+  def run(self, specs: Iterable[RunSpec],
+          finished: Callable[[RunSpec], bool] = results_written) -> Iterator[RunResult]:
+    """Runs `specs`, yielding one result per spec as each ends (`submit` and `wait`)."""
+    try:
+      for spec in specs:
+        self.submit(spec, finished)
+      while self.pending:
+        yield self.wait()
+    finally:
+      self.close()
 
 
 class LocalExecutor(Executor):
@@ -243,47 +318,70 @@ class LocalExecutor(Executor):
                driver: str | None = None):
     super().__init__(lease_s, driver)
     self.slots = slots if isinstance(slots, list) else local_slots(slots)
+    self._lock = threading.Lock()
+    self._todo = collections.deque()  # (spec, finished) not yet started
+    self._free = list(self.slots)  # slots without a thread
+    self._threads = []
+    self._results = queue.Queue()
+    self._pending = 0
 
-  def run(self, specs, finished=results_written):
-    todo, results, stop = queue.Queue(), queue.Queue(), threading.Event()
-    n = 0
-    for spec in specs:
-      if finished(spec):
-        yield RunResult(spec.identity, FINISHED, host=socket.gethostname())
-      else:
-        todo.put(spec)
-        n += 1
+  @property
+  def pending(self):
+    return self._pending
 
-    def work(slot: Slot):
-      prefix = ["taskset", "-c", ",".join(map(str, slot.cpus))] if slot.cpus else []
-      while not stop.is_set():
-        try:
-          spec = todo.get_nowait()
-        except queue.Empty:
+  def capacity(self, cpus=1.0):
+    return len(self.slots)
+
+  def submit(self, spec, finished=results_written):
+    self._pending += 1
+    if finished(spec):
+      self._results.put(RunResult(spec.identity, FINISHED, host=socket.gethostname()))
+      return
+    with self._lock:
+      self._todo.append((spec, finished))
+      if self._free:  # a slot's thread takes runs until none is left, then frees the slot
+        thread = threading.Thread(target=self._work, args=(self._free.pop(),), daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+  def _work(self, slot: Slot) -> None:
+    prefix = ["taskset", "-c", ",".join(map(str, slot.cpus))] if slot.cpus else []
+    while True:
+      with self._lock:
+        if not self._todo:
+          self._free.append(slot)
           return
-        try:
-          res = run_once(spec, self.driver, finished, self.lease_s, slot.env, prefix)
-        except Exception as e:  # pylint: disable=broad-except
-          res = RunResult(spec.identity, ERROR, host=socket.gethostname(), detail=repr(e))
-        results.put(res)
+        spec, finished = self._todo.popleft()
+      try:
+        res = run_once(spec, self.driver, finished, self.lease_s, slot.env, prefix)
+      except Exception as e:  # pylint: disable=broad-except
+        res = RunResult(spec.identity, ERROR, host=socket.gethostname(), detail=repr(e))
+      self._results.put(res)
 
-    threads = [threading.Thread(target=work, args=(s,), daemon=True) for s in self.slots[:n]]
-    for t in threads:
-      t.start()
+  def wait(self, timeout=None):
+    if not self._pending:
+      return None
     try:
-      for _ in range(n):
-        yield results.get()
-    finally:  # a caller that stops listening starts no more runs; those running end
-      stop.set()
-      for t in threads:
-        t.join()
+      res = self._results.get(timeout=timeout)
+    except queue.Empty:
+      return None
+    self._pending -= 1
+    return res
+
+  def close(self):
+    with self._lock:
+      self._todo.clear()
+      threads, self._threads = self._threads, []
+    for t in threads:
+      t.join()
+    self._results, self._pending = queue.Queue(), 0
 
 
 class RayExecutor(Executor):
   """Runs on the nodes of a Ray cluster: each run is one Ray task that asks for the run's
   cpus, gpus and custom resources, and runs `run_once` on its node (claim, command under a
-  heartbeat, release). The driver submits every run it is given and yields results as the
-  tasks end.
+  heartbeat, release). Each run submitted becomes a task at once (Ray queues it until a
+  node has room), and results are taken as the tasks end.
 
   The workdirs, and the code the commands and tasks run, must be at the same paths on every
   node (shared storage): by default the tasks import acl_jax from this checkout
@@ -305,6 +403,9 @@ class RayExecutor(Executor):
     self.runtime_env = ({"env_vars": {"PYTHONPATH": REPO}} if runtime_env is None
                         else runtime_env)
     self.init_kwargs = init_kwargs
+    self._ready = collections.deque()  # results known without a task
+    self._tasks = {}  # ref -> spec
+    self._task = None
 
   def _ray(self):
     import ray  # pylint: disable=import-outside-toplevel
@@ -312,30 +413,48 @@ class RayExecutor(Executor):
       ray.init(address=self.address, runtime_env=self.runtime_env, **self.init_kwargs)
     return ray
 
-  def run(self, specs, finished=results_written):
+  @property
+  def pending(self):
+    return len(self._ready) + len(self._tasks)
+
+  def capacity(self, cpus=1.0):
+    return max(1, int(self._ray().cluster_resources().get("CPU", 1) // cpus))
+
+  def submit(self, spec, finished=results_written):
     ray = self._ray()
-    task = ray.remote(run_once)
-    pending = {}
-    for spec in specs:
-      if finished(spec):
-        yield RunResult(spec.identity, FINISHED, host=socket.gethostname())
-        continue
-      held = claims.holder(spec.workdir, self.lease_s)
-      if held is not None:  # saves a task; the task checks again when it claims the run
-        yield RunResult(spec.identity, CLAIMED, host=socket.gethostname(),
-                        detail=describe(held))
-        continue
-      # No retries: a run whose worker died is resumed by a later driver, once its claim
-      # has gone stale, not by Ray while the claim still looks live.
-      ref = task.options(num_cpus=spec.cpus, num_gpus=spec.gpus, max_retries=0,
-                         resources=dict(spec.resources), name=spec.identity).remote(
-                             spec, self.driver, finished, self.lease_s)
-      pending[ref] = spec
-    while pending:
-      done, _ = ray.wait(list(pending), num_returns=1)
-      for ref in done:
-        spec = pending.pop(ref)
-        try:
-          yield ray.get(ref)
-        except ray.exceptions.RayError as e:
-          yield RunResult(spec.identity, ERROR, detail=f"{type(e).__name__}: {e}")
+    if finished(spec):
+      self._ready.append(RunResult(spec.identity, FINISHED, host=socket.gethostname()))
+      return
+    held = claims.holder(spec.workdir, self.lease_s)
+    if held is not None:  # saves a task; the task checks again when it claims the run
+      self._ready.append(RunResult(spec.identity, CLAIMED, host=socket.gethostname(),
+                                   detail=describe(held)))
+      return
+    # No retries: a run whose worker died is resumed by a later driver, once its claim has
+    # gone stale, not by Ray while the claim still looks live.
+    self._task = self._task or ray.remote(run_once)
+    ref = self._task.options(
+        num_cpus=spec.cpus, num_gpus=spec.gpus, max_retries=0, resources=dict(spec.resources),
+        name=spec.identity).remote(spec, self.driver, finished, self.lease_s)
+    self._tasks[ref] = spec
+
+  def wait(self, timeout=None):
+    if self._ready:
+      return self._ready.popleft()
+    if not self._tasks:
+      return None
+    ray = self._ray()
+    done, _ = ray.wait(list(self._tasks), num_returns=1, timeout=timeout)
+    if not done:
+      return None
+    spec = self._tasks.pop(done[0])
+    try:
+      return ray.get(done[0])
+    except ray.exceptions.RayError as e:
+      return RunResult(spec.identity, ERROR, detail=f"{type(e).__name__}: {e}")
+
+  def close(self):
+    # The tasks run on, under their claims: a task cancelled while its command runs would
+    # release its claim and leave the command behind.
+    self._ready.clear()
+    self._tasks = {}
