@@ -55,6 +55,13 @@ CASES = [
     ("negative seed", lambda t: ["train.py", "--config", "configs/quickstart.py",
                                  "--config.seed=-1", "--config.model.name=no-such-org/model"],
      2, ["seed must be >= 0, got -1", "--config.seed"], 3),
+    # Before the model loads, as the seed's row.
+    ("max_length too short for a text", lambda t: ["train.py", "--config",
+                                                   "configs/quickstart.py",
+                                                   "--config.task.max_length=1",
+                                                   "--config.model.name=no-such-org/model"],
+     2, ["task.max_length must be >= 3", "[CLS], [SEP]", "got 1", "--config.task.max_length"],
+     3),
     ("missing data file", lambda t: ["train.py", "--config", "configs/files.py",
                                      f"--config.task.train_file={t}/nope.csv"], 2,
      ["Missing csv file", "nope.csv"], 3),
@@ -279,6 +286,9 @@ RUN_CASES = [
      ["holds other files", "not an earlier export"], 3),
     ("export: no --out", lambda wd, t: ["export.py", "--workdir", wd], 2,
      ["--out", "--help"], 2),
+    ("export: --out is a file", lambda wd, t: ["export.py", "--workdir", wd, "--out",
+                                               _write(os.path.join(t, "model.bin"), b"x")], 2,
+     ["--out", "model.bin is a file, not a folder", "new or empty folder"], 3),
 ]
 
 
