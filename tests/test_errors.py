@@ -163,6 +163,21 @@ def test_bad_predict_input_prints_one_message(request, tmp_path, name, args, cod
   assert not p.stdout
 
 
+def test_predict_names_the_line_of_a_latin1_byte_on_stdin(csv_trained):
+  """Latin-1 text on stdin, past the first read buffer: one line naming stdin, the byte and
+  its line (stdin cannot be read again to find it), no traceback and no prediction."""
+  import subprocess
+  import sys
+  data = b"text\n" + b"".join(b"film %d\n" % i for i in range(3000)) + b"caf\xe9\n"
+  p = subprocess.run([sys.executable, "predict.py", "--workdir", csv_trained, "--input", "-"],
+                     cwd=helpers.REPO, env=helpers.env(), input=data, capture_output=True,
+                     timeout=300)
+  err = [line for line in p.stderr.decode().splitlines() if line.strip()]
+  assert p.returncode == 2 and "Traceback" not in p.stderr.decode(), p.stderr[-2000:]
+  assert "<stdin> is not UTF-8 text: byte b'\\xe9' on line 3002" in err[-1], err[-1]
+  assert len(err) <= 2 and not p.stdout
+
+
 def _fault_run(tiny_model_dir, wd, worker, *args):
   """train.py on the tiny quickstart run (6 steps, checkpoints at 3 and 6) under one of
   tests.fault_workers' faults."""

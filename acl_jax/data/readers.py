@@ -262,6 +262,13 @@ def sniff_format(first_line: str) -> str:
   return "tsv" if "\t" in line else "csv"
 
 
+def undecodable_at(raw: bytes, error: UnicodeDecodeError, line: int) -> str:
+  """Where `error` stopped decoding `raw`, the text of line `line` on: "byte b'\\xe9' on line
+  3"."""
+  line += raw[:error.start].count(b"\n")
+  return f"byte {raw[error.start:error.start + 1]!r} on line {line}"
+
+
 def _first_undecodable(path: str) -> str:
   """Where a file stops being UTF-8: "byte b'\\xe9' on line 3"."""
   with open(path, "rb") as f:
@@ -269,17 +276,18 @@ def _first_undecodable(path: str) -> str:
   try:
     raw.decode("utf-8")
   except UnicodeDecodeError as e:
-    line = raw[:e.start].count(b"\n") + 1
-    return f"byte {raw[e.start:e.start + 1]!r} on line {line}"
+    return undecodable_at(raw, e, 1)
   return "a byte"
 
 
-def not_utf8(path: str) -> UserError:
-  """The error for a file ("-": stdin) that is not UTF-8 text, naming its first bad byte."""
+def not_utf8(path: str, where: Optional[str] = None) -> UserError:
+  """The error for a file ("-": stdin) that is not UTF-8 text, naming its first bad byte
+  (`where`, as `undecodable_at` says it; a file is read again to find it)."""
   if path == "-":
-    return UserError("<stdin> is not UTF-8 text; send UTF-8.")
-  return UserError(f"{path} is not UTF-8 text: {_first_undecodable(path)} cannot be decoded. "
-                   "Save the file as UTF-8.")
+    return UserError(f"<stdin> is not UTF-8 text: {where or 'a byte'} cannot be decoded. "
+                     "Send UTF-8 text (e.g. through iconv -f latin1 -t utf-8).")
+  return UserError(f"{path} is not UTF-8 text: {where or _first_undecodable(path)} cannot be "
+                   "decoded. Save the file as UTF-8.")
 
 
 def read_generic(path: str, fmt: str, text_column: str, text_pair_column: Optional[str],
