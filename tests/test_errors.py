@@ -316,6 +316,28 @@ def test_bad_input_to_a_finished_run_prints_one_message(trained, tmp_path, name,
     assert '"accuracy"' in p.stdout and "[dev] per class" in p.stdout
 
 
+def test_a_corrupt_checkpoint_is_one_line_and_nothing_after_it(trained, tmp_path):
+  """The largest array file of the latest checkpoint cut in half: eval.py and predict.py each
+  print the restore's error in one line, naming the step and TensorStore's own reason, without
+  Orbax's TensorStore spec; the reads that Orbax leaves behind add nothing after it (they used
+  to print "Exception ignored in: <coroutine ...>" tracebacks, often hundreds of lines). Only
+  the log records written before the error come before it."""
+  wd = _copy(trained, str(tmp_path))
+  state = os.path.join(wd, "ckpt", "6", "state")
+  path = max((os.path.join(r, f) for r, _, fs in os.walk(state) for f in fs),
+             key=os.path.getsize)
+  os.truncate(path, os.path.getsize(path) // 2)
+  for tool in (["eval.py"], ["predict.py", "--input", _csv(str(tmp_path))]):
+    p = helpers.run_py([*tool, "--workdir", wd, "--checkpoint", "latest"])
+    err = [line for line in p.stderr.splitlines() if line.strip()]
+    logged = [line for line in err if " INFO " in line or " WARNING " in line]
+    assert p.returncode == 2 and err[:len(logged)] == logged, p.stderr[-3000:]
+    assert len(err) == len(logged) + 1, p.stderr[-3000:]  # the error, and nothing after it
+    assert "(step 6) cannot be read (ValueError: " in err[-1], err[-1]
+    assert "is not valid for value of size" in err[-1], err[-1]
+    assert "TensorStore" not in err[-1] and "<bound method" not in err[-1], err[-1]
+
+
 def test_eval_logs_to_stderr_and_json_prints_the_metrics_alone(trained, tmp_path):
   import json
   wd = _copy(trained, str(tmp_path))
