@@ -23,6 +23,14 @@ def _csv(tmp, name="train.csv", data=ROWS):
   return _write(os.path.join(tmp, name), data)
 
 
+# "0"/"1", with "0.0"/"1.0" on every third row (the label of film i is on line i + 2).
+TWO_SPELLINGS = b"text,label\n" + b"".join(
+    b"film %d,%d%s\n" % (i, i % 2, b".0" if i % 3 == 2 else b"") for i in range(30))
+# A regression target: a real number a row.
+REAL_LABELS = b"text,label\n" + b"".join(b"film %d,%.2f\n" % (i, 0.13 + 0.37 * i)
+                                          for i in range(30))
+
+
 # (id, args (given tmp), expected exit code, words the message holds, most stderr lines)
 CASES = [
     ("missing config file", lambda t: ["train.py", "--config", "configs/nope.py"], 2,
@@ -45,6 +53,16 @@ CASES = [
                                  "--config.task.train_file=" + _csv(
                                      t, data=b"text,label\nok,pos\ncaf\xe9,neg\n")], 2,
      ["not UTF-8", "train.csv", "byte b'\\xe9' on line 3", "Save the file as UTF-8"], 3),
+    ("numeric labels spelt two ways", lambda t: ["train.py", "--config", "configs/files.py",
+                                                 "--config.task.train_file=" + _csv(
+                                                     t, data=TWO_SPELLINGS)], 2,
+     ["Labels '0' and '0.0' are one number spelt two ways", "train.csv lines 2, 6, 8, ...",
+      "'0.0' on ", "train.csv lines 4, 10, 16, ...", "Write each label one way"], 3),
+    ("real-number labels", lambda t: ["train.py", "--config", "configs/files.py",
+                                      "--config.task.train_file=" + _csv(
+                                          t, data=REAL_LABELS)], 2,
+     ["train.csv: the labels are real numbers", "30 distinct values in 30 rows",
+      "this is a regression file", "--config.task.label_column"], 3),
     ("misspelt eval split", lambda t: ["train.py", "--config", "configs/files.py",
                                        f"--config.task.train_file={_csv(t)}",
                                        "--config.eval_splits=dev,tset"], 2,

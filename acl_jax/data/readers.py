@@ -1,8 +1,9 @@
 """File readers for the on-disk formats acl-jax understands.
 
 Every reader returns raw columns: a dict with "text", optionally "text_pair", and
-"label" lists, where labels are still the strings found in the file. Mapping labels to
-integer ids, dropping empty rows and splitting train into train/dev happen in
+"label" lists, where labels are still the strings found in the file, and optionally "row",
+where each record is in its file (the line it ends on), for messages about its label. Mapping
+labels to integer ids, dropping empty rows and splitting train into train/dev happen in
 `acl_jax.data.tasks`, so each reader only has to get the bytes right.
 """
 import bz2
@@ -290,12 +291,29 @@ def not_utf8(path: str, where: Optional[str] = None) -> UserError:
                    "decoded. Save the file as UTF-8.")
 
 
+class _CountedLines:
+  """An iterator over a text's lines that counts those read so far (`n`): after a reader
+  returns a record, the line that record ends on."""
+
+  def __init__(self, lines):
+    self.lines, self.n = iter(lines), 0
+
+  def __iter__(self):
+    return self
+
+  def __next__(self) -> str:
+    line = next(self.lines)
+    self.n += 1
+    return line
+
+
 def read_generic(path: str, fmt: str, text_column: str, text_pair_column: Optional[str],
                  label_column: str) -> Columns:
   """Reads a CSV, TSV or JSONL file with named text/label columns.
 
   CSV uses standard quoting; TSV uses none, like the GLUE files. Labels are kept as
-  strings (JSON numbers become their decimal strings).
+  strings (JSON numbers become their decimal strings); "row" holds the line each record ends
+  on.
 
   Args:
     path: the file.
@@ -313,11 +331,12 @@ def read_generic(path: str, fmt: str, text_column: str, text_pair_column: Option
   wanted = {"text": text_column, "label": label_column}
   if text_pair_column is not None:
     wanted["text_pair"] = text_pair_column
-  cols = {k: [] for k in wanted}
+  cols = {k: [] for k in (*wanted, "row")}
   n = 0
   with open_input(path, encoding="utf-8-sig", newline="") as f:
+    lines = _CountedLines(f)
     try:
-      for n, rec in enumerate(iter_records(f, fmt, path), 1):
+      for n, rec in enumerate(iter_records(lines, fmt, path), 1):
         missing = [c for c in wanted.values() if c not in rec]
         if missing:
           raise UserError(f"{path} record {n} has no column(s) {missing}; it has "
@@ -327,6 +346,7 @@ def read_generic(path: str, fmt: str, text_column: str, text_pair_column: Option
           if key == "label":
             value = "" if value is None else str(value)
           cols[key].append(value)
+        cols["row"].append(lines.n)
     except UnicodeDecodeError:
       raise not_utf8(path) from None
   if n == 0:
