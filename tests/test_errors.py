@@ -196,6 +196,26 @@ def test_predict_names_the_line_of_a_latin1_byte_on_stdin(csv_trained):
   assert len(err) <= 2 and not p.stdout
 
 
+def test_eval_beside_a_run_still_training_prints_and_writes_nothing(trained, tmp_path):
+  """eval.py on a workdir whose lock a run holds: the metrics on stdout, one line on stderr
+  saying the run is still training, status 0, and the workdir as it was."""
+  from acl_jax import provenance
+  wd = _copy(trained, str(tmp_path))
+
+  def files():
+    return {os.path.join(r, f): open(os.path.join(r, f), "rb").read()
+            for r, _, fs in os.walk(wd) for f in fs if f != provenance.LOCK}
+  before = files()
+  with provenance.workdir_lock(wd):
+    p = helpers.run_py(["eval.py", "--workdir", wd])
+  assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr[-3000:]
+  assert '"accuracy"' in p.stdout and "[dev] per class" in p.stdout
+  assert (f"{wd} is still training (pid {os.getpid()}): the metrics above, of its checkpoint "
+          "of step") in p.stderr, p.stderr[-3000:]
+  assert "are not written into it" in p.stderr and "wrote" not in p.stderr
+  assert files() == before
+
+
 def _fault_run(tiny_model_dir, wd, worker, *args):
   """train.py on the tiny quickstart run (6 steps, checkpoints at 3 and 6) under one of
   tests.fault_workers' faults."""
