@@ -3,7 +3,8 @@ r"""Evaluates a trained workdir's best checkpoint and writes DIR/results.json.
 Prints each split's metrics, then its per-class precision, recall and F1, the classes named by
 the run's labels.json (results.json: per_class). Log lines go to stderr; with --json, stdout
 holds one JSON object alone (each split's metrics with per_class; with --exit_policy, each
-workdir's sweep rows), to be read by another program. A workdir that train.py is still training is
+workdir's sweep rows), to be read by another program. Each split's entry in results.json holds
+the hash of the data it scored (data_sha256). A workdir that train.py is still training is
 scored and left as it is: its run writes results.json when it ends.
 
   python eval.py --workdir runs/quickstart --split dev

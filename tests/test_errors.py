@@ -196,6 +196,31 @@ def test_predict_names_the_line_of_a_latin1_byte_on_stdin(csv_trained):
   assert len(err) <= 2 and not p.stdout
 
 
+def test_a_class_never_predicted_is_a_warning_in_results_json(csv_trained, tmp_path):
+  """The tiny CSV run's model predicts one class on dev: train.py logged one warning naming
+  the other class, its dev examples and the fix, and results.json keeps it with dev's scores;
+  eval.py (on a copy) says it again."""
+  import json
+  res = json.load(open(os.path.join(csv_trained, "results.json")))["dev"]
+  log = open(os.path.join(csv_trained, "train.log")).read()
+  wd = _copy(csv_trained, str(tmp_path))
+  p = helpers.run_py(["eval.py", "--workdir", wd, "--json"])
+  assert p.returncode == 0, p.stderr[-3000:]
+  per_class = json.loads(p.stdout)["dev"]["per_class"]
+  # With two classes, a class all of whose examples are missed while the other's are all
+  # found is never predicted.
+  missed = [c for c, r in per_class.items() if r["support"] and r["recall"] == 0.0]
+  assert len(missed) == 1 and all(r["recall"] == 1.0 for c, r in per_class.items()
+                                  if c not in missed), per_class  # what this test needs
+  (name,) = missed
+  assert len(res["warnings"]) == 1, res
+  want = (f"The model never predicts class {name!r} ({per_class[name]['support']} example")
+  for text in (res["warnings"][0], p.stderr):
+    assert want in text and "on dev" in text and "--config.loss.class_weights=balanced" in text
+  assert log.count("The model never predicts") == 1, log
+  assert json.loads(p.stdout)["dev"]["warnings"] == res["warnings"]
+
+
 def test_eval_beside_a_run_still_training_prints_and_writes_nothing(trained, tmp_path):
   """eval.py on a workdir whose lock a run holds: the metrics on stdout, one line on stderr
   saying the run is still training, status 0, and the workdir as it was."""
@@ -214,6 +239,33 @@ def test_eval_beside_a_run_still_training_prints_and_writes_nothing(trained, tmp
           "of step") in p.stderr, p.stderr[-3000:]
   assert "are not written into it" in p.stderr and "wrote" not in p.stderr
   assert files() == before
+
+
+def test_results_json_names_the_data_each_split_was_scored_on(trained, tmp_path):
+  """Each split's scores in results.json carry the hash of the data they are of: train.py's
+  (the data the run trained on) and eval.py's, which stay equal while the data does; eval.py
+  on changed data warns and records the new hash beside its scores."""
+  import json
+  wd = _copy(trained, str(tmp_path))
+  res = json.load(open(os.path.join(wd, "results.json")))
+  assert res["dev"]["data_sha256"] == res["train"]["data"]["dev"]["sha256"]
+  p = helpers.run_py(["eval.py", "--workdir", wd])
+  assert p.returncode == 0, p.stderr[-3000:]
+  again = json.load(open(os.path.join(wd, "results.json")))
+  assert again["dev"]["data_sha256"] == res["dev"]["data_sha256"]
+  assert "differs from what the run trained" not in p.stderr
+  # The same run on other data: the dev split held out of another train file.
+  cfg_path = os.path.join(wd, "config.json")
+  cfg = json.load(open(cfg_path))
+  cfg["task"]["split_seed"] = cfg["task"]["split_seed"] + 1
+  with open(cfg_path, "w") as f:
+    json.dump(cfg, f)
+  p = helpers.run_py(["eval.py", "--workdir", wd])
+  assert p.returncode == 0, p.stderr[-3000:]
+  assert "The data scored here differs from what the run trained" in p.stderr
+  now = json.load(open(os.path.join(wd, "results.json")))
+  assert now["dev"]["data_sha256"] != res["train"]["data"]["dev"]["sha256"]
+  assert now["train"]["data"]["dev"]["sha256"] == res["train"]["data"]["dev"]["sha256"]
 
 
 def _fault_run(tiny_model_dir, wd, worker, *args):

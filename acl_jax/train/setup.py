@@ -88,7 +88,7 @@ class Setup:
     return scoring.Scorer(
         step_lib.make_eval_step(self.model, self.mesh), self.mesh, self.task, self.tok,
         tuple(self.model.cfg.exit_layers), int(self.config.eval_batch_size),
-        self.tokenizer.pad_token_id or 0, self.boundaries, self.packing)
+        self.tokenizer.pad_token_id or 0, self.boundaries, self.packing, self.data)
 
 
 def check_splits(task, splits) -> None:
