@@ -261,7 +261,11 @@ def check_output(path: str) -> None:
 def _stdin_lines() -> Iterator[str]:
   """stdin's lines, each decoded as UTF-8 on its own: stdin cannot be read again to find an
   undecodable byte, as a file is, so its line is counted here (and Python's own decoding of
-  stdin may let such a byte through as a surrogate, which the tokenizer then refuses)."""
+  stdin may let such a byte through as a surrogate, which the tokenizer then refuses). A text
+  stream without bytes under it (io.StringIO) is read as it is."""
+  if not hasattr(sys.stdin, "buffer"):
+    yield from sys.stdin
+    return
   for n, raw in enumerate(sys.stdin.buffer, 1):
     try:
       yield raw.decode("utf-8")
