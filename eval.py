@@ -72,6 +72,13 @@ def early_exit(workdirs):
         "drop --checkpoint latest / --dump_features (run eval.py without --exit_policy for "
         "those).")
   split = splits[0]
+  from acl_jax import provenance  # pylint: disable=import-outside-toplevel
+  for wd in workdirs:  # before anything loads: the sweep writes its tables into each workdir
+    holder = provenance.lock_holder(wd)
+    if holder:
+      raise errors.UserError(f"{wd} is still training (pid {holder}), and the early-exit "
+                             "sweep writes its tables into it: run it when training has "
+                             "finished.")
   jsons = []
   for wd in workdirs:
     md, js = early_exit_workdir(wd, split, _POLICY.value, thresholds,

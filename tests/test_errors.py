@@ -239,6 +239,13 @@ def test_eval_beside_a_run_still_training_prints_and_writes_nothing(trained, tmp
           "of step") in p.stderr, p.stderr[-3000:]
   assert "are not written into it" in p.stderr and "wrote" not in p.stderr
   assert files() == before
+  # What writes into the workdir is refused before anything loads.
+  with provenance.workdir_lock(wd):
+    for more in (["--dump_features"], ["--exit_policy", "entropy", "--thresholds", "0.1"]):
+      _one_message(["eval.py", "--workdir", wd, *more], 2,
+                   [f"{wd} is still training (pid {os.getpid()})", "writes", "into it",
+                    "when training has finished"], 3)
+  assert files() == before
 
 
 def test_results_json_names_the_data_each_split_was_scored_on(trained, tmp_path):
