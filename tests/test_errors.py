@@ -416,9 +416,9 @@ def test_bad_input_to_a_finished_run_prints_one_message(trained, tmp_path, name,
 def test_a_corrupt_checkpoint_is_one_line_and_nothing_after_it(trained, tmp_path):
   """The largest array file of the latest checkpoint cut in half: eval.py and predict.py each
   print the restore's error in one line, naming the step and TensorStore's own reason, without
-  Orbax's TensorStore spec; the reads that Orbax leaves behind add nothing after it (they used
-  to print "Exception ignored in: <coroutine ...>" tracebacks, often hundreds of lines). Only
-  the log records written before the error come before it."""
+  Orbax's TensorStore spec; the reads that Orbax leaves behind add nothing after it (left
+  alone, they can print "Exception ignored in: <coroutine ...>" tracebacks, often hundreds of
+  lines, at exit). Only the log records written before the error come before it."""
   wd = _copy(trained, str(tmp_path))
   state = os.path.join(wd, "ckpt", "6", "state")
   path = max((os.path.join(r, f) for r, _, fs in os.walk(state) for f in fs),
