@@ -3,7 +3,9 @@ r"""Evaluates a trained workdir's best checkpoint and writes DIR/results.json.
 Prints each split's metrics, then its per-class precision, recall and F1, the classes named by
 the run's labels.json (results.json: per_class). Log lines go to stderr; with --json, stdout
 holds one JSON object alone (each split's metrics with per_class; with --exit_policy, each
-workdir's sweep rows), to be read by another program.
+workdir's sweep rows), to be read by another program. Each split's entry in results.json holds
+the hash of the data it scored (data_sha256). A workdir that train.py is still training is
+scored and left as it is: its run writes results.json when it ends.
 
   python eval.py --workdir runs/quickstart --split dev
   python eval.py --workdir runs/mr_gloss --split test
@@ -70,6 +72,13 @@ def early_exit(workdirs):
         "drop --checkpoint latest / --dump_features (run eval.py without --exit_policy for "
         "those).")
   split = splits[0]
+  from acl_jax import provenance  # pylint: disable=import-outside-toplevel
+  for wd in workdirs:  # before anything loads: the sweep writes its tables into each workdir
+    holder = provenance.lock_holder(wd)
+    if holder:
+      raise errors.UserError(f"{wd} is still training (pid {holder}), and the early-exit "
+                             "sweep writes its tables into it: run it when training has "
+                             "finished.")
   jsons = []
   for wd in workdirs:
     md, js = early_exit_workdir(wd, split, _POLICY.value, thresholds,
@@ -119,6 +128,10 @@ def evaluate_workdirs():
   if _CHECKPOINT.value == "latest" and _DUMP.value:
     raise app.UsageError("--dump_features writes the best checkpoint's features; drop it or "
                          "use --checkpoint best.")
+  holder = provenance.lock_holder(workdir)
+  if holder and _DUMP.value:
+    raise errors.UserError(f"{workdir} is still training (pid {holder}), and --dump_features "
+                           "writes into it: run it when training has finished.")
   results = evaluate.evaluate_workdir(workdir, _SPLIT.value.split(","),
                                       dump_features=_DUMP.value, checkpoint=_CHECKPOINT.value,
                                       per_class=True)
@@ -134,13 +147,22 @@ def evaluate_workdirs():
       if isinstance(res, dict) and "per_class" in res:
         print(per_class_table(split, res["per_class"]), flush=True)
   # Merge: splits evaluated now replace their entries; other splits and the training record
-  # written by train.py stay. Written to a temp file and renamed, so a crash keeps the old one.
-  old = {}
-  if os.path.isfile(out):
-    with open(out) as f:
-      old = json.load(f)
+  # written by train.py stay. Written to a temp file and renamed, so a crash keeps the old one,
+  # under the workdir's lock: a run still training writes its own results.json when it ends,
+  # over anything written here, so nothing is.
   try:
-    provenance.write_atomic(out, json.dumps(evaluate.merge_results(old, results), indent=2))
+    with provenance.workdir_lock(workdir):
+      old = {}
+      if os.path.isfile(out):
+        with open(out) as f:
+          old = json.load(f)
+      provenance.write_atomic(out, json.dumps(evaluate.merge_results(old, results), indent=2))
+  except provenance.WorkdirBusy:
+    print(f"{workdir} is still training (pid {provenance.lock_holder(workdir) or 'unknown'}): "
+          f"the metrics above, of its checkpoint of step {results['checkpoint_step']}, are not "
+          f"written into it. Run eval.py again when training has finished.", file=sys.stderr,
+          flush=True)
+    return
   except OSError as e:
     raise errors.FileError(f"The metrics above were not saved: {out} cannot be written "
                            f"({e.strerror}). Copy them from here, or run eval.py where the "

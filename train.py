@@ -96,8 +96,10 @@ def main(argv):
   if provenance.is_main():
     for split, res in results.items():
       if isinstance(res, dict) and split != "train":
+        # The metrics; the data hash and any warning stay in results.json (the warning was
+        # logged above).
         print(f"[{split}] " + " ".join(f"{k}={v:.4f}" if isinstance(v, float) else f"{k}={v}"
-                                       for k, v in res.items()))
+                                       for k, v in res.items() if isinstance(v, (int, float))))
     # The data record (per split: counts, hash) stays in results.json and data.json.
     print("[train] " + " ".join(f"{k}={v}" for k, v in results["train"].items() if k != "data"))
 

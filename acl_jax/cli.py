@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import sys
+import warnings
 
 from absl import app, flags
 
@@ -37,7 +38,18 @@ def fail(message: str, status: int = EXIT_USER_ERROR) -> None:
   """Prints `message` as the one line of a user error and exits with `status`."""
   logging.shutdown()  # flush what was logged before the message, so it comes last
   print(f"error: {' '.join(str(message).split())}", file=sys.stderr, flush=True)
+  _quiet_teardown()
   sys.exit(status)
+
+
+def _quiet_teardown() -> None:
+  """Keeps the error the last line: work the failed operation left behind reports its own end
+  as the process exits (Orbax's aborted reads of a corrupt checkpoint: "Exception ignored in:
+  <coroutine ...>" tracebacks, "Task was destroyed" log records, "never awaited" warnings),
+  which repeats the error a hundred times in a less readable form."""
+  sys.unraisablehook = lambda unraisable: None
+  logging.disable(logging.CRITICAL)
+  warnings.simplefilter("ignore")
 
 
 def _verbose(argv) -> bool:

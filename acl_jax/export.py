@@ -34,7 +34,7 @@ import numpy as np
 
 from acl_jax import provenance
 from acl_jax import run as run_lib
-from acl_jax.errors import UserError
+from acl_jax.errors import FileError, UserError
 from acl_jax.models import hf
 from acl_jax.models.config import EncoderConfig, read_hf_config
 
@@ -155,7 +155,11 @@ def _save_tensors(tensors: dict, path: str, metadata: dict) -> None:
 
 def check_out_dir(out_dir: str) -> None:
   """Refuses to write into a folder that holds files and is not an earlier export (its
-  config.json has an "acl_jax" record): they would be overwritten or mixed with ours."""
+  config.json has an "acl_jax" record): they would be overwritten or mixed with ours. A file
+  in the folder's place is refused too."""
+  if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+    raise FileError(f"--out {out_dir} is a file, not a folder: the export is a model folder. "
+                    "Give a new or empty folder path as --out, or move the file away.")
   if not os.path.isdir(out_dir) or not os.listdir(out_dir):
     return
   try:

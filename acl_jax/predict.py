@@ -258,11 +258,26 @@ def check_output(path: str) -> None:
     raise FileError(f"--output {path}: the folder {folder} is not writable.")
 
 
+def _stdin_lines() -> Iterator[str]:
+  """stdin's lines, each decoded as UTF-8 on its own: stdin cannot be read again to find an
+  undecodable byte, as a file is, so its line is counted here (and Python's own decoding of
+  stdin may let such a byte through as a surrogate, which the tokenizer then refuses). A text
+  stream without bytes under it (io.StringIO) is read as it is."""
+  if not hasattr(sys.stdin, "buffer"):
+    yield from sys.stdin
+    return
+  for n, raw in enumerate(sys.stdin.buffer, 1):
+    try:
+      yield raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+      raise readers.not_utf8("-", readers.undecodable_at(raw, e, n)) from None
+
+
 def _lines(path: str):
   """(lines, name for messages, the first line, the open file or None): a file, or stdin for
   "-"."""
   if path == "-":
-    f, name, own = sys.stdin, "<stdin>", None
+    f, name, own = _stdin_lines(), "<stdin>", None
   else:
     f = own = open_input(path, "--input", encoding="utf-8-sig", newline="")
     name = path

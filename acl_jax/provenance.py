@@ -280,6 +280,23 @@ class WorkdirBusy(RuntimeError):
   """Another process holds the workdir's lock."""
 
 
+def lock_holder(workdir: str) -> str | None:
+  """The pid of the process that holds the workdir's lock (a run writing it), or None when
+  none does. Takes nothing and writes nothing: a reader (eval.py) asks before it writes into a
+  run."""
+  try:
+    f = open(os.path.join(workdir, LOCK))  # pylint: disable=consider-using-with
+  except OSError:
+    return None  # no lock file: no run has written here
+  with f:
+    try:
+      fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+      return f.read().strip() or "unknown"
+    fcntl.flock(f, fcntl.LOCK_UN)
+  return None
+
+
 @contextlib.contextmanager
 def workdir_lock(workdir: str, take: bool = True):
   """Holds an exclusive OS lock on the workdir while a run writes it, or refuses.

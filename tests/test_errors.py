@@ -23,6 +23,14 @@ def _csv(tmp, name="train.csv", data=ROWS):
   return _write(os.path.join(tmp, name), data)
 
 
+# "0"/"1", with "0.0"/"1.0" on every third row (the label of film i is on line i + 2).
+TWO_SPELLINGS = b"text,label\n" + b"".join(
+    b"film %d,%d%s\n" % (i, i % 2, b".0" if i % 3 == 2 else b"") for i in range(30))
+# A regression target: a real number a row.
+REAL_LABELS = b"text,label\n" + b"".join(b"film %d,%.2f\n" % (i, 0.13 + 0.37 * i)
+                                          for i in range(30))
+
+
 # (id, args (given tmp), expected exit code, words the message holds, most stderr lines)
 CASES = [
     ("missing config file", lambda t: ["train.py", "--config", "configs/nope.py"], 2,
@@ -45,6 +53,16 @@ CASES = [
                                  "--config.task.train_file=" + _csv(
                                      t, data=b"text,label\nok,pos\ncaf\xe9,neg\n")], 2,
      ["not UTF-8", "train.csv", "byte b'\\xe9' on line 3", "Save the file as UTF-8"], 3),
+    ("numeric labels spelt two ways", lambda t: ["train.py", "--config", "configs/files.py",
+                                                 "--config.task.train_file=" + _csv(
+                                                     t, data=TWO_SPELLINGS)], 2,
+     ["Labels '0' and '0.0' are one number spelt two ways", "train.csv lines 2, 6, 8, ...",
+      "'0.0' on ", "train.csv lines 4, 10, 16, ...", "Write each label one way"], 3),
+    ("real-number labels", lambda t: ["train.py", "--config", "configs/files.py",
+                                      "--config.task.train_file=" + _csv(
+                                          t, data=REAL_LABELS)], 2,
+     ["train.csv: the labels are real numbers", "30 distinct values in 30 rows",
+      "this is a regression file", "--config.task.label_column"], 3),
     ("misspelt eval split", lambda t: ["train.py", "--config", "configs/files.py",
                                        f"--config.task.train_file={_csv(t)}",
                                        "--config.eval_splits=dev,tset"], 2,
@@ -55,6 +73,13 @@ CASES = [
     ("negative seed", lambda t: ["train.py", "--config", "configs/quickstart.py",
                                  "--config.seed=-1", "--config.model.name=no-such-org/model"],
      2, ["seed must be >= 0, got -1", "--config.seed"], 3),
+    # Before the model loads, as the seed's row.
+    ("max_length too short for a text", lambda t: ["train.py", "--config",
+                                                   "configs/quickstart.py",
+                                                   "--config.task.max_length=1",
+                                                   "--config.model.name=no-such-org/model"],
+     2, ["task.max_length must be >= 3", "[CLS], [SEP]", "got 1", "--config.task.max_length"],
+     3),
     ("missing data file", lambda t: ["train.py", "--config", "configs/files.py",
                                      f"--config.task.train_file={t}/nope.csv"], 2,
      ["Missing csv file", "nope.csv"], 3),
@@ -154,6 +179,100 @@ def test_bad_predict_input_prints_one_message(request, tmp_path, name, args, cod
   p = _one_message(argv, code, words, max_lines)
   assert set(os.listdir(tmp_path)) - before == made  # no output, no temp file
   assert not p.stdout
+
+
+def test_predict_names_the_line_of_a_latin1_byte_on_stdin(csv_trained):
+  """Latin-1 text on stdin, past the first read buffer: one line naming stdin, the byte and
+  its line (stdin cannot be read again to find it), no traceback and no prediction."""
+  import subprocess
+  import sys
+  data = b"text\n" + b"".join(b"film %d\n" % i for i in range(3000)) + b"caf\xe9\n"
+  p = subprocess.run([sys.executable, "predict.py", "--workdir", csv_trained, "--input", "-"],
+                     cwd=helpers.REPO, env=helpers.env(), input=data, capture_output=True,
+                     timeout=300)
+  err = [line for line in p.stderr.decode().splitlines() if line.strip()]
+  assert p.returncode == 2 and "Traceback" not in p.stderr.decode(), p.stderr[-2000:]
+  assert "<stdin> is not UTF-8 text: byte b'\\xe9' on line 3002" in err[-1], err[-1]
+  assert len(err) <= 2 and not p.stdout
+
+
+def test_a_class_never_predicted_is_a_warning_in_results_json(csv_trained, tmp_path):
+  """The tiny CSV run's model predicts one class on dev: train.py logged one warning naming
+  the other class, its dev examples and the fix, and results.json keeps it with dev's scores;
+  eval.py (on a copy) says it again."""
+  import json
+  res = json.load(open(os.path.join(csv_trained, "results.json")))["dev"]
+  log = open(os.path.join(csv_trained, "train.log")).read()
+  wd = _copy(csv_trained, str(tmp_path))
+  p = helpers.run_py(["eval.py", "--workdir", wd, "--json"])
+  assert p.returncode == 0, p.stderr[-3000:]
+  per_class = json.loads(p.stdout)["dev"]["per_class"]
+  # With two classes, a class all of whose examples are missed while the other's are all
+  # found is never predicted.
+  missed = [c for c, r in per_class.items() if r["support"] and r["recall"] == 0.0]
+  assert len(missed) == 1 and all(r["recall"] == 1.0 for c, r in per_class.items()
+                                  if c not in missed), per_class  # what this test needs
+  (name,) = missed
+  assert len(res["warnings"]) == 1, res
+  want = (f"The model never predicts class {name!r} ({per_class[name]['support']} example")
+  for text in (res["warnings"][0], p.stderr):
+    assert want in text and "on dev" in text and "--config.loss.class_weights=balanced" in text
+  assert log.count("The model never predicts") == 1, log
+  assert json.loads(p.stdout)["dev"]["warnings"] == res["warnings"]
+
+
+def test_eval_beside_a_run_still_training_prints_and_writes_nothing(trained, tmp_path):
+  """eval.py on a workdir whose lock a run holds: the metrics on stdout, one line on stderr
+  saying the run is still training, status 0, and the workdir as it was."""
+  from acl_jax import provenance
+  wd = _copy(trained, str(tmp_path))
+
+  def files():
+    return {os.path.join(r, f): open(os.path.join(r, f), "rb").read()
+            for r, _, fs in os.walk(wd) for f in fs if f != provenance.LOCK}
+  before = files()
+  with provenance.workdir_lock(wd):
+    p = helpers.run_py(["eval.py", "--workdir", wd])
+  assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr[-3000:]
+  assert '"accuracy"' in p.stdout and "[dev] per class" in p.stdout
+  assert (f"{wd} is still training (pid {os.getpid()}): the metrics above, of its checkpoint "
+          "of step") in p.stderr, p.stderr[-3000:]
+  assert "are not written into it" in p.stderr and "wrote" not in p.stderr
+  assert files() == before
+  # What writes into the workdir is refused before anything loads.
+  with provenance.workdir_lock(wd):
+    for more in (["--dump_features"], ["--exit_policy", "entropy", "--thresholds", "0.1"]):
+      _one_message(["eval.py", "--workdir", wd, *more], 2,
+                   [f"{wd} is still training (pid {os.getpid()})", "writes", "into it",
+                    "when training has finished"], 3)
+  assert files() == before
+
+
+def test_results_json_names_the_data_each_split_was_scored_on(trained, tmp_path):
+  """Each split's scores in results.json carry the hash of the data they are of: train.py's
+  (the data the run trained on) and eval.py's, which stay equal while the data does; eval.py
+  on changed data warns and records the new hash beside its scores."""
+  import json
+  wd = _copy(trained, str(tmp_path))
+  res = json.load(open(os.path.join(wd, "results.json")))
+  assert res["dev"]["data_sha256"] == res["train"]["data"]["dev"]["sha256"]
+  p = helpers.run_py(["eval.py", "--workdir", wd])
+  assert p.returncode == 0, p.stderr[-3000:]
+  again = json.load(open(os.path.join(wd, "results.json")))
+  assert again["dev"]["data_sha256"] == res["dev"]["data_sha256"]
+  assert "differs from what the run trained" not in p.stderr
+  # The same run on other data: the dev split held out of another train file.
+  cfg_path = os.path.join(wd, "config.json")
+  cfg = json.load(open(cfg_path))
+  cfg["task"]["split_seed"] = cfg["task"]["split_seed"] + 1
+  with open(cfg_path, "w") as f:
+    json.dump(cfg, f)
+  p = helpers.run_py(["eval.py", "--workdir", wd])
+  assert p.returncode == 0, p.stderr[-3000:]
+  assert "The data scored here differs from what the run trained" in p.stderr
+  now = json.load(open(os.path.join(wd, "results.json")))
+  assert now["dev"]["data_sha256"] != res["train"]["data"]["dev"]["sha256"]
+  assert now["train"]["data"]["dev"]["sha256"] == res["train"]["data"]["dev"]["sha256"]
 
 
 def _fault_run(tiny_model_dir, wd, worker, *args):
@@ -279,6 +398,9 @@ RUN_CASES = [
      ["holds other files", "not an earlier export"], 3),
     ("export: no --out", lambda wd, t: ["export.py", "--workdir", wd], 2,
      ["--out", "--help"], 2),
+    ("export: --out is a file", lambda wd, t: ["export.py", "--workdir", wd, "--out",
+                                               _write(os.path.join(t, "model.bin"), b"x")], 2,
+     ["--out", "model.bin is a file, not a folder", "new or empty folder"], 3),
 ]
 
 
@@ -289,6 +411,28 @@ def test_bad_input_to_a_finished_run_prints_one_message(trained, tmp_path, name,
   p = _one_message(args(trained, str(tmp_path)), code, words, max_lines)
   if name == "eval: results.json unwritable":  # the metrics were printed all the same
     assert '"accuracy"' in p.stdout and "[dev] per class" in p.stdout
+
+
+def test_a_corrupt_checkpoint_is_one_line_and_nothing_after_it(trained, tmp_path):
+  """The largest array file of the latest checkpoint cut in half: eval.py and predict.py each
+  print the restore's error in one line, naming the step and TensorStore's own reason, without
+  Orbax's TensorStore spec; the reads that Orbax leaves behind add nothing after it (left
+  alone, they can print "Exception ignored in: <coroutine ...>" tracebacks, often hundreds of
+  lines, at exit). Only the log records written before the error come before it."""
+  wd = _copy(trained, str(tmp_path))
+  state = os.path.join(wd, "ckpt", "6", "state")
+  path = max((os.path.join(r, f) for r, _, fs in os.walk(state) for f in fs),
+             key=os.path.getsize)
+  os.truncate(path, os.path.getsize(path) // 2)
+  for tool in (["eval.py"], ["predict.py", "--input", _csv(str(tmp_path))]):
+    p = helpers.run_py([*tool, "--workdir", wd, "--checkpoint", "latest"])
+    err = [line for line in p.stderr.splitlines() if line.strip()]
+    logged = [line for line in err if " INFO " in line or " WARNING " in line]
+    assert p.returncode == 2 and err[:len(logged)] == logged, p.stderr[-3000:]
+    assert len(err) == len(logged) + 1, p.stderr[-3000:]  # the error, and nothing after it
+    assert "(step 6) cannot be read (ValueError: " in err[-1], err[-1]
+    assert "is not valid for value of size" in err[-1], err[-1]
+    assert "TensorStore" not in err[-1] and "<bound method" not in err[-1], err[-1]
 
 
 def test_eval_logs_to_stderr_and_json_prints_the_metrics_alone(trained, tmp_path):

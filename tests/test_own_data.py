@@ -142,3 +142,26 @@ def test_input_columns_of_a_run():
   assert tasks.input_columns("quickstart") == [("text",)]
   assert tasks.input_columns("csv", "review", "") == [("review",)]
   assert tasks.input_columns("hub", "q", "a") == [("q", "a")]
+
+
+def test_numeric_labels_are_classes_only_when_spelt_one_way_and_repeated(tmp_path):
+  """Labels inferred from the data: a number spelt two ways across a train and a dev file is
+  named with its lines in each; a hub dataset's float column is a regression target, named by
+  its split; numbers spelt one way that repeat (0.5, 1.0, 1.5) are classes."""
+  _rows(tmp_path / "train.csv", "csv", [{"text": f"t {i}", "label": str(i % 2)}
+                                        for i in range(10)])
+  _rows(tmp_path / "dev.csv", "csv", [{"text": "d 0", "label": "0"},
+                                      {"text": "d 1", "label": "+1"}])
+  with pytest.raises(UserError, match=r"Labels '1' and '\+1' are one number spelt two ways.*"
+                     r"'1' on .*train.csv lines 3, 5, 7, \.\.\.; '\+1' on .*dev.csv line 3\."):
+    data.load_task("csv", str(tmp_path), files={"train": "train.csv", "dev": "dev.csv"})
+  folder = str(tmp_path / "stsb")
+  datasets.Dataset.from_dict({"text": [f"s {i}" for i in range(40)],
+                              "label": [i / 8 for i in range(40)]}).save_to_disk(folder)
+  with pytest.raises(UserError, match=r"split 'train': the labels are real numbers .*40 "
+                     r"distinct values in 40 rows\), so this is a regression file"):
+    data.load_task("hub", hub_id=folder, hub_splits={"train": "train", "dev": ""})
+  _rows(tmp_path / "half.csv", "csv", [{"text": f"t {i}", "label": ["0.5", "1.0", "1.5"][i % 3]}
+                                       for i in range(30)])
+  td = data.load_task("csv", str(tmp_path), files={"train": "half.csv"})
+  assert td.label_names == ["0.5", "1.0", "1.5"]

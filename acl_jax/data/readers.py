@@ -1,8 +1,9 @@
 """File readers for the on-disk formats acl-jax understands.
 
 Every reader returns raw columns: a dict with "text", optionally "text_pair", and
-"label" lists, where labels are still the strings found in the file. Mapping labels to
-integer ids, dropping empty rows and splitting train into train/dev happen in
+"label" lists, where labels are still the strings found in the file, and optionally "row",
+where each record is in its file (the line it ends on), for messages about its label. Mapping
+labels to integer ids, dropping empty rows and splitting train into train/dev happen in
 `acl_jax.data.tasks`, so each reader only has to get the bytes right.
 """
 import bz2
@@ -262,6 +263,13 @@ def sniff_format(first_line: str) -> str:
   return "tsv" if "\t" in line else "csv"
 
 
+def undecodable_at(raw: bytes, error: UnicodeDecodeError, line: int) -> str:
+  """Where `error` stopped decoding `raw`, the text of line `line` on: "byte b'\\xe9' on line
+  3"."""
+  line += raw[:error.start].count(b"\n")
+  return f"byte {raw[error.start:error.start + 1]!r} on line {line}"
+
+
 def _first_undecodable(path: str) -> str:
   """Where a file stops being UTF-8: "byte b'\\xe9' on line 3"."""
   with open(path, "rb") as f:
@@ -269,17 +277,34 @@ def _first_undecodable(path: str) -> str:
   try:
     raw.decode("utf-8")
   except UnicodeDecodeError as e:
-    line = raw[:e.start].count(b"\n") + 1
-    return f"byte {raw[e.start:e.start + 1]!r} on line {line}"
+    return undecodable_at(raw, e, 1)
   return "a byte"
 
 
-def not_utf8(path: str) -> UserError:
-  """The error for a file ("-": stdin) that is not UTF-8 text, naming its first bad byte."""
+def not_utf8(path: str, where: Optional[str] = None) -> UserError:
+  """The error for a file ("-": stdin) that is not UTF-8 text, naming its first bad byte
+  (`where`, as `undecodable_at` says it; a file is read again to find it)."""
   if path == "-":
-    return UserError("<stdin> is not UTF-8 text; send UTF-8.")
-  return UserError(f"{path} is not UTF-8 text: {_first_undecodable(path)} cannot be decoded. "
-                   "Save the file as UTF-8.")
+    return UserError(f"<stdin> is not UTF-8 text: {where or 'a byte'} cannot be decoded. "
+                     "Send UTF-8 text (e.g. through iconv -f latin1 -t utf-8).")
+  return UserError(f"{path} is not UTF-8 text: {where or _first_undecodable(path)} cannot be "
+                   "decoded. Save the file as UTF-8.")
+
+
+class _CountedLines:
+  """An iterator over a text's lines that counts those read so far (`n`): after a reader
+  returns a record, the line that record ends on."""
+
+  def __init__(self, lines):
+    self.lines, self.n = iter(lines), 0
+
+  def __iter__(self):
+    return self
+
+  def __next__(self) -> str:
+    line = next(self.lines)
+    self.n += 1
+    return line
 
 
 def read_generic(path: str, fmt: str, text_column: str, text_pair_column: Optional[str],
@@ -287,7 +312,8 @@ def read_generic(path: str, fmt: str, text_column: str, text_pair_column: Option
   """Reads a CSV, TSV or JSONL file with named text/label columns.
 
   CSV uses standard quoting; TSV uses none, like the GLUE files. Labels are kept as
-  strings (JSON numbers become their decimal strings).
+  strings (JSON numbers become their decimal strings); "row" holds the line each record ends
+  on.
 
   Args:
     path: the file.
@@ -305,11 +331,12 @@ def read_generic(path: str, fmt: str, text_column: str, text_pair_column: Option
   wanted = {"text": text_column, "label": label_column}
   if text_pair_column is not None:
     wanted["text_pair"] = text_pair_column
-  cols = {k: [] for k in wanted}
+  cols = {k: [] for k in (*wanted, "row")}
   n = 0
   with open_input(path, encoding="utf-8-sig", newline="") as f:
+    lines = _CountedLines(f)
     try:
-      for n, rec in enumerate(iter_records(f, fmt, path), 1):
+      for n, rec in enumerate(iter_records(lines, fmt, path), 1):
         missing = [c for c in wanted.values() if c not in rec]
         if missing:
           raise UserError(f"{path} record {n} has no column(s) {missing}; it has "
@@ -319,6 +346,7 @@ def read_generic(path: str, fmt: str, text_column: str, text_pair_column: Option
           if key == "label":
             value = "" if value is None else str(value)
           cols[key].append(value)
+        cols["row"].append(lines.n)
     except UnicodeDecodeError:
       raise not_utf8(path) from None
   if n == 0:

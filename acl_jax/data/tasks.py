@@ -5,9 +5,11 @@ columns "text", optionally "text_pair", and "label" (int64 in 0..K-1). Splits ar
 "train", "dev" (the split to select checkpoints on) and optionally "test" and, for
 MNLI, "dev_mm".
 """
+import collections
 import dataclasses
 import logging
 import os
+import re
 from typing import Any, Callable, NamedTuple, Optional
 
 import datasets
@@ -31,10 +33,14 @@ class RawTask(NamedTuple):
     splits: split name -> raw columns ("text", maybe "text_pair", "label" strings).
     label_values: raw label strings in label-id order, or None to infer from train.
     label_names: human-readable names in label-id order, or None to reuse label_values.
+    sources: split name -> (where its rows come from, what their "row" column counts there):
+      ("data/train.csv", "line"), ("stanfordnlp/imdb split 'train'", "row"); for messages
+      about labels inferred from the data.
   """
   splits: dict[str, readers.Columns]
   label_values: Optional[tuple[str, ...]]
   label_names: Optional[tuple[str, ...]]
+  sources: Optional[dict[str, tuple[str, str]]] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +162,71 @@ def _sorted_labels(values) -> tuple[str, ...]:
     return tuple(sorted(values))
 
 
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+# A column of real numbers is a regression target, not classes, when its values barely repeat:
+# more distinct values than this, or than half its rows. (Half stars, 0.5 to 5.0, are ten
+# classes and pass.)
+MAX_NUMERIC_CLASSES = 20
+
+
+def _number(label: str) -> Optional[float]:
+  """The number a label spells ("1", "1.0", "+1", "1e0"), or None for a word."""
+  return float(label) if _NUMBER.fullmatch(label.strip()) else None
+
+
+def _where(raw: RawTask, label: str, limit: int = 3) -> str:
+  """Where `label` occurs, for a message: "train.csv lines 2, 5, 8, ..." per source."""
+  found: dict[tuple[str, str], set] = {}
+  for split, cols in raw.splits.items():
+    source = (raw.sources or {}).get(split, (f"split {split!r}", "row"))
+    rows = cols.get("row") or [None] * len(cols["label"])
+    found.setdefault(source, set()).update(r for v, r in zip(cols["label"], rows) if v == label)
+  parts = []
+  for (name, unit), rows in found.items():
+    if None in rows:  # a source that does not say where its rows are
+      parts.append(name)
+    elif rows:
+      rows = sorted(rows)
+      shown = ", ".join(map(str, rows[:limit])) + (", ..." if len(rows) > limit else "")
+      parts.append(f"{name} {unit}{'s' if len(rows) > 1 else ''} {shown}")
+  return " and ".join(parts)
+
+
+def _label_values(raw: RawTask, splits: dict[str, readers.Columns]) -> tuple[str, ...]:
+  """The label set of a task whose labels are inferred from its data (train's, sorted).
+
+  Refuses numeric labels that are classes by accident: a number spelt two ways ("1" and
+  "1.0" would train as two classes), and a column of real numbers (a regression target: every
+  value its own class).
+  """
+  labels = [v for cols in splits.values() for v in cols["label"]]
+  counts = collections.Counter(labels)
+  numbers = {v: _number(v) for v in counts}
+  if numbers and None not in numbers.values():
+    wholes = sum(x.is_integer() for x in numbers.values())
+    if wholes < len(numbers) and len(numbers) > min(MAX_NUMERIC_CLASSES, len(labels) / 2):
+      sources = sorted({name for name, _ in (raw.sources or {}).values()})
+      shown = ", ".join(v for v, _ in counts.most_common(3))
+      raise UserError(
+          f"{', '.join(sources) or 'The task'}: the labels are real numbers ({shown}, ...: "
+          f"{len(numbers)} distinct values in {len(labels)} rows), so this is a regression "
+          "file; acl-jax trains classifiers, whose labels are classes. Turn the values into "
+          "classes first (e.g. bins such as low/high), or set --config.task.label_column to a "
+          "column of classes.")
+  spellings: dict[float, list[str]] = {}
+  for v, x in numbers.items():
+    if x is not None:
+      spellings.setdefault(x, []).append(v)
+  for same in spellings.values():
+    if len(same) > 1:
+      a, b = sorted(same, key=lambda v: (-counts[v], v))[:2]
+      raise UserError(
+          f"Labels {a!r} and {b!r} are one number spelt two ways, so they would train as two "
+          f"classes: {a!r} on {_where(raw, a)}; {b!r} on {_where(raw, b)}. Write each label "
+          f"one way (e.g. {a!r} throughout).")
+  return _sorted_labels(splits["train"]["label"])
+
+
 def _hub_offline() -> bool:
   return (env_true("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
           or bool(datasets.config.HF_HUB_OFFLINE))
@@ -263,7 +334,7 @@ def _load_generic(spec: TaskSpec, data_dir: Optional[str], opts: LoadOptions) ->
     raise UserError(f"Task {spec.name!r} reads your own {spec.source} files and has no train "
                     "file: set --config.task.train_file=PATH (and optionally task.dev_file, "
                     f"task.test_file){f'; unknown splits {unknown}' if unknown else ''}.")
-  splits = {}
+  splits, sources = {}, {}
   for split, path in files.items():
     if data_dir is not None and not os.path.isabs(path):
       path = os.path.join(data_dir, path)
@@ -274,11 +345,13 @@ def _load_generic(spec: TaskSpec, data_dir: Optional[str], opts: LoadOptions) ->
                       f"use configs/files.py:{ext} (task.name={ext!r}).")
     splits[split] = readers.read_generic(path, spec.source, opts.text_column,
                                          opts.text_pair_column, opts.label_column)
+    sources[split] = (path, "line")
   if "dev" not in splits:
     kept, held = holdout(len(splits["train"]["label"]), opts.val_fraction, opts.split_seed)
     splits["dev"] = _take(splits["train"], held)
     splits["train"] = _take(splits["train"], kept)
-  return RawTask(splits, None, None)
+    sources["dev"] = sources["train"]
+  return RawTask(splits, None, None, sources)
 
 
 def _is_saved_dataset(folder: str) -> bool:
@@ -340,7 +413,7 @@ def _load_hub(spec: TaskSpec, data_dir: Optional[str], opts: LoadOptions) -> Raw
   columns = {"text": opts.text_column, "label": opts.label_column}
   if opts.text_pair_column:
     columns["text_pair"] = opts.text_pair_column
-  splits, class_names = {}, None
+  splits, sources, class_names = {}, {}, None
   for split, name in wanted.items():
     ds = hub[name]
     lacking = [c for c in columns.values() if c not in ds.column_names]
@@ -350,15 +423,18 @@ def _load_hub(spec: TaskSpec, data_dir: Optional[str], opts: LoadOptions) -> Raw
                       "label_column.")
     cols = {k: list(ds[c]) for k, c in columns.items() if k != "label"}
     cols["label"], names = _hub_labels(ds, opts.label_column)
+    cols["row"] = list(range(1, len(ds) + 1))
     class_names = class_names or names
     splits[split] = cols
+    sources[split] = (f"{opts.hub_id} split {name!r}", "row")
   if "dev" not in splits:
     kept, held = holdout(len(splits["train"]["label"]), opts.val_fraction, opts.split_seed)
     splits["dev"] = _take(splits["train"], held)
     splits["train"] = _take(splits["train"], kept)
+    sources["dev"] = sources["train"]
   if class_names is not None:  # ids in the dataset's own order, named by it
     return RawTask(splits, tuple(str(i) for i in range(len(class_names))), tuple(class_names))
-  return RawTask(splits, None, None)
+  return RawTask(splits, None, None, sources)
 
 
 # ---------------------------------------------------------------------------- registry
@@ -515,7 +591,7 @@ def load_task(name: str, data_dir: Optional[str] = None, *, text: str = "raw",
     log.warning("Task %r: dropped rows with an empty text or label, per split: %s",
                 spec.name, counts)
 
-  values = raw.label_values or _sorted_labels(splits["train"]["label"])
+  values = raw.label_values or _label_values(raw, splits)
   names = list(raw.label_names or values)
   ids = {v: i for i, v in enumerate(values)}
   out = {}

@@ -19,6 +19,7 @@ the best params alone, a third of a latest checkpoint's size (params, no Adam mo
 """
 import logging
 import os
+import re
 import shutil
 import sys
 from typing import Any
@@ -37,10 +38,27 @@ CORRUPT_DIR = "ckpt_corrupt"
 CHECKPOINTS = ("best", "latest")
 
 
+# What Orbax appends to a failed array read's message: the whole TensorStore spec, dozens of
+# lines, whose first line is a bound method's repr ("<bound method pybind11_detail_... of
+# TensorStore({"); and the checkpoint's folder again in TensorStore's own message.
+_SPEC_DUMP = re.compile(r"[\s.]*(See full TensorStore details:|<bound method ).*$")
+_LOCAL_FILE = re.compile(r' at local file "[^"]*"')
+
+
 def _first_line(error: BaseException, limit: int) -> str:
-  """An error's type and the first line of its message: Orbax's run to hundreds of lines."""
-  first = (str(error).strip().splitlines() or [""])[0]
-  return f"{type(error).__name__}: {first[:limit]}"
+  """An error's type and the first line of its message, without Orbax's TensorStore spec: its
+  messages run to hundreds of lines."""
+  first = _SPEC_DUMP.sub("", (str(error).strip().splitlines() or [""])[0])
+  return f"{type(error).__name__}: {_LOCAL_FILE.sub('', first)[:limit]}"
+
+
+def _root_cause(error: BaseException) -> BaseException:
+  """The error at the bottom of `error`'s chain of causes: Orbax wraps TensorStore's own
+  (e.g. "OUT_OF_RANGE: Error reading ... is not valid for value of size ...", which says what
+  is wrong with the file) in a generic Exception naming the array's slice."""
+  while isinstance(error.__cause__, Exception):
+    error = error.__cause__
+  return error
 
 
 class UnreadableCheckpoint(FileError):
@@ -49,26 +67,36 @@ class UnreadableCheckpoint(FileError):
 
   def __init__(self, folder: str, step: int, error: BaseException):
     super().__init__(f"checkpoint {folder} (step {step}) cannot be read "
-                     f"({_first_line(error, 240)})")
+                     f"({_first_line(_root_cause(error), 300)})")
     self.folder, self.step = folder, step
+
+
+def _aborted_read(error: BaseException | None) -> bool:
+  """Whether `error` comes from an array read that a failed restore left behind: the event
+  loop it ran on is closed, its TensorStore read failed, or Orbax wrapped the GeneratorExit
+  that closed its coroutine ("Encountered error while reading array index ...")."""
+  text = str(error)
+  if type(error) is Exception:  # pylint: disable=unidiomatic-typecheck
+    return text.startswith("Encountered error while reading")
+  return isinstance(error, (ValueError, RuntimeError, OSError)) and (
+      "Error reading" in text or "Error opening" in text or text == "Event loop is closed")
 
 
 def _ignore_aborted_reads() -> None:
   """Keeps a failed restore to one error instead of hundreds of tracebacks.
 
   When a read fails, Orbax closes its event loop while tensorstore reads of the other arrays
-  are still in flight; each of them then reports "Event loop is closed" as an unraisable
-  error, from its own thread and possibly after the restore returned. This hook (installed
-  for the rest of the process) drops exactly those; any other unraisable error goes on to the
-  previous hook.
+  are still in flight; each of them then reports its end as an unraisable error ("Event loop
+  is closed", or its coroutine's GeneratorExit wrapped by Orbax), from its own thread and
+  possibly after the restore returned or at exit. This hook (installed for the rest of the
+  process) drops exactly those; any other unraisable error goes on to the previous hook.
   """
   prev = sys.unraisablehook
   if getattr(prev, "drops_aborted_reads", False):
     return
 
   def hook(unraisable):
-    e = unraisable.exc_value
-    if not (isinstance(e, RuntimeError) and str(e) == "Event loop is closed"):
+    if not _aborted_read(unraisable.exc_value):
       prev(unraisable)
   hook.drops_aborted_reads = True
   sys.unraisablehook = hook
@@ -81,10 +109,7 @@ def _drop_orphaned_read_errors(record: logging.LogRecord) -> bool:
   exc = record.exc_info[1] if record.exc_info else None
   orphaned = "never retrieved" in record.getMessage() or "Exception in callback" in \
       record.getMessage()
-  read_error = isinstance(exc, (ValueError, RuntimeError, OSError)) and (
-      "Error reading" in str(exc) or "Error opening" in str(exc) or
-      str(exc) == "Event loop is closed")
-  return not (orphaned and read_error)
+  return not (orphaned and _aborted_read(exc))
 
 
 def _leaf_paths(tree) -> set[str]:

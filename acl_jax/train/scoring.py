@@ -36,6 +36,7 @@ class Scorer:
     pad_id: the tokenizer's pad token id.
     boundaries: the padded lengths of length-bucketed batches.
     packing: how batches are packed (`data.Packing`), or None for one example a row.
+    data: split name -> its counts and content hash (`data.fingerprint.split_record`).
   """
   eval_step: Callable
   mesh: Any
@@ -46,6 +47,7 @@ class Scorer:
   pad_id: int = 0
   boundaries: tuple[int, ...] = ()
   packing: Optional[data_lib.Packing] = None
+  data: dict = dataclasses.field(default_factory=dict)
 
   def batches(self, ds) -> Iterator[data_lib.batching.Batch]:
     """This process's eval batches of `ds`, covering each example once (example_id -1 marks
@@ -86,14 +88,16 @@ def predict_split(sc: Scorer, params, ds, with_features: bool = False):
 
 
 def evaluate(sc: Scorer, params, split: str, with_features: bool = False,
-             dump_path: str | None = None, per_class: bool = False) -> dict:
+             dump_path: str | None = None, per_class: bool = False,
+             missed: dict | None = None) -> dict:
   """Exact metrics of every exit over a whole split (padding slots masked out).
 
   Returns a dict with the task's metrics of the last exit, `exit_{m}/{metric}` for every exit
   when there are several, silhouette scores of the last exit's features when asked, and with
   `per_class` the last exit's {label name: precision, recall, f1, support} as "per_class".
   With `dump_path` (needs with_features), process 0 saves the last exit's features, labels,
-  predictions and label embeddings there (npz) for plots such as t-SNE.
+  predictions and label embeddings there (npz) for plots such as t-SNE. `missed`, a dict,
+  receives {label name: examples} of each class of the split the last exit never predicts.
   """
   ds = sc.splits[split]
   k = sc.task.num_labels
@@ -103,6 +107,11 @@ def evaluate(sc: Scorer, params, split: str, with_features: bool = False,
   out = metrics_lib.compute(all_preds[-1], labels, k, names)
   if per_class:
     out["per_class"] = metrics_lib.per_class(all_preds[-1], labels, sc.task.label_names)
+  if missed is not None:
+    support = np.bincount(labels, minlength=k)
+    predicted = np.bincount(all_preds[-1], minlength=k)
+    missed.update({str(sc.task.label_names[c]): int(support[c]) for c in range(k)
+                   if support[c] and not predicted[c]})
   exits = sc.exit_layers
   if len(exits) > 1:
     for e, m in enumerate(exits):
@@ -130,14 +139,34 @@ def evaluate(sc: Scorer, params, split: str, with_features: bool = False,
 
 def evaluate_splits(sc: Scorer, params, splits: Sequence[str], dump_dir: str | None = None,
                     per_class: bool = False) -> dict:
-  """{split: `evaluate` with features} for each of `splits`; with `dump_dir`, each split's
-  features go to `dump_dir/features_{split}.npz`."""
+  """What results.json says of `params`: {split: `evaluate` with features} for each of
+  `splits`, each with the hash of the data it scored ("data_sha256", as the run's data.json
+  writes it), and "warnings" (logged too) where the model never predicts a class the split has
+  examples of. With `dump_dir`, each split's features go to `dump_dir/features_{split}.npz`.
+  """
   out = {}
   for split in splits:
     dump = os.path.join(dump_dir, f"features_{split}.npz") if dump_dir else None
+    missed = {}
     out[split] = evaluate(sc, params, split, with_features=True, dump_path=dump,
-                          per_class=per_class)
+                          per_class=per_class, missed=missed)
+    if split in sc.data:
+      out[split]["data_sha256"] = sc.data[split]["sha256"]
+    if missed:
+      out[split]["warnings"] = [never_predicted(split, missed, len(sc.splits[split]))]
+      log.warning("%s", out[split]["warnings"][0])
   return out
+
+
+def never_predicted(split: str, missed: dict, n: int) -> str:
+  """The warning for the classes of `split` a model never predicts ({name: examples})."""
+  one = len(missed) == 1
+  classes = ", ".join(f"{name!r} ({count} example{'' if count == 1 else 's'})"
+                      for name, count in missed.items())
+  return (f"The model never predicts {'class' if one else 'classes'} {classes} on {split} "
+          f"({n} examples in all): its {split} metrics are those of a model blind to "
+          f"{'it' if one else 'them'}. Weight the loss by class frequency "
+          "(--config.loss.class_weights=balanced), or train longer.")
 
 
 def train_features(sc: Scorer, params, n: int) -> np.ndarray:

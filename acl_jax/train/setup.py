@@ -26,7 +26,9 @@ from acl_jax.train.state import TrainState
 # generators take no negative seed).
 _COUNTS = (("batch_size", 1), ("eval_batch_size", 1), ("num_steps", 0), ("eval_every", 0),
            ("checkpoint_every", 0), ("early_stop_patience", 0), ("log_every", 1), ("seed", 0),
-           ("task.split_seed", 0))
+           ("task.split_seed", 0), ("task.max_length", 3))
+# Why a least value is what it is, where the field's name does not say.
+_WHY = {"task.max_length": " (room for [CLS], [SEP] and at least one token of text)"}
 
 
 def check_config(cfg) -> None:
@@ -37,7 +39,8 @@ def check_config(cfg) -> None:
     section, _, name = key.rpartition(".")
     value = (cfg[section] if section else cfg)[name]
     if value < low:
-      raise UserError(f"{key} must be >= {low}, got {value}: set --config.{key}.")
+      raise UserError(f"{key} must be >= {low}{_WHY.get(key, '')}, got {value}: set "
+                      f"--config.{key}.")
   if cfg.num_steps == 0 and cfg.num_epochs < 1:
     raise UserError(f"num_epochs must be >= 1 when num_steps is 0, got {cfg.num_epochs}: set "
                     "--config.num_epochs or --config.num_steps.")
@@ -85,7 +88,7 @@ class Setup:
     return scoring.Scorer(
         step_lib.make_eval_step(self.model, self.mesh), self.mesh, self.task, self.tok,
         tuple(self.model.cfg.exit_layers), int(self.config.eval_batch_size),
-        self.tokenizer.pad_token_id or 0, self.boundaries, self.packing)
+        self.tokenizer.pad_token_id or 0, self.boundaries, self.packing, self.data)
 
 
 def check_splits(task, splits) -> None:
