@@ -51,6 +51,7 @@ def test_spread_floor_is_tukeys_critical_difference():
   from scipy import stats
   assert s.floor == pytest.approx(stats.studentized_range.ppf(0.975, 3, 6) / math.sqrt(3))
   assert s.range == pytest.approx(6.0) and s.passes
+  assert s.means == pytest.approx((81.0, 81.0, 87.0)) and s.n == 3
   flat = rules.spread([[80.0, 81.0, 82.0], [80.5, 81.5, 82.5], [80.0, 81.0, 82.0]])
   assert not flat.passes
 
@@ -66,6 +67,22 @@ def test_range_claim():
   # Both flat: neither shown, so it waits for the second look.
   assert rules.range_claim(robust, robust, 1)[0] == "undecided"
   assert rules.range_claim(robust, robust, 2)[0] == "inconclusive"
+  # The paired difference is sensitive's seed range minus robust's (8 - 0.4 on every seed).
+  assert v.mean == pytest.approx(7.6)
+  assert rules.range_claim(robust, robust, 1)[3].word == "undecided"  # the look's own verdict
+  # A robust method that moves with the field fails whatever the per-seed ranges say.
+  assert rules.range_claim(sensitive, sensitive, 1)[0] == "fails"
+  # Flat seed means but wide per-seed ranges (seed effects that cancel in the means): robust
+  # does not pass, yet its seed ranges exceed sensitive's on every seed, so the claim fails.
+  a, b = (0, 2, -2, 1, -1), (2, -2, 0, -1, 1)
+  wide = [[85 + a[v], 85 - a[v], 85 + b[v], 85 - b[v]] for v in range(5)]
+  narrow = [[85 + 0.1 * v + 0.05 * s for s in range(4)] for v in range(5)]
+  word, r, _, v = rules.range_claim(wide, narrow, 1)
+  assert (word, r.passes, v.word) == ("fails", False, "worse")
+  # Sensitive passes its floor, but its seed ranges are no wider than robust's: not shown.
+  moving = [[85 + v + 0.3 * ((v * s) % 3) for s in range(4)] for v in range(5)]
+  word, r, s, v = rules.range_claim(wide, moving, 1)
+  assert (word, r.passes, s.passes, v.word) == ("undecided", False, True, "undecided")
 
 
 def test_seed_ranges():
@@ -137,3 +154,10 @@ def test_holm_step_down_and_the_p_of_a_verdict():
   assert (holm.p_above(same, 0.0), holm.p_above(same, 1.0)) == (0.0, 1.0)
   assert (holm.p_below(same, 2.0), holm.p_below(same, 1.0)) == (0.0, 1.0)
   assert holm.table([]) == holm.summary([]) == "*pending*: no registered comparison is decided.\n"
+  assert holm.summary([holm.Test("d", "inconclusive", 1.0)]).endswith(": none.\n")
+  # "within the margin, lower" asserts non-inferiority: above minus the margin.
+  y = P.verdict([-1.0, -1.1, -0.9], "noninferior", 2.0, 1)  # mean -1, sd 0.1
+  assert y.word == "within the margin, lower" and holm.p_of(y, "noninferior", 2.0) == \
+      pytest.approx(stats.t.sf(1.0 / (0.1 / math.sqrt(3)), 2), rel=1e-6)
+  # Holm's bound is inclusive: p = alpha / m survives.
+  assert holm.holm([holm.Test("a", "beats", holm.ALPHA)]) == {"a": True}
