@@ -289,6 +289,14 @@ def test_protocol_rules():
   assert p.verdict([0.0] * 3, "superior", 1.0, 1).word == "undecided"
   assert p.verdict([-1.0] * 3, "noninferior", 1.0, 1).word == "undecided"
   assert p.verdict([0.0] * 3, "noninferior", 1.0, 1).word == "matches or beats"
+  # One seed decides nothing; two already give a t-interval (t(0.975, 1) = 12.706).
+  assert p.interval([1.0], 0.95) == (1.0, -math.inf, math.inf)
+  assert p.interval([1.0, 2.0], 0.95) == pytest.approx((1.5, 1.5 - 6.3531, 1.5 + 6.3531),
+                                                       abs=1e-3)
+  # The cost model before any run is recorded: the prior times the method's cost, plus the
+  # start-up spread over the epochs.
+  assert p.estimate_seconds("rte", "acl", 3) == pytest.approx((110 * 1.52 + 60 / 3) * 3)
+  assert p.estimate_seconds("sst2", "ce", 1) == pytest.approx(800 + 60)
   # resolvable: the difference found with 80% power, (t(0.9875, 2) + t(0.8, 2)) * sd / sqrt(3)
   from scipy import stats  # pylint: disable=import-outside-toplevel
   want = (stats.t.ppf(0.9875, 2) + stats.t.ppf(0.8, 2)) * 0.1 / math.sqrt(3)
