@@ -417,3 +417,20 @@ def test_sqrt_sigma_is_calibrated_once_and_resumed(tiny_model_dir, tmp_path, mon
   monkeypatch.setattr(losses, "sigma_sqrt_heuristic", no_heuristic)
   resumed = loop.train_and_evaluate(cfg(), wd)
   assert resumed["train"]["params_sha256"] == straight["train"]["params_sha256"]
+
+
+@pytest.mark.parametrize("form", ["clean", "official"])
+def test_class_weights_summing_below_one_still_normalise(form):
+  """The weighted mean divides by the hidden nodes' weight sum even when it is below 1 (one
+  hidden node of weight 0.25): equal class weights give the unweighted loss, masked or not."""
+  x, y = _data(5, n=8, k=2)
+  key = jax.random.key(1)
+  fn = jax.jit(lambda x, y, w, m: gloss(x, y, key, 2, SIGMA, 0.875, form, w, example_mask=m))
+  quarter = jnp.full((2,), 0.25)
+  for mask in (None, jnp.ones(8)):  # 7 labelled, 1 hidden
+    np.testing.assert_allclose(float(fn(x, y, quarter, mask)[0]),
+                               float(fn(x, y, None, mask)[0]), rtol=1e-6)
+  # With padding the masked path solves its own system: 6 real rows, 5 kept, 1 hidden.
+  pad = jnp.asarray([1, 1, 1, 0, 1, 1, 1, 0], jnp.float32)
+  np.testing.assert_allclose(float(fn(x, y, quarter, pad)[0]), float(fn(x, y, None, pad)[0]),
+                             rtol=1e-6)
