@@ -10,7 +10,8 @@ from sklearn.utils.class_weight import compute_class_weight
 from acl_jax.losses import (
     balanced_class_weights, check_labels, cross_entropy, gloss, propagate, resolve_gamma,
     sigma_sqrt_heuristic)
-from acl_jax.losses.graph import DEFAULT_W_FLOOR, check_gamma_keep, split_order
+from acl_jax.losses.graph import (
+    DEFAULT_W_FLOOR, check_gamma_keep, split_order, transition_matrix)
 from tests import numerics
 
 SIGMA = 0.667
@@ -434,3 +435,16 @@ def test_class_weights_summing_below_one_still_normalise(form):
   pad = jnp.asarray([1, 1, 1, 0, 1, 1, 1, 0], jnp.float32)
   np.testing.assert_allclose(float(fn(x, y, quarter, pad)[0]), float(fn(x, y, None, pad)[0]),
                              rtol=1e-6)
+
+
+def test_transition_matrix_at_a_small_sigma_and_in_bfloat16():
+  """At sigma 0.1 the raw weights underflow float32 (exp(-100) and below): the shift by the
+  strongest edge keeps the graph the float64 one. bfloat16 features are upcast first."""
+  x, _ = _data(2)
+  got = np.asarray(jax.jit(transition_matrix)(x, 0.1))
+  np.testing.assert_allclose(got, ref_transition(x, 0.1), rtol=1e-4, atol=1e-6)
+  xb = jnp.asarray(x, jnp.bfloat16)
+  tb = jax.jit(transition_matrix)(xb, SIGMA)
+  assert tb.dtype == jnp.float32
+  np.testing.assert_allclose(np.asarray(tb), ref_transition(np.asarray(xb, np.float32), SIGMA),
+                             rtol=1e-4, atol=1e-6)
