@@ -257,3 +257,48 @@ def test_the_runs_gate_summary_from_its_sums():
   assert step_lib.run_summary({"gate/gate": 0.0, "gate/zero_grad": 2.0}, 2) == {
       "gate_on_fraction": None, "zero_grad_steps": 2.0}
   assert step_lib.run_summary({}, 0) == {}
+
+
+def test_parallel_and_opposite_gradients_measure_0_and_180_degrees():
+  """Round-off can put <a, b> / (|a| |b|) just past +-1; the angle stays defined."""
+  rng = np.random.default_rng(0)
+  for _ in range(20):
+    v = rng.normal(size=6) * rng.choice([1e-3, 1.0, 30.0])
+    g = _tree(v[:2], v[2:])
+    for sign, want in ((1.0, 0.0), (-1.0, 180.0)):
+      angle = float(gate(g, jax.tree.map(lambda x, s=sign: s * x, g))[1]["angle"])
+      assert abs(angle - want) < 0.1, (v, sign, angle)
+
+
+def test_tiny_gradients_keep_the_sign_of_their_cosine():
+  """Norms far below sqrt(eps): eps shrinks the cosine towards 0 but never flips it, and the
+  projection coefficient is <g_acl, g_ce> / (|g_ce|^2 + eps)."""
+  g_ce = _tree([1e-7, 0.0], [0.0, 0.0, 0.0, 0.0])
+  g_acl = _tree([1e-7, 1e-7], [0.0, 0.0, 0.0, 0.0])  # 45 degrees
+  assert float(gate(g_ce, g_acl)[1]["gate"]) == 1.0
+  g_acl = _tree([-1e-7, 1e-7], [0.0, 0.0, 0.0, 0.0])  # 135 degrees
+  grads, info = gate(g_ce, g_acl, threshold_deg=30.0, mode="project")
+  assert float(info["gate"]) == 0.0
+  ce, acl = _flat(g_ce).astype(np.float64), _flat(g_acl).astype(np.float64)
+  coef = (acl @ ce) / (ce @ ce + 1e-12)
+  np.testing.assert_allclose(_flat(grads), ce + LAM * (acl - coef * ce), rtol=1e-4, atol=1e-12)
+
+
+def test_traced_threshold_decides_as_a_static_one():
+  traced = jax.jit(lambda c, a, t: angle_gate(c, a, LAM, t))
+  for g_acl in (_tree([-0.2, 1.0], [0.0] * 4), _tree([0.3, 1.0], [0.0] * 4)):  # 101, 73 deg
+    for threshold in (60.0, 90.0, 120.0):
+      assert float(traced(G_CE, g_acl, jnp.float32(threshold))[1]["gate"]) == \
+          float(gate(G_CE, g_acl, threshold_deg=threshold)[1]["gate"])
+
+
+def test_projected_update_keeps_the_gradient_dtypes():
+  bf16 = lambda t: jax.tree.map(lambda x: x.astype(jnp.bfloat16), t)
+  grads, info = gate(bf16(G_CE), bf16(_tree([-1.0, 1.0], [1.0, 0.0, 0.0, 0.0])), mode="project")
+  assert float(info["gate"]) == 0.0
+  assert all(x.dtype == jnp.bfloat16 for x in jax.tree.leaves(grads))
+
+
+def test_default_threshold_is_90_degrees():
+  _, info = angle_gate(G_CE, _tree([-0.01, 1.0], [0.0] * 4), LAM)  # 90.6 degrees
+  assert float(info["gate"]) == 0.0

@@ -10,7 +10,8 @@ from sklearn.utils.class_weight import compute_class_weight
 from acl_jax.losses import (
     balanced_class_weights, check_labels, cross_entropy, gloss, propagate, resolve_gamma,
     sigma_sqrt_heuristic)
-from acl_jax.losses.graph import DEFAULT_W_FLOOR, check_gamma_keep, split_order
+from acl_jax.losses.graph import (
+    DEFAULT_W_FLOOR, check_gamma_keep, split_order, transition_matrix)
 from tests import numerics
 
 SIGMA = 0.667
@@ -417,3 +418,33 @@ def test_sqrt_sigma_is_calibrated_once_and_resumed(tiny_model_dir, tmp_path, mon
   monkeypatch.setattr(losses, "sigma_sqrt_heuristic", no_heuristic)
   resumed = loop.train_and_evaluate(cfg(), wd)
   assert resumed["train"]["params_sha256"] == straight["train"]["params_sha256"]
+
+
+@pytest.mark.parametrize("form", ["clean", "official"])
+def test_class_weights_summing_below_one_still_normalise(form):
+  """The weighted mean divides by the hidden nodes' weight sum even when it is below 1 (one
+  hidden node of weight 0.25): equal class weights give the unweighted loss, masked or not."""
+  x, y = _data(5, n=8, k=2)
+  key = jax.random.key(1)
+  fn = jax.jit(lambda x, y, w, m: gloss(x, y, key, 2, SIGMA, 0.875, form, w, example_mask=m))
+  quarter = jnp.full((2,), 0.25)
+  for mask in (None, jnp.ones(8)):  # 7 labelled, 1 hidden
+    np.testing.assert_allclose(float(fn(x, y, quarter, mask)[0]),
+                               float(fn(x, y, None, mask)[0]), rtol=1e-6)
+  # With padding the masked path solves its own system: 6 real rows, 5 kept, 1 hidden.
+  pad = jnp.asarray([1, 1, 1, 0, 1, 1, 1, 0], jnp.float32)
+  np.testing.assert_allclose(float(fn(x, y, quarter, pad)[0]), float(fn(x, y, None, pad)[0]),
+                             rtol=1e-6)
+
+
+def test_transition_matrix_at_a_small_sigma_and_in_bfloat16():
+  """At sigma 0.1 the raw weights underflow float32 (exp(-100) and below): the shift by the
+  strongest edge keeps the graph the float64 one. bfloat16 features are upcast first."""
+  x, _ = _data(2)
+  got = np.asarray(jax.jit(transition_matrix)(x, 0.1))
+  np.testing.assert_allclose(got, ref_transition(x, 0.1), rtol=1e-4, atol=1e-6)
+  xb = jnp.asarray(x, jnp.bfloat16)
+  tb = jax.jit(transition_matrix)(xb, SIGMA)
+  assert tb.dtype == jnp.float32
+  np.testing.assert_allclose(np.asarray(tb), ref_transition(np.asarray(xb, np.float32), SIGMA),
+                             rtol=1e-4, atol=1e-6)

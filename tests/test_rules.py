@@ -29,6 +29,7 @@ def test_exit_claim_holds_fails_and_waits():
   assert rules.exit_claim([holds, open_]) == "undecided"
   assert rules.exit_claim([rules.exit_verdict([2.0, -1.0, 0.5, 1.0, -0.5], 2)]) == \
       "inconclusive"
+  assert rules.exit_claim([]) == "undecided"  # no baseline recorded yet
 
 
 def test_score_at_layers_interpolates_and_refuses_outside():
@@ -38,6 +39,9 @@ def test_score_at_layers_interpolates_and_refuses_outside():
   assert rules.score_at_layers(curve, 2.0) == pytest.approx(80.0)
   assert rules.score_at_layers(curve, 1.5) is None
   assert rules.score_at_layers([(3.0, 70.0)], 3.0) == 70.0
+  assert rules.score_at_layers(curve, 6.0) == pytest.approx(90.0)  # the curve's last point
+  # Two thresholds with one mean depth: a zero-width segment, not a division by zero.
+  assert rules.score_at_layers([(2.0, 80.0), (2.0, 80.0), (4.0, 88.0)], 2.0) == 80.0
 
 
 def test_spread_floor_is_tukeys_critical_difference():
@@ -47,6 +51,7 @@ def test_spread_floor_is_tukeys_critical_difference():
   from scipy import stats
   assert s.floor == pytest.approx(stats.studentized_range.ppf(0.975, 3, 6) / math.sqrt(3))
   assert s.range == pytest.approx(6.0) and s.passes
+  assert s.means == pytest.approx((81.0, 81.0, 87.0)) and s.n == 3
   flat = rules.spread([[80.0, 81.0, 82.0], [80.5, 81.5, 82.5], [80.0, 81.0, 82.0]])
   assert not flat.passes
 
@@ -62,6 +67,22 @@ def test_range_claim():
   # Both flat: neither shown, so it waits for the second look.
   assert rules.range_claim(robust, robust, 1)[0] == "undecided"
   assert rules.range_claim(robust, robust, 2)[0] == "inconclusive"
+  # The paired difference is sensitive's seed range minus robust's (8 - 0.4 on every seed).
+  assert v.mean == pytest.approx(7.6)
+  assert rules.range_claim(robust, robust, 1)[3].word == "undecided"  # the look's own verdict
+  # A robust method that moves with the field fails whatever the per-seed ranges say.
+  assert rules.range_claim(sensitive, sensitive, 1)[0] == "fails"
+  # Flat seed means but wide per-seed ranges (seed effects that cancel in the means): robust
+  # does not pass, yet its seed ranges exceed sensitive's on every seed, so the claim fails.
+  a, b = (0, 2, -2, 1, -1), (2, -2, 0, -1, 1)
+  wide = [[85 + a[v], 85 - a[v], 85 + b[v], 85 - b[v]] for v in range(5)]
+  narrow = [[85 + 0.1 * v + 0.05 * s for s in range(4)] for v in range(5)]
+  word, r, _, v = rules.range_claim(wide, narrow, 1)
+  assert (word, r.passes, v.word) == ("fails", False, "worse")
+  # Sensitive passes its floor, but its seed ranges are no wider than robust's: not shown.
+  moving = [[85 + v + 0.3 * ((v * s) % 3) for s in range(4)] for v in range(5)]
+  word, r, s, v = rules.range_claim(wide, moving, 1)
+  assert (word, r.passes, s.passes, v.word) == ("undecided", False, True, "undecided")
 
 
 def test_seed_ranges():
@@ -74,6 +95,14 @@ def test_stable_verdict_is_an_equivalence_test():
   assert rules.stable_verdict([-3.0, -3.2, -2.9], 1.0, 1)[0] == "unstable"
   assert rules.stable_verdict([0.9, 0.95, 0.92], 1.0, 1)[0] == "undecided"
   assert rules.stable_verdict([0.5, 1.5, 0.9, 1.2, 0.7], 1.0, 2)[0] == "inconclusive"
+  # The superiority verdict it reports is the look's own.
+  assert rules.stable_verdict([0.5, -0.5, 0.2], 1.0, 1)[1].word == "undecided"
+  # Wholly below zero, its upper end inside -margin: neither stable nor shown unstable.
+  assert rules.stable_verdict([-2.0, -1.7, -2.3], 1.0, 1)[0] == "undecided"
+  # Seeds that agree exactly give a zero-width interval: on either end of the margin it is
+  # neither strictly inside nor strictly outside.
+  for d in (1.0, -1.0):
+    assert rules.stable_verdict([d, d, d], 1.0, 1)[0] == "undecided"
 
 
 def test_every_later_arm_method_has_a_rule_or_a_description():
@@ -116,3 +145,19 @@ def test_holm_step_down_and_the_p_of_a_verdict():
   assert holm.p_of(w, "noninferior", 1.0) == pytest.approx(
       stats.t.sf(1.0 / (0.2 / math.sqrt(3)), 2), rel=1e-6)
   assert holm.p_of(P.verdict([-1.0, 1.0, 0.0], "superior", 0.0, 2), "superior", 0.0) == 1.0
+  # "worse" under non-inferiority: below minus the margin.
+  x = P.verdict([-3.0, -3.2, -2.8], "noninferior", 1.0, 1)  # mean -3, sd 0.2
+  assert x.word == "worse" and holm.p_of(x, "noninferior", 1.0) == pytest.approx(
+      stats.t.cdf(-2.0 / (0.2 / math.sqrt(3)), 2), rel=1e-6)
+  # Seeds that agree exactly (zero standard error): p is 0 strictly past the bound, else 1.
+  same = P.verdict([1.0, 1.0, 1.0], "superior", 0.0, 1)
+  assert (holm.p_above(same, 0.0), holm.p_above(same, 1.0)) == (0.0, 1.0)
+  assert (holm.p_below(same, 2.0), holm.p_below(same, 1.0)) == (0.0, 1.0)
+  assert holm.table([]) == holm.summary([]) == "*pending*: no registered comparison is decided.\n"
+  assert holm.summary([holm.Test("d", "inconclusive", 1.0)]).endswith(": none.\n")
+  # "within the margin, lower" asserts non-inferiority: above minus the margin.
+  y = P.verdict([-1.0, -1.1, -0.9], "noninferior", 2.0, 1)  # mean -1, sd 0.1
+  assert y.word == "within the margin, lower" and holm.p_of(y, "noninferior", 2.0) == \
+      pytest.approx(stats.t.sf(1.0 / (0.1 / math.sqrt(3)), 2), rel=1e-6)
+  # Holm's bound is inclusive: p = alpha / m survives.
+  assert holm.holm([holm.Test("a", "beats", holm.ALPHA)]) == {"a": True}

@@ -254,6 +254,17 @@ def test_protocol_rules():
   assert not p.misses_anchor("mr", 0.0)  # no published anchor
   assert p.budget_doubles(50.0, 51.6) and not p.budget_doubles(50.0, 51.4)
   assert not p.budget_doubles(30.0, 32.9, unit=2.0)
+  # Exactly at each rule's bound (all exact in binary): a tie goes to 5e-5, and "more than"
+  # is strict for the anchor, the high lr and the budget.
+  assert p.pick_lr({"2e-5": 60.5, "5e-5": 60.0}) == "5e-5"
+  assert not p.misses_anchor("rte", 66.8)
+  assert not p.take_high(60.0, 60.5) and p.take_high(60.0, 60.6)
+  assert not p.take_high(30.0, 30.8, unit=2.0) and p.take_high(30.0, 31.1, unit=2.0)
+  assert not p.budget_doubles(50.0, 51.5)
+  # A run without the scored number has no score (not an error).
+  assert p.dev_score({"task": "rte", "evals": [{"dev": {}}]}) is None
+  assert p.score({"task": "mr"}) is None and p.score({"task": "mr", "latest": {}}) is None
+  assert p.score({"task": "mr", "latest": {"test": {"accuracy": 0.5}}}) == 50.0
   # diffs 1.0, 1.1, 0.9: sd 0.1, half-width t(0.9875, 2) * 0.1 / sqrt(3) = 0.358
   v = p.verdict([1.0, 1.1, 0.9], "superior", 1.0, 1)
   assert v.word == "beats" and v.decide[0] == pytest.approx(1 - 0.3582, abs=1e-3)
@@ -272,6 +283,20 @@ def test_protocol_rules():
   assert p.verdict(lower, "noninferior", 3.0, 2).word == "within the margin, lower"
   assert p.verdict(lower, "superior", 2.0, 2).word == "worse"
   assert p.verdict([-1.0, -3.0, 0.5, -2.0, 1.3], "noninferior", 1.0, 2).word == "inconclusive"
+  # Seeds that agree exactly (a zero-width interval) sit on the bounds: an interval must lie
+  # strictly above zero (or minus the margin) to beat (or match), and touching zero from
+  # above still matches.
+  assert p.verdict([0.0] * 3, "superior", 1.0, 1).word == "undecided"
+  assert p.verdict([-1.0] * 3, "noninferior", 1.0, 1).word == "undecided"
+  assert p.verdict([0.0] * 3, "noninferior", 1.0, 1).word == "matches or beats"
+  # One seed decides nothing; two already give a t-interval (t(0.975, 1) = 12.706).
+  assert p.interval([1.0], 0.95) == (1.0, -math.inf, math.inf)
+  assert p.interval([1.0, 2.0], 0.95) == pytest.approx((1.5, 1.5 - 6.3531, 1.5 + 6.3531),
+                                                       abs=1e-3)
+  # The cost model before any run is recorded: the prior times the method's cost, plus the
+  # start-up spread over the epochs.
+  assert p.estimate_seconds("rte", "acl", 3) == pytest.approx((110 * 1.52 + 60 / 3) * 3)
+  assert p.estimate_seconds("sst2", "ce", 1) == pytest.approx(800 + 60)
   # resolvable: the difference found with 80% power, (t(0.9875, 2) + t(0.8, 2)) * sd / sqrt(3)
   from scipy import stats  # pylint: disable=import-outside-toplevel
   want = (stats.t.ppf(0.9875, 2) + stats.t.ppf(0.8, 2)) * 0.1 / math.sqrt(3)
