@@ -17,6 +17,12 @@ and the temp block reused").
 - hands the heap's free memory back to the operating system after every XLA compile
   (glibc's `malloc_trim`): the compiler's freed memory would otherwise stay resident beside
   the step's temp block (BENCHMARKS.md, "Where the memory goes").
+- asks XLA:CPU for its memory-optimized scheduler (`memory_scheduler`), unless XLA_FLAGS
+  names a scheduler: it orders each step's ops to lower the temp block's peak (BENCHMARKS.md,
+  "XLA:CPU options"), at a step time within the noise of the default's.
+- keeps torch out of the process (`transformers_without_torch`): transformers, when torch is
+  installed, imports it with its first configuration class (about 200 MiB resident) although
+  acl-jax uses only its tokenizers. Reading a `pytorch_model.bin` still imports torch then.
 It yields a `Heap`, whose `trim()` does the same on demand: train.py calls it where the loop
 turns from training to evaluating or saving and back. A small allocation between two steps
 can still split the freed block, and the next step then maps a new one (its pages faulted in
@@ -41,6 +47,7 @@ import sys
 from typing import Callable, Iterator
 
 ENV = "ACL_JAX_KEEP_STEP_MEMORY"
+TORCH_ENV = "ACL_JAX_TRANSFORMERS_TORCH"  # "1": let transformers import torch as it would
 # glibc's mallopt parameters (malloc.h).
 _M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
 _INT_MAX = 2 ** 31 - 1
@@ -102,6 +109,62 @@ def keep_step_memory() -> bool:
   return True
 
 
+SCHEDULER_FLAG = "--xla_cpu_scheduler_type=CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"
+
+
+def memory_scheduler() -> bool:
+  """Adds SCHEDULER_FLAG to XLA_FLAGS for the CPU backend, before it starts; not where
+  XLA_FLAGS names a scheduler already, JAX would start an accelerator, or the backends have
+  started. Returns whether it did."""
+  flags = os.environ.get("XLA_FLAGS", "")
+  if "--xla_cpu_scheduler_type" in flags or accelerator_expected():
+    return False
+  from jax._src import xla_bridge  # pylint: disable=import-outside-toplevel
+  if xla_bridge.backends_are_initialized():
+    return False
+  os.environ["XLA_FLAGS"] = f"{flags} {SCHEDULER_FLAG}".strip()
+  return True
+
+
+def transformers_without_torch() -> bool:
+  """Imports transformers with its torch integration off, where neither is imported yet:
+  transformers asks once whether torch is installed (`is_torch_available`, cached for the
+  process) and imports it at module level where it is. torch is hidden for that one question,
+  so tokenizers and configs load without it, and a later `import torch` (a PyTorch
+  checkpoint) still works. Returns whether it did; TORCH_ENV=1 leaves transformers alone."""
+  if "transformers" in sys.modules or importlib.util.find_spec("transformers") is None:
+    return False
+  quiet = "TRANSFORMERS_NO_ADVISORY_WARNINGS" not in os.environ
+  with torch_hidden() as hidden:
+    if hidden:
+      if quiet:  # its import would advise that models need PyTorch: acl-jax's do not
+        os.environ["TRANSFORMERS_NO_ADVISORY_WARNINGS"] = "1"
+      try:
+        from transformers.utils import import_utils  # pylint: disable=import-outside-toplevel
+        import transformers  # pylint: disable=import-outside-toplevel,unused-import
+        import_utils.is_torch_available()  # cached False from here on
+      finally:
+        if quiet:
+          del os.environ["TRANSFORMERS_NO_ADVISORY_WARNINGS"]
+  return hidden
+
+
+@contextlib.contextmanager
+def torch_hidden() -> Iterator[bool]:
+  """Inside, `import torch` fails and `find_spec("torch")` is None, for a library that uses
+  torch only when it finds it (transformers, tensorboardX); yields whether it hid it (not once
+  torch is imported, nor with TORCH_ENV=1)."""
+  if os.environ.get(TORCH_ENV) == "1" or "torch" in sys.modules:
+    yield False
+    return
+  sys.modules["torch"] = None
+  try:
+    yield True
+  finally:
+    if sys.modules.get("torch", 0) is None:
+      del sys.modules["torch"]
+
+
 @dataclasses.dataclass(frozen=True)
 class Heap:
   """What `managed()` set up.
@@ -124,6 +187,8 @@ class Heap:
 def managed() -> Iterator[Heap]:
   """The process's heap tuned for JAX's CPU steps (module docstring), the heap trimmed after
   every XLA compile while inside. Enter it before any JAX computation."""
+  transformers_without_torch()
+  memory_scheduler()
   kept = keep_step_memory()
   heap = Heap(kept=kept, malloc_trim=getattr(glibc(), "malloc_trim", None))
   if heap.malloc_trim is None:

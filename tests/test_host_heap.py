@@ -111,3 +111,31 @@ def test_every_compile_inside_hands_the_compilers_freed_memory_back(monkeypatch)
 def test_accelerator_expected_follows_jax_platforms(monkeypatch, platforms, expected):
   monkeypatch.setenv("JAX_PLATFORMS", platforms)
   assert host_heap.accelerator_expected() is expected
+
+
+_FOOTPRINT = """
+import os, sys
+from acl_jax import host_heap
+with host_heap.managed():
+  from transformers import AutoTokenizer
+  with host_heap.torch_hidden():
+    import tensorboardX
+  print("torch" in sys.modules, os.environ.get("XLA_FLAGS", ""))
+  import torch  # a PyTorch checkpoint still loads
+  print(torch.ones(1).item())
+"""
+
+
+@pytest.mark.parametrize("keep_torch", ["", "1"])
+def test_the_tools_keep_torch_out_and_ask_for_the_memory_scheduler(keep_torch):
+  """Entering managed() keeps transformers and tensorboardX from importing torch (about 200
+  MiB resident), and asks XLA:CPU for the memory-optimized scheduler; torch still imports on
+  demand. ACL_JAX_TRANSFORMERS_TORCH=1 leaves transformers to import it."""
+  pytest.importorskip("torch")
+  proc = helpers.run_py(["-c", _FOOTPRINT], ACL_JAX_TRANSFORMERS_TORCH=keep_torch,
+                        JAX_PLATFORMS="cpu")
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  out = proc.stdout.split("\n")
+  torch_in, flags = out[0].split(" ", 1)
+  assert torch_in == str(bool(keep_torch)) and flags.endswith(host_heap.SCHEDULER_FLAG), out
+  assert out[1] == "1.0"

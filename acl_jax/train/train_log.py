@@ -13,6 +13,7 @@ import os
 import jax
 import jax.numpy as jnp
 
+from acl_jax import host_heap
 from acl_jax.errors import Diverged
 from acl_jax.provenance import write_atomic
 
@@ -94,7 +95,8 @@ class MetricWriter:
         kept = [ln for ln in f if (st := _jsonl_step(ln)) is not None and st <= resume_step]
       write_atomic(self.path, "".join(kept))
     try:
-      from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
+      with host_heap.torch_hidden():  # it takes torch.Tensor for an array type where it finds it
+        from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
       self.tb = SummaryWriter(os.path.join(workdir, "tb"))
     except ImportError:
       log.warning("tensorboardX not installed; writing JSONL only.")
