@@ -30,4 +30,10 @@ def get_config(arg="csv"):
                     "the data as CSV, TSV or JSONL.")
   c = common.base_config()
   c.task.name = fmt
-  return common.apply_args(c, ",".join(words))
+  c = common.apply_args(c, ",".join(words))
+  # G-Loss on a file of one's own weighs its classes, as the G-Loss reference does: unweighted,
+  # its graph term let a rare class go unpredicted (README, "G-Loss and rare classes");
+  # --config.loss.class_weights= turns it off.
+  if c.loss.name == "gloss" and not c.loss.class_weights:
+    c.loss.class_weights = "balanced"
+  return c

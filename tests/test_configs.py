@@ -68,3 +68,13 @@ def test_train_print_config_exits_without_training(tmp_path):
   assert "Traceback" not in p.stderr
   p = helpers.run_py(["train.py", "--config", "configs/glue.py:rte"], timeout=120)
   assert p.returncode != 0 and "--workdir is required" in p.stderr
+
+
+def test_gloss_on_a_file_of_ones_own_weighs_its_classes():
+  """configs/files.py gives G-Loss (both sigma modes) class-balanced weights; other methods
+  keep the unweighted default."""
+  from configs import files  # pylint: disable=import-outside-toplevel
+  assert files.get_config("csv,gloss").loss.class_weights == "balanced"
+  assert files.get_config("tsv,gloss_sqrt,runlocal").loss.class_weights == "balanced"
+  assert files.get_config("csv,ce").loss.class_weights == ""
+  assert files.get_config("csv,acl").loss.class_weights == ""
