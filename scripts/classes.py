@@ -5,9 +5,7 @@ The lowest recall is eval.py's per-class recall on the scored split (records kee
 `per_class_recall`, with each class's support); runs recorded before rows kept it show
 macro-F1 alone.
 """
-import math
-
-from scripts import sweeps as P
+from scripts import fmt, sweeps as P
 
 # A method whose mean lowest per-class recall is this many points below CE's, on the same
 # corpus, gets a note in the claims table.
@@ -41,16 +39,6 @@ def method_rows(rs: dict, task: str) -> dict[str, list[dict]]:
   return {m: [by[s] for s in sorted(by)] for m, by in out.items()}
 
 
-def _mean_sd(xs) -> str:
-  if not xs:
-    return "—"
-  m = sum(xs) / len(xs)
-  if len(xs) < 2:
-    return f"{m:.2f} (n=1)"
-  sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
-  return f"{m:.2f} ± {sd:.2f} (n={len(xs)})"
-
-
 def mean_lowest(rows) -> float | None:
   lows = [lowest_recall(r) for r in rows]
   return None if not lows or None in lows else sum(x[1] for x in lows) / len(lows)
@@ -70,11 +58,11 @@ def table(rs: dict, labels: dict) -> str:
         low = f"not recorded ({sum(x is None for x in lows)} of {len(rows)} runs)"
       else:
         classes = sorted({c for c, _, _ in lows})
-        low = f"{_mean_sd([x[1] for x in lows])} ({', '.join(classes)}; support " \
+        low = f"{fmt.mean_sd([x[1] for x in lows])} ({', '.join(classes)}; support " \
               f"{', '.join(str(n) for n in sorted({n for _, _, n in lows}))})"
       lines.append(f"| {t.label} | {labels.get(method, method)} | "
-                   f"{_mean_sd([100 * scored(r)['accuracy'] for r in rows])} | "
-                   f"{_mean_sd([100 * scored(r)['macro_f1'] for r in rows if 'macro_f1' in scored(r)])} | "
+                   f"{fmt.mean_sd([100 * scored(r)['accuracy'] for r in rows])} | "
+                   f"{fmt.mean_sd([100 * scored(r)['macro_f1'] for r in rows if 'macro_f1' in scored(r)])} | "
                    f"{low} |")
   if len(lines) == 2:
     return "*pending*: no TextGCN run is recorded.\n"

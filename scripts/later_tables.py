@@ -4,24 +4,7 @@
 Every function takes the records index ({(record, run): row}) and the method labels, and
 returns a markdown table, or one "*pending*" line naming how many of its runs are recorded.
 """
-import math
-
-from scripts import later, sweeps as P
-
-
-def _span(lo, hi) -> str:
-  return f"[{lo:+.2f}, {hi:+.2f}]"
-
-
-def _mean_sd(xs) -> str:
-  m = sum(xs) / len(xs)
-  sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) if len(xs) > 1 else 0.0
-  return f"{m:.2f} ± {sd:.2f}"
-
-
-def _table(head, rows) -> str:
-  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-  return "\n".join(lines + ["| " + " | ".join(map(str, r)) + " |" for r in rows]) + "\n"
+from scripts import fmt, later, sweeps as P
 
 
 def _pending(idx, stage, task, methods, grid=()) -> str:
@@ -33,7 +16,7 @@ def _pending(idx, stage, task, methods, grid=()) -> str:
 
 
 def _verdict(v: P.Verdict) -> str:
-  return f"{v.mean:+.2f} {_span(*v.decide)}"
+  return f"{v.mean:+.2f} {fmt.span(*v.decide)}"
 
 
 def exits_table(idx: dict, rule: P.ExitRule, labels: dict, stage: int = 2) -> str:
@@ -46,7 +29,7 @@ def exits_table(idx: dict, rule: P.ExitRule, labels: dict, stage: int = 2) -> st
   for b, r in zip(rule.baselines, res):
     word = {"beats": "holds", "worse": "fails"}.get(r.contrast.word, r.contrast.word)
     matched = (f"{_verdict(r.matched)} {r.matched.word}" if r.matched else "not reached")
-    described = ", ".join(f"{layers:g}: " + (f"{got[0]:+.2f} {_span(*got[1:])}" if got else "—")
+    described = ", ".join(f"{layers:g}: " + (f"{got[0]:+.2f} {fmt.span(*got[1:])}" if got else "—")
                           for layers, got in r.described.items())
     rows.append([f"{labels[rule.method]} − {labels[b]}", r.look, r.contrast.n,
                  *[f"{m:+.2f}" for m, _, _ in r.per_exit.values()],
@@ -55,9 +38,9 @@ def exits_table(idx: dict, rule: P.ExitRule, labels: dict, stage: int = 2) -> st
           "shallow − deep, 97.5%", f"at {rule.layers:g} mean layers, 97.5%",
           "at 2 and 4 layers, 95%"]
   per_exit = "; ".join(
-      f"{labels[b]}: " + ", ".join(f"exit {m} {_span(lo, hi)}" for m, (_, lo, hi)
+      f"{labels[b]}: " + ", ".join(f"exit {m} {fmt.span(lo, hi)}" for m, (_, lo, hi)
                                      in r.per_exit.items()) for b, r in zip(rule.baselines, res))
-  return _table(head, rows) + f"\nPaired per-exit gains, 95% intervals: {per_exit}.\n"
+  return fmt.table(head, rows) + f"\nPaired per-exit gains, 95% intervals: {per_exit}.\n"
 
 
 def range_table(idx: dict, rule: P.RangeRule, labels: dict, stage: int = 2) -> str:
@@ -72,11 +55,11 @@ def range_table(idx: dict, rule: P.RangeRule, labels: dict, stage: int = 2) -> s
   rows = []
   for method, sp in ((rule.robust, robust), (rule.sensitive, sensitive)):
     scores = later.grid_scores(idx, stage, rule.task, method, rule.field, rule.values, seeds)
-    rows.append([labels[method], *[_mean_sd(s) for s in scores], f"{sp.range:.2f}",
+    rows.append([labels[method], *[fmt.mean_sd(s, n=False) for s in scores], f"{sp.range:.2f}",
                  f"{sp.floor:.2f}", "yes" if sp.passes else "no"])
   head = ["method", *[f"{rule.field.split('.')[-1]} {x}" for x in rule.values],
           "range of means", "noise floor (97.5%)", "range passes floor"]
-  return _table(head, rows) + (
+  return fmt.table(head, rows) + (
       f"\nLook {look}, {len(seeds)} seeds. Per-seed range over the values, "
       f"{labels[rule.sensitive]} − {labels[rule.robust]}: {_verdict(v)} (97.5%), "
       f"{v.word}. The claim: **{word}**.\n")
@@ -106,11 +89,11 @@ def stable_table(idx: dict, rule: P.StableRule, labels: dict, arm_values=(), sta
     d = [a - b for a, b in zip(s, preset)]
     mean, lo, hi = P.interval(d, P.DESCRIBE_LEVEL)
     rows.append([value + (" (preset)" if value == rule.preset else ""),
-                 f"{_mean_sd(s)} (n={len(s)})",
-                 "—" if value == rule.preset else f"{mean:+.2f} {_span(lo, hi)}"])
+                 f"{fmt.mean_sd(s, n=False)} (n={len(s)})",
+                 "—" if value == rule.preset else f"{mean:+.2f} {fmt.span(lo, hi)}"])
   head = [rule.field.split(".")[-1], f"{labels[rule.method]}, points",
           f"− {rule.preset}, paired, 95%"]
-  return _table(head, rows) + (
+  return fmt.table(head, rows) + (
       f"\nThe rule, look {look}: {rule.values[0]} − {rule.values[1]} {_verdict(v)} (97.5%), "
       f"within ±{P.TASKS[rule.task].margin:g} for stable: **{word}**.\n")
 

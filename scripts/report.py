@@ -25,7 +25,9 @@ import sys
 
 import numpy as np
 
-from scripts import classes, holm, later, later_tables, records, stages, sweep as runner, sweeps as P
+from scripts import classes, fmt, holm, later, later_tables, records, stages, sweep as runner, sweeps as P
+
+span, table, fmt_mean = fmt.span, fmt.table, fmt.mean_sd
 
 REPO = records.REPO
 FIGURES = os.path.join(REPO, "results", "figures")
@@ -83,17 +85,6 @@ def label(task: str) -> str:
 
 def pts(x) -> str:
   return "—" if x is None else f"{x:.2f}"
-
-
-def span(lo: float, hi: float) -> str:
-  return f"[{lo:+.2f}, {hi:+.2f}]"
-
-
-def fmt_mean(v) -> str:
-  if not len(v):
-    return "—"
-  v = np.asarray(v, float)
-  return f"{v.mean():.2f}" + (f" ± {v.std(ddof=1):.2f}" if len(v) > 1 else "") + f" (n={len(v)})"
 
 
 def fmt_paired(d) -> str:
@@ -156,11 +147,6 @@ def budget_text(rows: list[dict]) -> str:
   parts.append("L" + "/".join(map(str, vals("max_length"))))
   parts.append("lr " + "/".join(f"{v:g}" for v in vals("lr")))
   return ", ".join(parts)
-
-
-def table(head: list[str], rows: list[list]) -> str:
-  lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-  return "\n".join(lines + ["| " + " | ".join(map(str, r)) + " |" for r in rows]) + "\n"
 
 
 # ---- the protocol's state -----------------------------------------------------------------
