@@ -74,7 +74,7 @@ BATCH, LR = 32, 5e-5
 
 def tasks(data_root: str) -> dict[str, dict]:
   """The jobs: acl-jax's config, its data_dir, epochs, max length and the split/metric
-  reported (RTE and CoLA: the budgets of scripts/sweeps.py's protocol)."""
+  reported (RTE and CoLA: the budgets of studies/papers.py's protocol)."""
   glue = os.path.join(data_root, "glue")
   return {
       "mr": dict(config="configs/textgcn.py:mr", data_dir=data_root, epochs=2, report="test",

@@ -12,7 +12,7 @@ p = 1. Holm's step-down runs at a family-wise 2.5% one-sided, the study's two-si
 """
 import dataclasses
 
-from scripts import sweeps as P
+from acl_jax.study import protocol as proto
 
 ALPHA = 0.025
 
@@ -24,11 +24,11 @@ class Test:
   p: float
 
 
-def _se(v: P.Verdict) -> float:
-  return (v.decide[1] - v.decide[0]) / 2 / P.t_quantile(P.DECIDE_LEVEL, v.n - 1)
+def _se(v: proto.Verdict) -> float:
+  return (v.decide[1] - v.decide[0]) / 2 / proto.t_quantile(v.level, v.n - 1)
 
 
-def p_above(v: P.Verdict, bound: float) -> float:
+def p_above(v: proto.Verdict, bound: float) -> float:
   """One-sided p of "the true difference is above `bound`"."""
   from scipy import stats  # pylint: disable=import-outside-toplevel
   se = _se(v)
@@ -37,7 +37,7 @@ def p_above(v: P.Verdict, bound: float) -> float:
   return float(stats.t.sf((v.mean - bound) / se, v.n - 1))
 
 
-def p_below(v: P.Verdict, bound: float) -> float:
+def p_below(v: proto.Verdict, bound: float) -> float:
   from scipy import stats  # pylint: disable=import-outside-toplevel
   se = _se(v)
   if se == 0:
@@ -45,7 +45,7 @@ def p_below(v: P.Verdict, bound: float) -> float:
   return float(stats.t.cdf((v.mean - bound) / se, v.n - 1))
 
 
-def p_of(v: P.Verdict, kind: str, margin: float) -> float:
+def p_of(v: proto.Verdict, kind: str, margin: float) -> float:
   """The one-sided p-value of what a stage-1-style verdict asserts (1 where it asserts
   nothing)."""
   floor = -margin if kind == "noninferior" else 0.0

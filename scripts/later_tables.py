@@ -1,36 +1,39 @@
 """results/STAGE2.md's tables: each stage-2 rule's numbers in full, from the records
-(scripts/later.py reads them under the rules; RESULTS.md's claims table gives the verdicts).
+(acl_jax/study/later.py reads them under the rules; RESULTS.md's claims table gives the verdicts).
 
 Every function takes the records index ({(record, run): row}) and the method labels, and
 returns a markdown table, or one "*pending*" line naming how many of its runs are recorded.
 """
-from scripts import fmt, later, sweeps as P
+from acl_jax.study import later, protocol as proto
+from scripts import fmt
 
 
-def _pending(idx, stage, task, methods, grid=()) -> str:
+def _pending(p: proto.Protocol, idx, stage, task, methods, grid=()) -> str:
   """"*pending*" with the first look's runs recorded of these methods (at these values)."""
   points = [g for g in grid] or [()]
-  names = [(m, s, g) for m in methods for s in P.LOOK_SEEDS[0] for g in points]
-  done = sum(later.find(idx, stage, task, m, s, g) is not None for m, s, g in names)
+  names = [(m, s, g) for m in methods for s in p.look_seeds[0] for g in points]
+  done = sum(later.find(p, idx, stage, task, m, s, g) is not None for m, s, g in names)
   return f"*pending*: {done} of {len(names)} first-look runs recorded.\n"
 
 
-def _verdict(v: P.Verdict) -> str:
+def _verdict(v: proto.Verdict) -> str:
   return f"{v.mean:+.2f} {fmt.span(*v.decide)}"
 
 
-def exits_table(idx: dict, rule: P.ExitRule, labels: dict, stage: int = 2) -> str:
+def exits_table(p: proto.Protocol, idx: dict, rule: proto.ExitRule, labels: dict,
+                stage: int = 2) -> str:
   """Per baseline: the paired gain at each exit (95%), the shallow-minus-deep contrast and the
   matched-cost accuracy (97.5%, with their verdicts), and the curve at 2 and 4 layers."""
-  res = [later.exit_result(idx, stage, rule, b) for b in rule.baselines]
+  res = [later.exit_result(p, idx, stage, rule, b) for b in rule.baselines]
   if None in res:
-    return _pending(idx, stage, rule.task, (rule.method,) + rule.baselines)
+    return _pending(p, idx, stage, rule.task, (rule.method,) + rule.baselines)
   rows = []
   for b, r in zip(rule.baselines, res):
     word = {"beats": "holds", "worse": "fails"}.get(r.contrast.word, r.contrast.word)
     matched = (f"{_verdict(r.matched)} {r.matched.word}" if r.matched else "not reached")
-    described = ", ".join(f"{layers:g}: " + (f"{got[0]:+.2f} {fmt.span(*got[1:])}" if got else "—")
-                          for layers, got in r.described.items())
+    described = ", ".join(
+        f"{layers:g}: " + (f"{got[0]:+.2f} {fmt.span(*got[1:])}" if got else "—")
+        for layers, got in r.described.items())
     rows.append([f"{labels[rule.method]} − {labels[b]}", r.look, r.contrast.n,
                  *[f"{m:+.2f}" for m, _, _ in r.per_exit.values()],
                  f"{_verdict(r.contrast)} {word}", matched, described])
@@ -43,18 +46,19 @@ def exits_table(idx: dict, rule: P.ExitRule, labels: dict, stage: int = 2) -> st
   return fmt.table(head, rows) + f"\nPaired per-exit gains, 95% intervals: {per_exit}.\n"
 
 
-def range_table(idx: dict, rule: P.RangeRule, labels: dict, stage: int = 2) -> str:
+def range_table(p: proto.Protocol, idx: dict, rule: proto.RangeRule, labels: dict,
+                stage: int = 2) -> str:
   """Per method: the seed means at each value, their range and its noise floor; then the paired
   per-seed range, sensitive minus robust."""
-  got = later.range_result(idx, stage, rule)
+  got = later.range_result(p, idx, stage, rule)
   grid = [((rule.field, v),) for v in rule.values]
   if got is None:
-    return _pending(idx, stage, rule.task, (rule.robust, rule.sensitive), grid)
+    return _pending(p, idx, stage, rule.task, (rule.robust, rule.sensitive), grid)
   look, (word, robust, sensitive, v) = got
-  seeds = P.LOOK_SEEDS[0] + (P.LOOK_SEEDS[1] if look == 2 else ())
+  seeds = p.look_seeds[0] + (p.look_seeds[1] if look == 2 else ())
   rows = []
   for method, sp in ((rule.robust, robust), (rule.sensitive, sensitive)):
-    scores = later.grid_scores(idx, stage, rule.task, method, rule.field, rule.values, seeds)
+    scores = later.grid_scores(p, idx, stage, rule.task, method, rule.field, rule.values, seeds)
     rows.append([labels[method], *[fmt.mean_sd(s, n=False) for s in scores], f"{sp.range:.2f}",
                  f"{sp.floor:.2f}", "yes" if sp.passes else "no"])
   head = ["method", *[f"{rule.field.split('.')[-1]} {x}" for x in rule.values],
@@ -65,29 +69,30 @@ def range_table(idx: dict, rule: P.RangeRule, labels: dict, stage: int = 2) -> s
       f"{v.word}. The claim: **{word}**.\n")
 
 
-def stable_table(idx: dict, rule: P.StableRule, labels: dict, arm_values=(), stage: int = 2):
+def stable_table(p: proto.Protocol, idx: dict, rule: proto.StableRule, labels: dict,
+                 arm_values=(), stage: int = 2):
   """Each value's mean ± std, each against the preset (paired, 95%), and the rule's ends."""
-  got = later.stable_result(idx, stage, rule)
+  got = later.stable_result(p, idx, stage, rule)
   values = tuple(dict.fromkeys(tuple(arm_values) + tuple(rule.values)))
   if got is None:
-    return _pending(idx, stage, rule.task, (rule.method,),
+    return _pending(p, idx, stage, rule.task, (rule.method,),
                     [((rule.field, v),) for v in rule.values])
   look, (word, v) = got
-  seeds = P.LOOK_SEEDS[0] + (P.LOOK_SEEDS[1] if look == 2 else ())
-  preset = later.grid_scores(idx, stage, rule.task, rule.method, rule.field, (rule.preset,),
+  seeds = p.look_seeds[0] + (p.look_seeds[1] if look == 2 else ())
+  preset = later.grid_scores(p, idx, stage, rule.task, rule.method, rule.field, (rule.preset,),
                              seeds)[0]
   rows = []
   for value in sorted(values, key=float):
-    got_v = later.grid_scores(idx, stage, rule.task, rule.method, rule.field, (value,), seeds)
+    got_v = later.grid_scores(p, idx, stage, rule.task, rule.method, rule.field, (value,), seeds)
     if got_v is None:
-      got_v = later.grid_scores(idx, stage, rule.task, rule.method, rule.field, (value,),
-                                P.LOOK_SEEDS[0])
+      got_v = later.grid_scores(p, idx, stage, rule.task, rule.method, rule.field, (value,),
+                                p.look_seeds[0])
     if got_v is None:
       rows.append([value, "pending", ""])
       continue
     s = got_v[0]
     d = [a - b for a, b in zip(s, preset)]
-    mean, lo, hi = P.interval(d, P.DESCRIBE_LEVEL)
+    mean, lo, hi = proto.interval(d, p.describe_level)
     rows.append([value + (" (preset)" if value == rule.preset else ""),
                  f"{fmt.mean_sd(s, n=False)} (n={len(s)})",
                  "—" if value == rule.preset else f"{mean:+.2f} {fmt.span(lo, hi)}"])
@@ -95,14 +100,14 @@ def stable_table(idx: dict, rule: P.StableRule, labels: dict, arm_values=(), sta
           f"− {rule.preset}, paired, 95%"]
   return fmt.table(head, rows) + (
       f"\nThe rule, look {look}: {rule.values[0]} − {rule.values[1]} {_verdict(v)} (97.5%), "
-      f"within ±{P.TASKS[rule.task].margin:g} for stable: **{word}**.\n")
+      f"within ±{p.tasks[rule.task].margin:g} for stable: **{word}**.\n")
 
 
-def stage2_md(idx: dict, labels: dict) -> dict[str, str]:
+def stage2_md(p: proto.Protocol, idx: dict, labels: dict) -> dict[str, str]:
   """{table name: body} of results/STAGE2.md's blocks."""
-  exits, lam, gamma = (r for r in P.STAGE2_RULES if not isinstance(r, P.Comparison))
-  arm = next(a for a in P.STAGE2 if a.task == gamma.task and a.grid)
-  return {"stage2_exits": exits_table(idx, exits, labels),
-          "stage2_lambda": range_table(idx, lam, labels),
-          "stage2_gamma_keep": stable_table(idx, gamma, labels, arm.grid[0][1])}
+  exits, lam, gamma = (r for r in p.rules[2] if not isinstance(r, proto.Comparison))
+  arm = next(a for a in p.arms[2] if a.task == gamma.task and a.grid)
+  return {"stage2_exits": exits_table(p, idx, exits, labels),
+          "stage2_lambda": range_table(p, idx, lam, labels),
+          "stage2_gamma_keep": stable_table(p, idx, gamma, labels, arm.grid[0][1])}
 

@@ -9,11 +9,12 @@ A table sits in RESULTS.md between marker lines naming it:
   ...written by this script...
   <!-- /table -->
 
-and TABLES below says how each is built: from the protocol (scripts/sweeps.py), the decisions
-its gates take on the records (scripts/stages.py) and the records (results/records/). A table
-with nothing recorded yet is one "*pending*" line naming what it waits on. The paired
-statistics and verdicts are sweeps.py's (`interval`, `verdict`). results/PILOTS.md is written
-whole: the short-budget pilots from before the protocol, which decide nothing.
+and TABLES below says how each is built: from the protocol (a `Protocol`, `--protocol`; this
+project's is studies/papers.py), the decisions its gates take on the records
+(acl_jax/study/planner.py) and the records (results/records/). A table with nothing recorded
+yet is one "*pending*" line naming what it waits on. The paired statistics and verdicts are
+the protocol's (`protocol.interval`, `Protocol.verdict`). results/PILOTS.md is written whole:
+the short-budget pilots from before the protocol, which decide nothing.
 tests/test_records.py runs the check.
 """
 import argparse
@@ -25,7 +26,8 @@ import sys
 
 import numpy as np
 
-from scripts import classes, fmt, holm, later, later_tables, records, stages, sweep as runner, sweeps as P
+from acl_jax.study import later, planner, protocol as proto
+from scripts import classes, fmt, holm, later_tables, records, sweep as runner
 
 span, table, fmt_mean = fmt.span, fmt.table, fmt.mean_sd
 
@@ -38,49 +40,22 @@ REPORTS = (os.path.join(REPO, "RESULTS.md"), os.path.join(REPO, "results", "STAG
            os.path.join(REPO, "results", "STAGE2.md"), os.path.join(REPO, "results", "CLASSES.md"))
 BLOCK = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
 
-LABELS = {"ce": "CE", "scl": "CE+SCL", "acl_embed": "CE+ACL-Embed", "acl": "ACL (Embed+Grad)",
-          "scl_grad": "CE+SCL+Grad", "gloss": "CE+G-Loss (sigma fixed)",
-          "gloss_sqrt": "CE+G-Loss (sigma sqrt)", "triplet": "CE+triplet", "cosine": "CE+cosine",
-          "jt": "JT", "2st": "2ST", "alt": "ALT", "kd": "KD", "acl_cl": "ACL-CL"}
 METRIC_NAMES = {"accuracy": "accuracy (%)", "f1": "F1 (%)", "mcc": "MCC x100"}
-# Paper numbers (SPEC §1): the G-Loss paper's DistilBERT test accuracy (CE, CE+G-Loss) and its
-# BERT-base SST-2 dev accuracy; the ACL paper publishes no tables.
-PAPER = {"mr": {"ce": 84.85, "gloss": 85.10}, "r8": {"ce": 97.48, "gloss": 97.71},
-         "r52": {"ce": 95.78, "gloss": 96.07}, "ohsumed": {"ce": 69.50, "gloss": 70.16},
-         "20ng": {"ce": 83.15, "gloss": 83.64},
-         "sst2": {"ce": 91.2, "scl": 92.1, "gloss": 92.32}}
-CLAIM_PAPER = {
-    "acl": "matches or beats them on 5 of 7 tasks (no tables)",
-    "gloss": ", ".join(f"{P.TASKS[t].label} {p['gloss'] - p['ce']:+.2f}"
-                       for t, p in PAPER.items()),
-    "sst2_order": " / ".join(f"{PAPER['sst2'][m]:g}" for m in ("gloss", "scl", "ce"))
-                  + " dev accuracy",
-    "grad": "improves CE+SCL where the gradients conflict (no tables)"}
-LATER_CLAIMS = (("exits", "largest gains at shallow exits", 2), ("lambda", "—", 2),
-                ("gamma_keep", "stable range 0.5–0.7", 2), ("others", "—", 3))
-BENCH = ("step-time ratios in BENCHMARKS.md (G-Loss step overhead)", "see BENCHMARKS.md",
-         "B32–128, L64")
-UNTESTABLE = (
-    ("A 6-layer exit trained with ACL-CL matches TinyBERT/DistilBERT", "—",
-     "not testable: MiniLM-L6 has 6 layers in all, so its 6-layer exit is the whole model; "
-     "needs a 12-layer backbone (BERT-base weights)", "not testable here", "—"),
-    ("G-Loss fine-tunes BERT-base to MR 86.61, R8 97.99, R52 96.24, Ohsumed 70.67, 20NG 84.99",
-     "those accuracies", "not testable offline: no BERT-base weights here (online: "
-     "`--config.model.name=bert-base-uncased`)", "not testable here", "—"),
-    ("Graph construction + propagation take < 2% of epoch time", "< 2%", *BENCH),
-    ("A G-Loss epoch is faster than an SCL one (MR 27.77 s vs 33.04 s)", "0.84x", *BENCH))
-VERDICT_WORDS = P.VERDICT_WORDS
+VERDICT_WORDS = proto.VERDICT_WORDS
 GATED = ("acl", "scl_grad")  # the stage-1 methods whose ACL-Grad gate acts
 ANGLE_PRESET = "all"  # loss.angle_params of the presets (configs/common.py)
-STAGE1_TASKS = tuple(dict.fromkeys(c.task for c in P.STAGE1))
 PILOT_LEVEL = 0.95  # the pilot tables' intervals
 MULTI_EXIT = ("jt", "2st", "alt", "kd", "acl_cl")
 
 
+def _stage1_tasks(p: proto.Protocol) -> tuple[str, ...]:
+  return tuple(dict.fromkeys(c.task for c in p.comparisons))
+
+
 # ---- formatting and reading rows ----------------------------------------------------------
 
-def label(task: str) -> str:
-  return P.TASKS[task].label
+def label(p: proto.Protocol, task: str) -> str:
+  return p.tasks[task].label
 
 
 def pts(x) -> str:
@@ -91,17 +66,17 @@ def fmt_paired(d) -> str:
   """`+0.29 [-0.43, +1.01] (3/3)`: mean, 95% t-interval, seeds ahead / seeds."""
   if not len(d):
     return "—"
-  mean, lo, hi = P.interval(list(d), PILOT_LEVEL)
+  mean, lo, hi = proto.interval(list(d), PILOT_LEVEL)
   # A tie (the same number of examples right) can differ from 0 by float round-off.
   ahead = f"({sum(x > 1e-6 for x in d)}/{len(d)})"
   return f"{mean:+.2f} {ahead}" if len(d) < 2 else f"{mean:+.2f} {span(lo, hi)} {ahead}"
 
 
-def pilot_score(row: dict, which: str | None = None) -> float | None:
+def pilot_score(p: proto.Protocol, row: dict, which: str | None = None) -> float | None:
   """A pilot row's score in points: the selected checkpoint's (`final`, or `which`) on test
   where there is a test split, else dev."""
   vals = records.scores(row, which or "final")
-  metric = P.TASKS[row["task"]].metric
+  metric = p.tasks[row["task"]].metric
   for split in ("test", "dev"):
     if f"{split}/{metric}" in vals:
       return 100 * vals[f"{split}/{metric}"]
@@ -130,7 +105,7 @@ def by_seed(rows, value) -> dict:
   return out
 
 
-def paired_diffs(rows_a, rows_b, value=pilot_score) -> list[float]:
+def paired_diffs(rows_a, rows_b, value) -> list[float]:
   a, b = by_seed(rows_a, value), by_seed(rows_b, value)
   return [a[s] - b[s] for s in sorted(a) if s in b]
 
@@ -154,97 +129,101 @@ def budget_text(rows: list[dict]) -> str:
 @dataclasses.dataclass
 class Ctx:
   """The records, stage 1's decisions on them, and the rows by (record, run name)."""
+  p: proto.Protocol
   rs: dict[str, list[dict]]
-  d: stages.Decisions
+  d: planner.Decisions
   idx: dict[tuple[str, str], dict]
 
 
-def context(rs: dict[str, list[dict]]) -> Ctx:
-  return Ctx(rs, stages.decisions(rs), {(s, r["run"]): r for s, rows in rs.items() for r in rows})
+def context(p: proto.Protocol, rs: dict[str, list[dict]]) -> Ctx:
+  return Ctx(p, rs, planner.decisions(p, rs),
+             {(s, r["run"]): r for s, rows in rs.items() for r in rows})
 
 
-def awaited(d: stages.Decisions) -> str:
+def awaited(p: proto.Protocol, d: planner.Decisions) -> str:
   """What stage 1's tasks wait on, tasks grouped by it."""
   groups = {}
-  for t in STAGE1_TASKS:
+  for t in dict.fromkeys(c.task for c in p.comparisons):
     if t in d.waiting:
-      groups.setdefault(d.waiting[t], []).append(label(t))
+      groups.setdefault(d.waiting[t], []).append(label(p, t))
   return "; ".join(f"{', '.join(ts)}: {w}" for w, ts in groups.items())
 
 
-def pending(what: str, d: stages.Decisions) -> str:
+def pending(p: proto.Protocol, what: str, d: planner.Decisions) -> str:
   """One italic line: what is not recorded yet, and what stage 1's gates wait on."""
-  wait = awaited(d)
+  wait = awaited(p, d)
   return f"*pending*: {what}." + (f" Awaited: {wait}." if wait else "") + "\n"
 
 
-def progress(ctx: Ctx, c: P.Comparison, seeds) -> tuple[int, int]:
+def progress(ctx: Ctx, c: proto.Comparison, seeds) -> tuple[int, int]:
   """(runs recorded, runs) of both arms of a comparison at the seeds."""
-  a, b = stages.comparison_rows(ctx.idx, ctx.d.tasks[c.task], c, seeds)
+  a, b = planner.comparison_rows(ctx.p, ctx.idx, ctx.d.tasks[c.task], c, seeds)
   return sum(r is not None for r in a + b), len(a + b)
 
 
-def ce_seed0(st: stages.TaskState) -> tuple[str | None, float | None]:
+def ce_seed0(p: proto.Protocol, st: planner.TaskState) -> tuple[str | None, float | None]:
   """(lr, CE seed 0's dev score there) at the task's pick, or the grid's pick while CE at
   LR_HIGH is awaited; (None, None) before the grid is complete."""
   if st.lr is not None:
-    return st.lr, stages.picked_score(st)
-  if len(st.lr_scores) < len(P.LR_GRID):
+    return st.lr, planner.picked_score(p, st)
+  if len(st.lr_scores) < len(p.lr_grid):
     return None, None
-  lr = P.pick_lr(st.lr_scores, P.TASKS[st.task].unit)
+  lr = p.pick_lr(st.lr_scores, p.tasks[st.task].unit)
   return lr, st.lr_scores.get(lr)
 
 
-def shown_verdict(ctx: Ctx, c: P.Comparison) -> P.Verdict | None:
+def shown_verdict(ctx: Ctx, c: proto.Comparison) -> proto.Verdict | None:
   """A comparison's verdict so far, None while not complete or while its task's anchor gap
-  is unexplained (stages.anchor_withheld)."""
+  is unexplained (planner.anchor_withheld)."""
   return None if c.task in ctx.d.withheld else ctx.d.verdicts.get(c)
 
 
-def not_shown(ctx: Ctx, c: P.Comparison) -> str:
+def not_shown(ctx: Ctx, c: proto.Comparison) -> str:
+  p = ctx.p
   if c.task in ctx.d.withheld:
     return f"withheld: {ctx.d.withheld[c.task]}"
-  k, n = progress(ctx, c, P.LOOK_SEEDS[0])
+  k, n = progress(ctx, c, p.look_seeds[0])
   return f"pending ({k} of {n} runs recorded)"
 
 
 def holm_tests(ctx: Ctx) -> list[holm.Test]:
   """Every registered comparison with a verdict (stage 1's, then the later rules'), with the
   one-sided p-value of what it asserts (scripts/holm.py)."""
+  p = ctx.p
   out = []
   for c, v in ctx.d.verdicts.items():
     if v.final and c.task not in ctx.d.withheld:
-      out.append(holm.Test(f"{label(c.task)} {comparison_label(c)}", v.word,
-                           holm.p_of(v, c.kind, P.TASKS[c.task].margin)))
-  for s, later_rules in ((2, P.STAGE2_RULES), (3, P.STAGE3_RULES)):
+      out.append(holm.Test(f"{label(p, c.task)} {comparison_label(p, c)}", v.word,
+                           holm.p_of(v, c.kind, p.tasks[c.task].margin)))
+  for s, later_rules in ((2, p.rules[2]), (3, p.rules[3])):
     for r in later_rules:
-      name = f"{label(r.task)} {P.CLAIMS[r.claim].split(' (')[0]}"
-      if isinstance(r, P.ExitRule):
+      name = f"{label(p, r.task)} {p.claims[r.claim].split(' (')[0]}"
+      if isinstance(r, proto.ExitRule):
         for b in r.baselines:
-          e = later.exit_result(ctx.idx, s, r, b)
+          e = later.exit_result(p, ctx.idx, s, r, b)
           if e is not None and e.contrast.final:
             word = {"beats": "holds", "worse": "fails"}.get(e.contrast.word, e.contrast.word)
             out.append(holm.Test(f"{name}: vs {b.upper()}", word, holm.p_of(e.contrast,
                                                                              "superior", 0)))
-      elif isinstance(r, P.RangeRule):
-        got = later.range_result(ctx.idx, s, r)
+      elif isinstance(r, proto.RangeRule):
+        got = later.range_result(p, ctx.idx, s, r)
         if got is not None and got[1][0] != "undecided":
           word, _, _, v = got[1]
           out.append(holm.Test(name, word, holm.p_of(v, "superior", 0) if word in (
               "holds", "fails") else 1.0))
-      elif isinstance(r, P.StableRule):
-        got = later.stable_result(ctx.idx, s, r)
+      elif isinstance(r, proto.StableRule):
+        got = later.stable_result(p, ctx.idx, s, r)
         if got is not None and got[1][0] != "undecided":
           word, v = got[1]
-          m = P.TASKS[r.task].margin
-          p = (max(holm.p_above(v, -m), holm.p_below(v, m)) if word == "stable" else
-               min(holm.p_above(v, m), holm.p_below(v, -m)) if word == "unstable" else 1.0)
-          out.append(holm.Test(name, word, p))
+          m = p.tasks[r.task].margin
+          pv = (max(holm.p_above(v, -m), holm.p_below(v, m)) if word == "stable" else
+                min(holm.p_above(v, m), holm.p_below(v, -m)) if word == "unstable" else 1.0)
+          out.append(holm.Test(name, word, pv))
       else:
-        v = later.comparison_result(ctx.idx, s, r)
+        v = later.comparison_result(p, ctx.idx, s, r)
         if v is not None and v.final:
-          out.append(holm.Test(f"{label(r.task)} {comparison_label(r)}", v.word,
-                               holm.p_of(v, r.kind, P.TASKS[r.task].margin)))
+          out.append(holm.Test(f"{label(p, r.task)} {comparison_label(p, r)}", v.word,
+                               holm.p_of(v, r.kind, p.tasks[r.task].margin)))
   return out
 
 
@@ -255,6 +234,7 @@ def _trained(row: dict) -> str:
 def reruns_table(ctx: Ctx) -> str:
   """Each rerun (scripts/rerun.py) beside its original: revisions, CPUs, the scored number,
   every dev evaluation, and the params hash."""
+  p = ctx.p
   out = []
   for sweep, rows in sorted(ctx.rs.items()):
     if not sweep.startswith("rerun_"):
@@ -267,7 +247,7 @@ def reruns_table(ctx: Ctx) -> str:
       was, now = (x.get("train", {}).get("params_sha256", "") for x in (old, r))
       out.append([f"`{r['run']}` ({r['rerun_of']})", _trained(old), _trained(r)
                   + (f", `XLA_FLAGS={r['xla_flags']}`" if r.get("xla_flags") else ""),
-                  f"{P.score(old):.4f}", f"{P.score(r):.4f}",
+                  f"{p.score(old):.4f}", f"{p.score(r):.4f}",
                   f"{evals} of {len(old['evals'])}" + ("" if len(r["evals"]) == len(
                       old["evals"]) else f" ({len(r['evals'])} now)"),
                   "yes" if was == now else f"no (`{was[:8]}` / `{now[:8]}`)"])
@@ -278,44 +258,47 @@ def reruns_table(ctx: Ctx) -> str:
 
 
 def later_budget(ctx: Ctx, task: str) -> str:
+  p = ctx.p
   st = ctx.d.tasks.get(task)
-  return (f"{label(task)} {P.epochs_text(st.epochs)}, lr {st.lr}" if st and st.epochs else
-          f"{label(task)} pending")
+  return (f"{label(p, task)} {proto.epochs_text(st.epochs)}, lr {st.lr}" if st and st.epochs else
+          f"{label(p, task)} pending")
 
 
 def later_pending(ctx: Ctx, stage: int, pairs: set[tuple[str, str]]) -> str:
   """"pending: stage N (k of n runs recorded)": the stage's known runs of these (task,
   method) pairs, and how many of them are in its record."""
-  runs = [r for r in stages.later_stage_runs(stage, ctx.d.tasks) if (r.task, r.method) in pairs
-          and r.sweep == P.STAGE_SWEEP[stage]]
+  p = ctx.p
+  runs = [r for r in planner.later_stage_runs(p, stage, ctx.d.tasks) if (r.task, r.method) in pairs
+          and r.sweep == p.stage_record[stage]]
   done = sum((r.sweep, r.name) in ctx.idx for r in runs)
   return f"pending: stage {stage} ({done} of {len(runs)} runs recorded)"
 
 
-def verdict_text(v: P.Verdict, note: str = "") -> str:
+def verdict_text(v: proto.Verdict, note: str = "") -> str:
   return f"{v.mean:+.2f} {span(*v.decide)} ({v.ahead}/{v.n}) {v.word}{note}"
 
 
-def weak_baseline(ctx: Ctx, c: P.Comparison, v: P.Verdict) -> str:
+def weak_baseline(ctx: Ctx, c: proto.Comparison, v: proto.Verdict) -> str:
   """A note for a "matches or beats" or "beats" whose baseline is itself below CE: the
   baseline − CE paired difference on the same seeds, where its DECIDE_LEVEL interval lies
   wholly below zero; "" otherwise."""
+  p = ctx.p
   if c.baseline == "ce" or v.word not in ("beats", "matches or beats"):
     return ""
   st = ctx.d.tasks[c.task]
-  seeds = P.LOOK_SEEDS[0] + (P.LOOK_SEEDS[1] if v.look == 2 else ())
-  base, ce = stages.comparison_rows(ctx.idx, st, P.Comparison(c.claim, c.task, c.baseline, "ce",
-                                                              c.kind), seeds)
+  seeds = p.look_seeds[0] + (p.look_seeds[1] if v.look == 2 else ())
+  against_ce = proto.Comparison(c.claim, c.task, c.baseline, "ce", c.kind)
+  base, ce = planner.comparison_rows(p, ctx.idx, st, against_ce, seeds)
   if None in base or None in ce:
     return ""
-  mean, lo, hi = P.interval(stages.diffs(base, ce), P.DECIDE_LEVEL)
+  mean, lo, hi = proto.interval(planner.diffs(p, base, ce), p.decide_level)
   if hi >= 0:
     return ""
-  return f" (baseline weak: {LABELS[c.baseline]} − CE {mean:+.2f} {span(lo, hi)})"
+  return f" (baseline weak: {p.labels[c.baseline]} − CE {mean:+.2f} {span(lo, hi)})"
 
 
-def comparison_label(c: P.Comparison) -> str:
-  return f"{LABELS[c.method]} − {LABELS[c.baseline]}"
+def comparison_label(p, c: proto.Comparison) -> str:
+  return f"{p.labels[c.method]} − {p.labels[c.baseline]}"
 
 
 # ---- RESULTS.md's tables ------------------------------------------------------------------
@@ -323,30 +306,31 @@ def comparison_label(c: P.Comparison) -> str:
 def claims_table(ctx: Ctx) -> str:
   """Per claim of SPEC §1: the paper's number, each stage-1 comparison's look so far, a tally
   of the verdicts and the budgets; the later stages' claims pending; the untestable ones."""
+  p = ctx.p
   rows = []
-  for key in dict.fromkeys(c.claim for c in P.STAGE1):
-    text, comps = P.CLAIMS[key], [c for c in P.STAGE1 if c.claim == key]
+  for key in dict.fromkeys(c.claim for c in p.comparisons):
+    text, comps = p.claims[key], [c for c in p.comparisons if c.claim == key]
     tasks, methods, bases = ({getattr(c, f) for c in comps} for f in ("task", "method",
                                                                        "baseline"))
     cells, words = [], collections.Counter()
     for c in comps:  # each comparison named by what tells it from the claim's others
-      name = " ".join(([label(c.task)] if len(tasks) > 1 else [])
-                      + ([comparison_label(c)] if len(methods) > 1 else
-                         [f"vs {LABELS[c.baseline]}"] if len(bases) > 1 else []))
+      name = " ".join(([label(p, c.task)] if len(tasks) > 1 else [])
+                      + ([comparison_label(p, c)] if len(methods) > 1 else
+                         [f"vs {p.labels[c.baseline]}"] if len(bases) > 1 else []))
       v = shown_verdict(ctx, c)
       if v is None:
         cells.append(f"{name} {not_shown(ctx, c)}")
         words["pending"] += 1
       else:
         cells.append(f"{name} {verdict_text(v, weak_baseline(ctx, c, v))}"
-                     f"{classes.note(ctx.rs, c.task, c.method)}")
+                     f"{classes.note(p, ctx.rs, c.task, c.method)}")
         words[v.word] += 1
     # a later stage's arm of exactly these methods tests the claim on another task
-    for s, later_rules in ((2, P.STAGE2_RULES), (3, P.STAGE3_RULES)):
+    for s, later_rules in ((2, p.rules[2]), (3, p.rules[3])):
       for r in later_rules:
-        if r.claim == key and isinstance(r, P.Comparison):
-          got = later.claim_word(ctx.idx, s, r)
-          cells.append(f"{label(r.task)} " + (got[1] + classes.note(ctx.rs, r.task, r.method)
+        if r.claim == key and isinstance(r, proto.Comparison):
+          got = later.claim_word(p, ctx.idx, s, r)
+          cells.append(f"{label(p, r.task)} " + (got[1] + classes.note(p, ctx.rs, r.task, r.method)
                                               if got else later_pending(
               ctx, s, {(r.task, r.method), (r.task, r.baseline)})))
           words[got[0] if got else "pending"] += 1
@@ -354,46 +338,48 @@ def claims_table(ctx: Ctx) -> str:
     budgets = []
     for t in dict.fromkeys(c.task for c in comps):
       st = ctx.d.tasks[t]
-      budgets.append(f"{label(t)} {P.epochs_text(st.epochs)}, lr {st.lr}" if st.epochs else
-                     f"{label(t)} pending")
-    rows.append([text, CLAIM_PAPER[key], "; ".join(cells),
+      budgets.append(f"{label(p, t)} {proto.epochs_text(st.epochs)}, lr {st.lr}" if st.epochs else
+                     f"{label(p, t)} pending")
+    rows.append([text, p.sources.get(key, "—"), "; ".join(cells),
                  "pending" if set(words) == {"pending"} else tally, "; ".join(budgets)])
-  for key, paper, s in LATER_CLAIMS:
-    mine = [r for r in (P.STAGE2_RULES if s == 2 else P.STAGE3_RULES) if r.claim == key]
-    got = [later.claim_word(ctx.idx, s, r) for r in mine]
+  for key, s in p.later_claims():
+    paper = p.sources.get(key, "—")
+    mine = [r for r in p.rules[s] if r.claim == key]
+    got = [later.claim_word(p, ctx.idx, s, r) for r in mine]
     if None in got:
       pairs = {(r.task, m) for r in mine for m in later.rule_methods(r)}
-      rows.append([P.CLAIMS[key], paper, later_pending(ctx, s, pairs), f"pending: stage {s}",
+      rows.append([p.claims[key], paper, later_pending(ctx, s, pairs), f"pending: stage {s}",
                    "—"])
       continue
     tally = collections.Counter(w for w, _ in got)
-    rows.append([P.CLAIMS[key], paper,
-                 "; ".join(f"{label(r.task)} "
-                           + (f"{LABELS[r.method]} " if isinstance(r, P.Comparison) else "")
+    rows.append([p.claims[key], paper,
+                 "; ".join(f"{label(p, r.task)} "
+                           + (f"{p.labels[r.method]} " if isinstance(r, proto.Comparison) else "")
                            + cell for r, (_, cell) in zip(mine, got)),
                  ", ".join(f"{w} {n}" for w, n in tally.items()),
                  "; ".join(dict.fromkeys(later_budget(ctx, r.task) for r in mine))])
-  rows += [list(r) for r in UNTESTABLE]
+  rows += [list(r) for r in p.untestable]
   return table(["claim (SPEC §1)", "paper", "ours, per comparison: mean [97.5% interval] "
                 "(seeds ahead / seeds) verdict", "verdict", "budget"], rows)
 
 
 def protocol_tasks_table(ctx: Ctx) -> str:
+  p = ctx.p
   del ctx
-  first = runner.first_stage()
+  first = runner.first_stage(p)
   rows = [[t.label, first.get(t.name, "—"), f"`{t.config}:{t.name}`", t.max_length, t.epochs,
            t.scored, METRIC_NAMES[t.metric], f"{t.margin:g}",
-           f"{label(P.LR_FROM[t.name])}'s" if t.name in P.LR_FROM else "CE's pick"]
-          for t in P.TASKS.values()]
+           f"{label(p, p.lr_from[t.name])}'s" if t.name in p.lr_from else "CE's pick"]
+          for t in p.tasks.values()]
   return table(["task", "stage", "config", "max length", "epochs", "scored on", "metric",
                 "margin (points)", "lr"], rows)
 
 
 def stage_hours_table(ctx: Ctx) -> str:
   """Per stage: runs recorded (a reused row once), their measured machine-hours, the whole
-  stage's estimate (scripts/sweeps.py's cost model at the measured rates) and the machine."""
+  stage's estimate (the protocol's cost model at the measured rates) and the machine."""
   rows = []
-  for stage, t in runner.stage_totals(ctx.rs).items():
+  for stage, t in runner.stage_totals(ctx.p, ctx.rs).items():
     hours = f"{t.seconds / 3600:.1f}" + (
         f" ({t.untimed} untimed or partly timed)" if t.untimed else "")
     whole = "; ".join(f"{len(runs)} runs, {sec / 3600:.1f} h" + (
@@ -405,23 +391,24 @@ def stage_hours_table(ctx: Ctx) -> str:
 
 
 def deviations_table(ctx: Ctx) -> str:
+  p = ctx.p
   del ctx
-  if not P.DEVIATIONS:
+  if not p.deviations:
     return "None.\n"
-  return table(["what changed", "why"], [list(x) for x in P.DEVIATIONS])
+  return table(["what changed", "why"], [list(x) for x in p.deviations])
 
 
-def mr_anchor(rows: list[dict]) -> str:
+def mr_anchor(p: proto.Protocol, rows: list[dict]) -> str:
   """Our CE against HF PyTorch on MR, paired by seed (the HF_ANCHOR record)."""
-  name, what = P.HF_ANCHOR
-  ours = {r["seed"]: P.score(r) for r in rows if r.get("framework") == "jax"}
-  ref = {r["seed"]: P.score(r) for r in rows if r.get("framework") == "torch"}
+  name, what = p.hf_anchor
+  ours = {r["seed"]: p.score(r) for r in rows if r.get("framework") == "jax"}
+  ref = {r["seed"]: p.score(r) for r in rows if r.get("framework") == "torch"}
   seeds = sorted(set(ours) & set(ref))
   if not seeds:
     return f"*pending*: no seed of `{name}` has both frameworks recorded ({what}).\n"
   d = [ours[s] - ref[s] for s in seeds]
-  mean, lo, hi = P.interval(d, P.DESCRIBE_LEVEL)
-  m = P.TASKS["mr"].margin
+  mean, lo, hi = proto.interval(d, p.describe_level)
+  m = p.tasks["mr"].margin
   if len(d) < 2:
     reading, cell = "one seed: no interval", f"{mean:+.2f}"
   else:
@@ -434,7 +421,7 @@ def mr_anchor(rows: list[dict]) -> str:
                                       if lo <= 0 <= hi else
                                       "; differ (the interval excludes 0)")
   return table(["task", "seeds", "ours (JAX)", "HF PyTorch", "ours − HF, per seed",
-                f"mean [{100 * P.DESCRIBE_LEVEL:g}% interval]", "reading"],
+                f"mean [{100 * p.describe_level:g}% interval]", "reading"],
                [["MR", ", ".join(map(str, seeds)), fmt_mean([ours[s] for s in seeds]),
                  fmt_mean([ref[s] for s in seeds]), ", ".join(f"{x:+.2f}" for x in d), cell,
                  reading]]) + f"\n{what}; test accuracy of the final weights, points.\n"
@@ -442,73 +429,78 @@ def mr_anchor(rows: list[dict]) -> str:
 
 def glue_anchor(ctx: Ctx) -> str:
   """CE at the picked lr on GLUE dev against the published MiniLM scores (upper bounds)."""
-  tasks = [t for t in STAGE1_TASKS if t in P.ANCHORS]
+  p = ctx.p
+  tasks = [t for t in _stage1_tasks(p) if t in p.anchors]
   if not any(ctx.d.tasks[t].lr_scores for t in tasks):
-    return pending("GLUE: no CE run of the lr grid is recorded yet", ctx.d)
+    return pending(p, "GLUE: no CE run of the lr grid is recorded yet", ctx.d)
   rows = []
   for t in tasks:
-    st, anchor, margin = ctx.d.tasks[t], P.ANCHORS[t], P.TASKS[t].margin
-    lr, s0 = ce_seed0(st)
+    st, anchor, margin = ctx.d.tasks[t], p.anchors[t], p.tasks[t].margin
+    lr, s0 = ce_seed0(p, st)
     if s0 is None:
-      rows.append([label(t), "—", "—", "—", f"{anchor:g}", "—", f"{margin:g}",
+      rows.append([label(p, t), "—", "—", "—", f"{anchor:g}", "—", f"{margin:g}",
                    f"pending ({st.waiting})"])
       continue
-    ce = [ctx.idx.get((P.STAGE_SWEEP[1], stages.method_run(P.STAGE_SWEEP[1], st, "ce", s).name))
-          for s in P.LOOK_SEEDS[0]] if st.epochs else []
-    got = [P.score(r) for r in ce if r is not None]
+    s1 = p.stage_record[1]
+    ce = [ctx.idx.get((s1, planner.method_run(p, s1, st, "ce", s).name))
+          for s in p.look_seeds[0]] if st.epochs else []
+    got = [p.score(r) for r in ce if r is not None]
     mean = fmt_mean(got) if ce and len(got) == len(ce) else (
-        f"pending ({len(got)} of {len(P.LOOK_SEEDS[0])})")
+        f"pending ({len(got)} of {len(p.look_seeds[0])})")
     missed = "no"
     if st.anchor_missed:
-      grid = P.pick_lr(st.lr_scores, P.TASKS[t].unit)
-      missed = (f"yes at {grid} ({st.lr_scores[grid]:.2f}): CE at {P.LR_HIGH} "
+      grid = p.pick_lr(st.lr_scores, p.tasks[t].unit)
+      missed = (f"yes at {grid} ({st.lr_scores[grid]:.2f}): CE at {p.lr_high} "
                 + ("awaited" if st.lr is None else "tried"))
-    rows.append([label(t), lr, pts(s0), mean, f"{anchor:g}", f"{s0 - anchor:+.2f}",
+    rows.append([label(p, t), lr, pts(s0), mean, f"{anchor:g}", f"{s0 - anchor:+.2f}",
                  f"{margin:g}", missed])
   return table(["task", "lr", "CE seed 0, first budget", "CE seeds 0-2, task's budget",
                 "published (upper bound)", "CE seed 0 − published", "margin",
                 "misses by more than the margin"], rows) + (
       "\nDev scores of the final weights, points. The anchor is read before the budget check,"
       " at the lr grid's epochs; seeds 0-2 train at the task's budget (Budget check)."
-      f" Published: {P.ANCHOR_SOURCE}.\n")
+      f" Published: {p.anchor_source}.\n")
 
 
-def _lr_name(lr: float) -> str | None:
+def _lr_name(p: proto.Protocol, lr: float) -> str | None:
   """The protocol's spelling of a learning rate (0.0001 -> "1e-4"), None if not one of its."""
-  return next((x for x in (*P.LR_GRID, P.LR_HIGH) if P.same_lr(x, lr)), None)
+  return next((x for x in (*p.lr_grid, p.lr_high) if proto.same_lr(x, lr)), None)
 
 
 def _our_ce(ctx: Ctx, task: str, lr: float, epochs, seed: int) -> dict | None:
   """Our CE seed 0 at this lr and number of epochs as the protocol recorded it (the lr grid's
   run at the task's budget, or the budget check's at twice it); None if not recorded."""
-  t, name = P.TASKS[task], _lr_name(lr)
+  p = ctx.p
+  t, name = p.tasks[task], _lr_name(p, lr)
   if name is None or seed != 0:
     return None
   if epochs == t.epochs:
-    return ctx.idx.get((P.LR, stages.lr_run(task, name).name))
+    return ctx.idx.get((p.lr_record, planner.lr_run(p, task, name).name))
   if epochs == 2 * t.epochs:
-    return ctx.idx.get((P.BUDGET, stages.budget_run(task, name).name))
+    return ctx.idx.get((p.budget_record, planner.budget_run(p, task, name).name))
   return None
 
 
 def glue_hf_anchor(ctx: Ctx) -> str:
   """Our CE against HF PyTorch on GLUE tasks at the same settings (GLUE_HF_ANCHOR). Our side
   is the benchmark's own run, or else the protocol's recorded CE run at those settings."""
-  name, what = P.GLUE_HF_ANCHOR
+  p = ctx.p
+  name, what = p.glue_hf_anchor
   by = {}
   for r in ctx.rs.get(name, []):
     key = (r["task"], r["budget"]["lr"], r["budget"].get("num_epochs"), r["seed"])
-    by.setdefault(key, {})[r["framework"]] = P.dev_score(r)
+    by.setdefault(key, {})[r["framework"]] = p.dev_score(r)
   out = []
   for (t, lr, epochs, seed), v in sorted(by.items(),
-                                         key=lambda kv: STAGE1_TASKS.index(kv[0][0])):
+                                         key=lambda kv: _stage1_tasks(p).index(kv[0][0])):
     ours_from = "this benchmark"
     if "jax" not in v:
       row = _our_ce(ctx, t, lr, epochs, seed)
-      v["jax"] = row and P.dev_score(row)
+      v["jax"] = row and p.dev_score(row)
       ours_from = f"`{row['sweep']}` record" if row else ""
     if v.get("jax") is not None and "torch" in v:
-      out.append([label(t), _lr_name(lr) or f"{lr:g}", "—" if epochs is None else epochs, seed,
+      out.append([label(p, t), _lr_name(p, lr) or f"{lr:g}",
+                  "—" if epochs is None else epochs, seed,
                   pts(v["jax"]), pts(v["torch"]), f"{v['jax'] - v['torch']:+.2f}", ours_from])
   if not out:
     return (f"*pending*: no GLUE task has both frameworks in `{name}` ({what}); it runs where "
@@ -518,119 +510,126 @@ def glue_hf_anchor(ctx: Ctx) -> str:
 
 
 def anchors_table(ctx: Ctx) -> str:
-  return (mr_anchor(ctx.rs.get(P.HF_ANCHOR[0], [])) + "\n" + glue_anchor(ctx) + "\n"
+  p = ctx.p
+  return (mr_anchor(p, ctx.rs.get(p.hf_anchor[0], [])) + "\n" + glue_anchor(ctx) + "\n"
           + glue_hf_anchor(ctx))
 
 
-def lr_why(st: stages.TaskState) -> str:
-  if len(st.lr_scores) < len(P.LR_GRID):
+def lr_why(p: proto.Protocol, st: planner.TaskState) -> str:
+  if len(st.lr_scores) < len(p.lr_grid):
     return f"waits on {st.waiting}"
-  a, b = (st.lr_scores[x] for x in P.LR_GRID)
-  tie = P.LR_TIE * P.TASKS[st.task].unit
-  pick = P.pick_lr(st.lr_scores, P.TASKS[st.task].unit)
-  why = (f"tie (within {tie:g}): {P.LR_PREFERRED}" if abs(a - b) <= tie else
+  a, b = (st.lr_scores[x] for x in p.lr_grid)
+  tie = p.lr_tie * p.tasks[st.task].unit
+  pick = p.pick_lr(st.lr_scores, p.tasks[st.task].unit)
+  why = (f"tie (within {tie:g}): {p.lr_preferred}" if abs(a - b) <= tie else
          f"{pick} better by {abs(a - b):.2f}")
   if st.anchor_missed:
-    why += f"; CE missed its anchor: {P.LR_HIGH} " + (
+    why += f"; CE missed its anchor: {p.lr_high} " + (
         "awaited" if st.high_score is None else
-        f"better by more than {tie:g}, taken" if st.lr == P.LR_HIGH else
+        f"better by more than {tie:g}, taken" if st.lr == p.lr_high else
         f"not better by more than {tie:g}, not taken")
   return why
 
 
 def lr_table(ctx: Ctx) -> str:
-  tasks = [t for t in STAGE1_TASKS if t not in P.LR_FROM]
+  p = ctx.p
+  tasks = [t for t in _stage1_tasks(p) if t not in p.lr_from]
   if not any(ctx.d.tasks[t].lr_scores for t in tasks):
-    return pending("no CE run of the lr grid is recorded yet", ctx.d)
-  rows = [[label(t), *(pts(ctx.d.tasks[t].lr_scores.get(lr)) for lr in P.LR_GRID),
-           pts(ctx.d.tasks[t].high_score), ctx.d.tasks[t].lr or "—", lr_why(ctx.d.tasks[t])]
+    return pending(p, "no CE run of the lr grid is recorded yet", ctx.d)
+  rows = [[label(p, t), *(pts(ctx.d.tasks[t].lr_scores.get(lr)) for lr in p.lr_grid),
+           pts(ctx.d.tasks[t].high_score), ctx.d.tasks[t].lr or "—", lr_why(p, ctx.d.tasks[t])]
           for t in tasks]
   follow = collections.defaultdict(list)
-  for t, src in P.LR_FROM.items():
-    follow[src].append(label(t))
-  notes = "".join(f"{', '.join(ts)} take {label(src)}'s rate. " for src, ts in follow.items())
-  return table(["task", *(f"CE dev, lr {lr}" for lr in P.LR_GRID), f"CE dev, lr {P.LR_HIGH}",
+  for t, src in p.lr_from.items():
+    follow[src].append(label(p, t))
+  notes = "".join(f"{', '.join(ts)} take {label(p, src)}'s rate. " for src, ts in follow.items())
+  return table(["task", *(f"CE dev, lr {lr}" for lr in p.lr_grid), f"CE dev, lr {p.lr_high}",
                 "pick", "why"], rows) + (
       f"\nCE seed 0, final weights' dev score, points. {notes}".rstrip() + "\n")
 
 
 def budget_table(ctx: Ctx) -> str:
-  if not ctx.rs.get(P.BUDGET):
-    return pending("no budget-check run is recorded yet", ctx.d)
+  p = ctx.p
+  if not ctx.rs.get(p.budget_record):
+    return pending(p, "no budget-check run is recorded yet", ctx.d)
   rows = []
-  for t in STAGE1_TASKS:
-    st, e = ctx.d.tasks[t], P.TASKS[t].epochs
+  for t in dict.fromkeys(c.task for c in p.comparisons):
+    st, e = ctx.d.tasks[t], p.tasks[t].epochs
     base = doubled = None
     if st.lr:
-      base = ctx.idx.get((P.LR, stages.lr_run(t, st.lr).name))
-      doubled = ctx.idx.get((P.BUDGET, stages.budget_run(t, st.lr).name))
-    base, doubled = (P.dev_score(r) if r else None for r in (base, doubled))
-    gain = P.BUDGET_GAIN * P.TASKS[t].unit
+      base = ctx.idx.get((p.lr_record, planner.lr_run(p, t, st.lr).name))
+      doubled = ctx.idx.get((p.budget_record, planner.budget_run(p, t, st.lr).name))
+    base, doubled = (p.dev_score(r) if r else None for r in (base, doubled))
+    gain = p.budget_gain * p.tasks[t].unit
     if st.epochs is None:
       decision = f"waits on {st.waiting}"
     else:
       decision = (f"doubles to {st.epochs} (gain > {gain:g})" if st.epochs != e else
                   f"keeps {e} (gain ≤ {gain:g})")
     diff = f"{doubled - base:+.2f}" if base is not None and doubled is not None else "—"
-    rows.append([label(t), st.lr or "—", e, pts(base), pts(doubled), diff, decision])
+    rows.append([label(p, t), st.lr or "—", e, pts(base), pts(doubled), diff, decision])
   return table(["task", "lr", "epochs", "CE seed 0 (dev)", "CE seed 0, twice the epochs",
                 "difference", "epochs from here"], rows)
 
 
 def stage1_table(ctx: Ctx) -> str:
   """One row per stage-1 comparison: its paired differences' intervals and verdict so far."""
-  if not any(shown_verdict(ctx, c) for c in P.STAGE1):
-    n = len(ctx.rs.get(P.STAGE_SWEEP[1], []))
-    held = "; ".join(f"{label(t)} withheld: {why}" for t, why in ctx.d.withheld.items())
-    return pending(f"no comparison has a complete first look yet ({n} comparison runs "
+  p = ctx.p
+  if not any(shown_verdict(ctx, c) for c in p.comparisons):
+    n = len(ctx.rs.get(p.stage_record[1], []))
+    held = "; ".join(f"{label(p, t)} withheld: {why}" for t, why in ctx.d.withheld.items())
+    return pending(p, f"no comparison has a complete first look yet ({n} comparison runs "
                    "recorded)" + (f". {held}" if held else ""), ctx.d)
   rows = []
-  for c in sorted(P.STAGE1, key=lambda c: STAGE1_TASKS.index(c.task)):
-    test = f"lower end > {-P.TASKS[c.task].margin:g}" if c.kind == "noninferior" else (
+  for c in sorted(p.comparisons, key=lambda c: _stage1_tasks(p).index(c.task)):
+    test = f"lower end > {-p.tasks[c.task].margin:g}" if c.kind == "noninferior" else (
         "lower end > 0")
     v = shown_verdict(ctx, c)
     if v is None:
-      rows.append([label(c.task), comparison_label(c), test, *[""] * 6, not_shown(ctx, c), ""])
+      rows.append([label(p, c.task), comparison_label(p, c), test, *[""] * 6,
+                   not_shown(ctx, c), ""])
       continue
     word = v.word
     if word == "undecided":
-      k, n = progress(ctx, c, P.LOOK_SEEDS[1])
+      k, n = progress(ctx, c, p.look_seeds[1])
       word += f" (second look: {k} of {n} runs recorded)"
     elif word == "inconclusive":
       word += f": any effect lies in {span(*v.decide)}"
     word += weak_baseline(ctx, c, v)
-    rows.append([label(c.task), comparison_label(c), test, v.n, f"{v.mean:+.2f}",
+    rows.append([label(p, c.task), comparison_label(p, c), test, v.n, f"{v.mean:+.2f}",
                  span(*v.decide), span(*v.describe), f"{v.ahead}/{v.n}", v.look, word,
                  f"{v.resolvable:.2f}"])
   return table(["task", "method − baseline", "passes if", "seeds", "mean",
-                f"{100 * P.DECIDE_LEVEL:g}% interval", f"{100 * P.DESCRIBE_LEVEL:g}% interval",
+                f"{100 * p.decide_level:g}% interval", f"{100 * p.describe_level:g}% interval",
                 "ahead", "look", "verdict",
-                f"resolvable ({100 * P.POWER:g}% power)"], rows)
+                f"resolvable ({100 * p.power:g}% power)"], rows)
 
 
 def stage1_scores_table(ctx: Ctx) -> str:
-  rows = ctx.rs.get(P.STAGE_SWEEP[1], [])
+  p = ctx.p
+  rows = ctx.rs.get(p.stage_record[1], [])
   if not rows:
-    return pending("no stage-1 comparison run is recorded yet", ctx.d)
-  methods = list(dict.fromkeys(m for c in P.STAGE1 for m in (c.baseline, c.method)))
-  arms = {(c.task, m) for c in P.STAGE1 for m in (c.baseline, c.method)}
+    return pending(p, "no stage-1 comparison run is recorded yet", ctx.d)
+  methods = list(dict.fromkeys(m for c in p.comparisons for m in (c.baseline, c.method)))
+  arms = {(c.task, m) for c in p.comparisons for m in (c.baseline, c.method)}
   out = []
   for m in methods:
     cells = ["" if (t, m) not in arms else "withheld" if t in ctx.d.withheld else
-             fmt_mean([x for x in (P.score(r) for r in select(rows, t, m)) if x is not None])
-             for t in STAGE1_TASKS]
-    out.append([LABELS[m], *cells])
-  return table(["method", *(f"{label(t)} ({P.TASKS[t].scored} {P.TASKS[t].metric})"
-                            for t in STAGE1_TASKS)], out)
+             fmt_mean([x for x in (p.score(r) for r in select(rows, t, m)) if x is not None])
+             for t in _stage1_tasks(p)]
+    out.append([p.labels[m], *cells])
+  return table(["method", *(f"{label(p, t)} ({p.tasks[t].scored} {p.tasks[t].metric})"
+                            for t in _stage1_tasks(p))], out)
 
 
 def gate_table(ctx: Ctx) -> str:
-  rows = [(P.STAGE_SWEEP[1], r) for r in ctx.rs.get(P.STAGE_SWEEP[1], [])
+  p = ctx.p
+  rows = [(p.stage_record[1], r) for r in ctx.rs.get(p.stage_record[1], [])
           if r["method"] in GATED or "gate_on_fraction" in r.get("train", {})]
-  rows += [(P.GATE, r) for r in ctx.rs.get(P.GATE, [])]
+  rows += [(p.gate_record, r) for r in ctx.rs.get(p.gate_record, [])]
   if not rows:
-    return pending("no gated run is recorded yet", ctx.d)
-  order = {t: i for i, t in enumerate(P.TASKS)}
+    return pending(p, "no gated run is recorded yet", ctx.d)
+  order = {t: i for i, t in enumerate(p.tasks)}
   groups: dict = {}  # one row per task, method, angle and record; its seeds in order
   for rec, r in sorted(rows, key=lambda x: (order[x[1]["task"]], x[0], x[1]["method"],
                                             x[1]["seed"])):
@@ -639,7 +638,7 @@ def gate_table(ctx: Ctx) -> str:
   out = []
   for (task, method, angle, rec), runs in groups.items():
     fracs = [r.get("train", {}).get("gate_on_fraction") for r in runs]
-    out.append([label(task), LABELS[method], angle, f"`{rec}`",
+    out.append([label(p, task), p.labels[method], angle, f"`{rec}`",
                 ", ".join(str(r["seed"]) for r in runs),
                 ", ".join("—" if f is None else f"{100 * f:.1f}%" for f in fracs)])
   return table(["task", "method", "angle over", "record", "seeds", "gate on (steps), per seed"],
@@ -652,6 +651,7 @@ GATE_ANGLES = "gate_angles"  # scripts/grad_conflict.py --record: angles by part
 def gate_angles_table(ctx: Ctx) -> str:
   """Why ACL's gate stays on: per run of the GATE_ANGLES record, the CE/contrastive angle over
   all parameters and over each partition, and the label embeddings' share of each gradient."""
+  p = ctx.p
   rows = ctx.rs.get(GATE_ANGLES, [])
   if not rows:
     return ("*pending*: no run of `scripts/grad_conflict.py --record "
@@ -669,7 +669,7 @@ def gate_angles_table(ctx: Ctx) -> str:
     st = r["steps"]
     share = lambda k: "—" if (a := measured(st, k)) is None else f"{100 * np.median(a):.0f}%"
     for k, name in (("acl", "CE vs ACL-Embed"), ("scl", "CE vs SCL")):
-      out.append([label(r["task"]), LABELS[r["method"]], name, cell(st, k),
+      out.append([label(p, r["task"]), p.labels[r["method"]], name, cell(st, k),
                   cell(st, f"{k}_encoder"), cell(st, f"{k}_top"),
                   cell(st, "acl_classifier") if k == "acl" else "— (SCL does not train them)",
                   f"CE {share('ce_classifier_share')}, ACL-Embed {share('acl_classifier_share')}"
@@ -690,18 +690,18 @@ TABLES = {
     "anchors": anchors_table, "lr": lr_table, "budget": budget_table, "stage1": stage1_table,
     "stage1_scores": stage1_scores_table, "gate": gate_table,
     "gate_angles": gate_angles_table,
-    "classes": lambda ctx: classes.table(ctx.rs, LABELS),
+    "classes": lambda ctx: classes.table(ctx.p, ctx.rs, ctx.p.labels),
     "holm": lambda ctx: holm.table(holm_tests(ctx)),
     "reruns": reruns_table,
-    **{name: (lambda ctx, name=name: later_tables.stage2_md(ctx.idx, LABELS)[name])
+    **{name: (lambda ctx, name=name: later_tables.stage2_md(ctx.p, ctx.idx, ctx.p.labels)[name])
        for name in ("stage2_exits", "stage2_lambda", "stage2_gamma_keep")},
     "holm_summary": lambda ctx: holm.summary(holm_tests(ctx)),
 }
 
 
-def render(text: str, rs: dict) -> tuple[str, list[str]]:
+def render(p: proto.Protocol, text: str, rs: dict) -> tuple[str, list[str]]:
   """(text with every table block rebuilt from the records, names of blocks that changed)."""
-  ctx, changed = context(rs), []
+  ctx, changed = context(p, rs), []
 
   def fill(m):
     name = m.group("name")
@@ -718,33 +718,35 @@ def render(text: str, rs: dict) -> tuple[str, list[str]]:
 
 # ---- the pilots (results/PILOTS.md) -------------------------------------------------------
 
-def task_col(t: str, rows) -> str:
-  return f"{label(t)} ({split_of(rows)} {P.TASKS[t].metric})"
+def task_col(p: proto.Protocol, t: str, rows) -> str:
+  return f"{label(p, t)} ({split_of(rows)} {p.tasks[t].metric})"
 
 
-def methods_table(rows: list[dict], tasks, methods, paper=True) -> str:
+def methods_table(p: proto.Protocol, rows: list[dict], tasks, methods, paper=True) -> str:
   """Mean ± std per method and task, then each method's paired difference to CE."""
   tasks = [t for t in tasks if select(rows, t)]
-  heads = [task_col(t, select(rows, t)) for t in tasks]
-  pcols = [t for t in tasks if paper and t in PAPER]
+  heads = [task_col(p, t, select(rows, t)) for t in tasks]
+  pcols = [t for t in tasks if paper and t in p.published]
   lines = ["| method | " + " | ".join(heads)
-           + "".join(f" | {label(t)} paper" for t in pcols) + " |",
+           + "".join(f" | {label(p, t)} paper" for t in pcols) + " |",
            "|---|" + "---|" * (len(heads) + len(pcols))]
   shown = [m for m in methods if any(select(rows, t, m) for t in tasks)]
   for m in shown:
-    cells = [fmt_mean(list(by_seed(select(rows, t, m), pilot_score).values())) for t in tasks]
-    cells += [f"{PAPER[t][m]:.2f}" if m in PAPER[t] else "" for t in pcols]
-    lines.append(f"| {LABELS.get(m, m)} | " + " | ".join(cells) + " |")
+    cells = [fmt_mean(list(by_seed(select(rows, t, m), lambda r: pilot_score(p, r)).values()))
+             for t in tasks]
+    cells += [f"{p.published[t][m]:.2f}" if m in p.published[t] else "" for t in pcols]
+    lines.append(f"| {p.label(m)} | " + " | ".join(cells) + " |")
   lines += ["", "Paired difference to CE (points; mean, 95% t-interval, seeds ahead / seeds):",
             "", "| method | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
   for m in shown:
     if m != "ce":
-      cells = [fmt_paired(paired_diffs(select(rows, t, m), select(rows, t, "ce"))) for t in tasks]
-      lines.append(f"| {LABELS.get(m, m)} | " + " | ".join(cells) + " |")
+      cells = [fmt_paired(paired_diffs(select(rows, t, m), select(rows, t, "ce"),
+                                       lambda r: pilot_score(p, r))) for t in tasks]
+      lines.append(f"| {p.label(m)} | " + " | ".join(cells) + " |")
   return "\n".join(lines) + f"\n\nBudget: {budget_text(rows)}.\n"
 
 
-def axis_table(axis: str, curves: dict, which=None) -> tuple[str, dict]:
+def axis_table(p: proto.Protocol, axis: str, curves: dict, which=None) -> tuple[str, dict]:
   """Per curve (name -> rows), the mean score at every axis value, the spread of the means,
   and each seed's own spread (best minus worst axis point) as mean, 95% interval."""
   values = sorted({float(r["overrides"][axis]) for rs in curves.values() for r in rs})
@@ -756,7 +758,7 @@ def axis_table(axis: str, curves: dict, which=None) -> tuple[str, dict]:
   for name, rs in curves.items():
     means, at = [], {}
     for v in values:
-      got = [(r["seed"], pilot_score(r, which)) for r in rs if float(r["overrides"][axis]) == v]
+      got = [(r["seed"], pilot_score(p, r, which)) for r in rs if float(r["overrides"][axis]) == v]
       got = [(s, x) for s, x in got if x is not None]
       means.append(np.mean([x for _, x in got]) if got else None)
       for s, x in got:
@@ -765,7 +767,7 @@ def axis_table(axis: str, curves: dict, which=None) -> tuple[str, dict]:
     per_seed[name] = full
     have = [m for m in means if m is not None]
     sp = list(full.values())
-    mean, lo, hi = P.interval(sp, PILOT_LEVEL) if sp else (None, None, None)
+    mean, lo, hi = proto.interval(sp, PILOT_LEVEL) if sp else (None, None, None)
     sp_cell = (f"{mean:.2f} [{lo:.2f}, {hi:.2f}]" if len(sp) > 1 else
                f"{mean:.2f}" if sp else "—")
     lines.append(f"| {name} | " + " | ".join(pts(m) for m in means)
@@ -780,8 +782,8 @@ def lambda_curves(rows: list[dict]) -> dict:
   return {k: v for k, v in curves.items() if v}
 
 
-def lambda_table(rows: list[dict], which=None) -> str:
-  out, per_seed = axis_table("loss.lam", lambda_curves(rows), which)
+def lambda_table(p: proto.Protocol, rows: list[dict], which=None) -> str:
+  out, per_seed = axis_table(p, "loss.lam", lambda_curves(rows), which)
   if "ACL" in per_seed:
     out += ("\nSpread over λ seed by seed, minus ACL's on the same seed (points; mean, 95% "
             "t-interval, seeds on which the curve moved more than ACL's):\n\n"
@@ -793,12 +795,12 @@ def lambda_table(rows: list[dict], which=None) -> str:
   return out
 
 
-def gloss_axis_tables(rows: list[dict]) -> str:
+def gloss_axis_tables(p: proto.Protocol, rows: list[dict]) -> str:
   out = ""
   for axis, name in (("loss.gamma_keep", "gamma_keep"), ("loss.sigma", "sigma")):
     rs = [r for r in select(rows, "mr", "gloss") if axis in r["overrides"]]
     if rs:
-      out += ("\n" if out else "") + axis_table(axis, {f"CE+G-Loss over {name}": rs})[0]
+      out += ("\n" if out else "") + axis_table(p, axis, {f"CE+G-Loss over {name}": rs})[0]
   return out
 
 
@@ -807,37 +809,37 @@ def exits_of(row: dict) -> list[int]:
                  for m in [re.match(r"\w+/exit_(\d+)/", k)] if m})
 
 
-def exit_score(row, m, split):
-  v = records.scores(row).get(f"{split}/exit_{m}/{P.TASKS[row['task']].metric}")
+def exit_score(p: proto.Protocol, row, m, split):
+  v = records.scores(row).get(f"{split}/exit_{m}/{p.tasks[row['task']].metric}")
   return None if v is None else 100 * v
 
 
-def multi_exit_table(rows: list[dict], task: str) -> str:
+def multi_exit_table(p: proto.Protocol, rows: list[dict], task: str) -> str:
   rs = select(rows, task)
   if not rs:
     return ""
   split, exits = split_of(rs), exits_of(rs[0])
   methods = [m for m in MULTI_EXIT if select(rs, task, m)]
   head = "| strategy | " + " | ".join(f"exit {m}" for m in exits) + " |"
-  lines = [f"{label(task)}, {split} {P.TASKS[task].metric} per exit (%):", "", head,
+  lines = [f"{label(p, task)}, {split} {p.tasks[task].metric} per exit (%):", "", head,
            "|---|" + "---|" * len(exits)]
   for meth in methods:
-    lines.append(f"| {LABELS[meth]} | " + " | ".join(
+    lines.append(f"| {p.labels[meth]} | " + " | ".join(
         fmt_mean(list(by_seed(select(rs, task, meth),
-                              lambda r, m=m: exit_score(r, m, split)).values())) for m in exits)
+                              lambda r, m=m: exit_score(p, r, m, split)).values())) for m in exits)
         + " |")
   lines += ["", "Paired gain over JT (points; mean, 95% t-interval, seeds ahead / seeds):", "",
             head, "|---|" + "---|" * len(exits)]
   for meth in methods:
     if meth != "jt":
-      lines.append(f"| {LABELS[meth]} | " + " | ".join(
+      lines.append(f"| {p.labels[meth]} | " + " | ".join(
           fmt_paired(paired_diffs(select(rs, task, meth), select(rs, task, "jt"),
-                                  lambda r, m=m: exit_score(r, m, split))) for m in exits)
+                                  lambda r, m=m: exit_score(p, r, m, split))) for m in exits)
           + " |")
   return "\n".join(lines) + "\n"
 
 
-def early_exit_table(rows: list[dict], max_drop: float = 1.0) -> str:
+def early_exit_table(p: proto.Protocol, rows: list[dict], max_drop: float = 1.0) -> str:
   """Per task and strategy: the threshold with the largest mean layer speed-up whose mean
   change against the full model is above -max_drop points, and the measured wall-clock
   speed-up where seed 0 was timed."""
@@ -858,14 +860,14 @@ def early_exit_table(rows: list[dict], max_drop: float = 1.0) -> str:
       best = max(ok, key=lambda t: np.mean([x[2] for x in per_thr[t]]))
       got = per_thr[best]
       timed = [x[3] for x in got if x[0] == 0 and x[3] is not None]
-      lines.append(f"| {label(task)} | {LABELS[meth]} | {best:g} | "
+      lines.append(f"| {label(p, task)} | {p.labels[meth]} | {best:g} | "
                    f"{fmt_mean([x[1] for x in got])} | {np.mean([x[2] for x in got]):.2f}x | "
                    + (f"{timed[0]:.2f}x" if timed else "—") + f" | {len(got)} |")
   timed = sorted({r.get("timed_on", "not recorded") for r in rows if r.get("early_exit")})
   return "\n".join(lines) + f"\n\nMeasured speed-ups timed on: {'; '.join(timed)}.\n"
 
 
-def grad_conflict_table(rows: list[dict]) -> str:
+def grad_conflict_table(p: proto.Protocol, rows: list[dict]) -> str:
   lines = ["| task | trained with | angle | steps > 90° | median | p10–p90 | top-layer gate "
            "agrees |", "|---|---|---|---|---|---|---|"]
   for r in rows:
@@ -873,7 +875,7 @@ def grad_conflict_table(rows: list[dict]) -> str:
       a = np.array([s[k] for s in r["steps"]])
       top = np.array([s[k + "_top"] for s in r["steps"]])
       lines.append(
-          f"| {label(r['task'])} | {LABELS[r['method']]} | {name} | "
+          f"| {label(p, r['task'])} | {p.labels[r['method']]} | {name} | "
           f"{100 * (a > 90).mean():.0f}% | {np.median(a):.1f}° | "
           f"{np.percentile(a, 10):.1f}–{np.percentile(a, 90):.1f}° | "
           f"{100 * ((a <= 90) == (top <= 90)).mean():.0f}% |")
@@ -899,27 +901,27 @@ PILOT_SECTIONS = {
         "Single-exit methods on GLUE",
         "MRPC, CoLA and RTE, 3 seeds, 200 steps (CoLA 800 steps at max length 48), the "
         "checkpoint picked on dev every 100 steps and scored on the same dev set.",
-        lambda rs: methods_table(rs["pilot_glue"], ("sst2", "cola", "mrpc", "rte"),
+        lambda p, rs: methods_table(p, rs["pilot_glue"], ("sst2", "cola", "mrpc", "rte"),
                                  ("ce", "scl", "acl_embed", "acl", "gloss"), paper=False)),
     "pilot_single_mr": (
         "Single-exit methods on MR",
         "3 seeds, 200 steps (one epoch), plain CE, the checkpoint picked on dev macro-F1 at "
         "steps 100 and 200. The CE+SCL, ACL and CE+G-Loss rows are the preset points of the λ "
         "and gamma_keep pilots below.",
-        lambda rs: methods_table(single_mr_rows(rs), ["mr"], ("ce", "scl", "acl", "gloss"))),
+        lambda p, rs: methods_table(p, single_mr_rows(rs), ["mr"], ("ce", "scl", "acl", "gloss"))),
     "pilot_lambda_mr": (
         "λ sensitivity on MR: CE+SCL against ACL",
         "λ 0.1-0.9, 3 seeds, 200 steps, plain CE; CE+SCL also in ACL's additive form (CE + λ "
         "SCL, `loss.combine=additive`); with and without checkpoint selection.",
-        lambda rs: ("Selected checkpoints:\n\n" + lambda_table(rs["pilot_lambda_mr"])
+        lambda p, rs: ("Selected checkpoints:\n\n" + lambda_table(p, rs["pilot_lambda_mr"])
                     + "\nFinal weights (no checkpoint selection):\n\n"
-                    + lambda_table(rs["pilot_lambda_mr"], which="latest")
+                    + lambda_table(p, rs["pilot_lambda_mr"], which="latest")
                     + f"\nBudget: {budget_text(rs['pilot_lambda_mr'])}.\n")),
     "pilot_gloss_ablation_mr": (
         "G-Loss gamma_keep and sigma on MR",
         "one axis at a time around the preset (gamma_keep 0.7, sigma 0.667, λ 0.8), 3 seeds, "
         "200 steps, plain CE.",
-        lambda rs: (gloss_axis_tables(rs["pilot_gloss_ablation_mr"])
+        lambda p, rs: (gloss_axis_tables(p, rs["pilot_gloss_ablation_mr"])
                     + f"\nBudget: {budget_text(rs['pilot_gloss_ablation_mr'])}.\n")),
     "pilot_multi_exit": (
         "Multi-exit strategies and early exit",
@@ -927,34 +929,34 @@ PILOT_SECTIONS = {
         "checkpoint picked on the dev exit mean every 100 steps; MR's per-exit scores on test; "
         "the entropy early-exit policy on dev, timed on a per-batch path, not the pooled one of "
         "`acl_jax.exits` (BENCHMARKS.md, early exit).",
-        lambda rs: (multi_exit_table(rs["pilot_multi_exit"], "sst2") + "\n"
-                    + multi_exit_table(rs["pilot_multi_exit"], "mr") + "\nEarly exit (entropy "
+        lambda p, rs: (multi_exit_table(p, rs["pilot_multi_exit"], "sst2") + "\n"
+                    + multi_exit_table(p, rs["pilot_multi_exit"], "mr") + "\nEarly exit (entropy "
                     "policy, dev; the largest mean layer speed-up within 1 point of the full "
-                    "model):\n\n" + early_exit_table(rs["pilot_multi_exit"])
+                    "model):\n\n" + early_exit_table(p, rs["pilot_multi_exit"])
                     + f"\nBudget: {budget_text(rs['pilot_multi_exit'])}, seed 0.\n")),
     "pilot_grad_conflict": (
         "Gradient conflict between CE and the contrastive terms",
         "`scripts/grad_conflict.py`, fine-tuning once with CE+SCL and once with CE+ACL-Embed "
         "(ungated); at every step the angle between CE's gradient and each contrastive one on "
         "the same batch and dropout key, over all parameters and over the top layer and heads.",
-        lambda rs: grad_conflict_table(rs["pilot_grad_conflict"])),
+        lambda p, rs: grad_conflict_table(p, rs["pilot_grad_conflict"])),
 }
 
 
-def pilots_md(rs: dict) -> str:
+def pilots_md(p: proto.Protocol, rs: dict) -> str:
   """results/PILOTS.md: every pilot's tables and figures, each labelled as deciding nothing."""
-  figs = figure_specs(rs)
+  figs = figure_specs(p, rs)
   out = ["# Pilots\n",
-         "Short-budget runs (100-800 steps) from before the protocol in `scripts/sweeps.py`, "
+         "Short-budget runs (100-800 steps) from before the protocol in `studies/papers.py`, "
          "kept as records (`results/records/pilot_*.jsonl`). Each is a **short-budget pilot "
          "that decides nothing**: RESULTS.md's verdicts come from the protocol's runs alone. "
          "Generated by `python -m scripts.report`; the intervals here are 95% t-intervals.\n"]
-  for name in P.PILOTS:
+  for name in p.pilots:
     if name not in PILOT_SECTIONS or not rs.get(name):
       continue
     title, how, build = PILOT_SECTIONS[name]
     out.append(f"## {title} (short-budget pilot; decides nothing)\n\n"
-               f"`results/records/{name}.jsonl`: {how}\n\n{build(rs)}")
+               f"`results/records/{name}.jsonl`: {how}\n\n{build(p, rs)}")
     shown = [f"![{cap}](figures/{file})" for rec, file, cap, _ in figs if rec == name]
     if shown:
       out.append("\n".join(shown) + "\n")
@@ -989,17 +991,17 @@ def _errorbar(ax, xs, ys, name, capsize=3):
               marker="o", capsize=capsize, label=name)
 
 
-def curve_figure(axis, curves, path, title, baseline=None, logx=False):
+def curve_figure(p: proto.Protocol, axis, curves, path, title, baseline=None, logx=False):
   """Mean ± std over seeds per axis value of each curve, over CE's band."""
   fig, ax = _plt().subplots(figsize=(6.5, 4))
-  v = list(by_seed(baseline or [], pilot_score).values())
+  v = list(by_seed(baseline or [], lambda r: pilot_score(p, r)).values())
   if v:
     ax.axhspan(np.mean(v) - np.std(v, ddof=1), np.mean(v) + np.std(v, ddof=1), color="gray",
                alpha=0.2)
     ax.axhline(np.mean(v), color="gray", ls="--", label=f"CE (n={len(v)}, ± std)")
   for name, rs in curves.items():
     xs = sorted({float(r["overrides"][axis]) for r in rs})
-    ys = [[pilot_score(r) for r in rs if float(r["overrides"][axis]) == x] for x in xs]
+    ys = [[pilot_score(p, r) for r in rs if float(r["overrides"][axis]) == x] for x in xs]
     _errorbar(ax, xs, ys, f"{name} (n={min(len(y) for y in ys)})")
   if logx:
     ax.set_xscale("log")
@@ -1009,31 +1011,31 @@ def curve_figure(axis, curves, path, title, baseline=None, logx=False):
   _save(fig, ax, path)
 
 
-def _task_panels(rows, path, title, draw):
+def _task_panels(p: proto.Protocol, rows, path, title, draw):
   """One panel per multi-exit task with rows (SST-2, MR), `draw(ax, task)` filling each."""
   tasks = [t for t in ("sst2", "mr") if select(rows, t)]
   fig, axes = _plt().subplots(1, len(tasks), figsize=(5.5 * len(tasks), 3.8), squeeze=False)
   for ax, t in zip(axes[0], tasks):
     draw(ax, t)
-    ax.set_ylabel(f"{P.TASKS[t].metric} (%)")
+    ax.set_ylabel(f"{p.tasks[t].metric} (%)")
   _save(fig, axes, path, title)
 
 
-def per_exit_figure(rows, path, title):
+def per_exit_figure(p: proto.Protocol, rows, path, title):
   def draw(ax, t):
     rs = select(rows, t)
     split, exits = split_of(rs), exits_of(rs[0])
     for meth in MULTI_EXIT:
-      ys = [list(by_seed(select(rs, t, meth), lambda r, m=m: exit_score(r, m, split)).values())
+      ys = [list(by_seed(select(rs, t, meth), lambda r, m=m: exit_score(p, r, m, split)).values())
             for m in exits]
       if all(ys):
-        _errorbar(ax, exits, ys, LABELS[meth], capsize=2)
-    ax.set_title(f"{label(t)} ({split})", fontsize=10)
+        _errorbar(ax, exits, ys, p.labels[meth], capsize=2)
+    ax.set_title(f"{label(p, t)} ({split})", fontsize=10)
     ax.set_xlabel("exit (layer)")
-  _task_panels(rows, path, title, draw)
+  _task_panels(p, rows, path, title, draw)
 
 
-def quality_speed_figure(rows, path, title):
+def quality_speed_figure(p: proto.Protocol, rows, path, title):
   def draw(ax, t):
     for meth in MULTI_EXIT:
       es = [e for r in select(rows, t, meth) for e in r.get("early_exit", {}).get("entropy", [])]
@@ -1041,13 +1043,13 @@ def quality_speed_figure(rows, path, title):
       if thr:
         ax.plot([np.mean([e["layer_speedup"] for e in es if e["threshold"] == x]) for x in thr],
                 [np.mean([100 * e["metric"] for e in es if e["threshold"] == x]) for x in thr],
-                marker="o", label=LABELS[meth])
-    ax.set_title(f"{label(t)} dev, entropy policy", fontsize=10)
+                marker="o", label=p.labels[meth])
+    ax.set_title(f"{label(p, t)} dev, entropy policy", fontsize=10)
     ax.set_xlabel("layer speed-up (6 / mean layers)")
-  _task_panels(rows, path, title, draw)
+  _task_panels(p, rows, path, title, draw)
 
 
-def angles_figure(rows, path):
+def angles_figure(p: proto.Protocol, rows, path):
   fig, axes = _plt().subplots(1, len(rows), figsize=(4.2 * len(rows), 3.4), squeeze=False)
   every = [s[k] for r in rows for s in r["steps"] for k in ("scl", "acl")]
   bins = np.arange(np.floor(min(every)) - 1, np.ceil(max(every)) + 2, 1.0)
@@ -1055,12 +1057,12 @@ def angles_figure(rows, path):
     for k, name in (("scl", "CE vs SCL"), ("acl", "CE vs ACL-Embed")):
       ax.hist([s[k] for s in r["steps"]], bins=bins, alpha=0.6, label=name)
     ax.axvline(90, color="k", lw=0.8, ls="--")
-    ax.set_title(f"{label(r['task'])}: training with {LABELS[r['method']]}", fontsize=9)
+    ax.set_title(f"{label(p, r['task'])}: training with {p.labels[r['method']]}", fontsize=9)
     ax.set_xlabel("gradient angle (degrees)")
   _save(fig, axes, path, grid=False, legend=7)
 
 
-def figure_specs(rs: dict) -> list[tuple]:
+def figure_specs(p: proto.Protocol, rs: dict) -> list[tuple]:
   """(record, file name, caption, draw(path)) of every figure the records support."""
   out = []
   base = select(rs.get("pilot_single_mr", []), "mr", "ce")
@@ -1068,7 +1070,7 @@ def figure_specs(rs: dict) -> list[tuple]:
     curves = {k.split(" (")[0].replace(",", ""): v
               for k, v in lambda_curves(rs["pilot_lambda_mr"]).items()}
     out.append(("pilot_lambda_mr", "pilot_lambda_mr.png", "λ sensitivity on MR, pilot",
-                lambda p: curve_figure("loss.lam", curves, p,
+                lambda path: curve_figure(p, "loss.lam", curves, path,
                                        "λ sensitivity on MR (pilot_lambda_mr)", base)))
   for axis, logx in (("loss.gamma_keep", False), ("loss.sigma", True)):
     rows = [r for r in rs.get("pilot_gloss_ablation_mr", []) if axis in r["overrides"]]
@@ -1076,52 +1078,56 @@ def figure_specs(rs: dict) -> list[tuple]:
       name = axis.split(".")[-1]
       out.append(("pilot_gloss_ablation_mr", f"pilot_gloss_ablation_mr_{name}.png",
                   f"G-Loss {name}, MR, pilot",
-                  lambda p, a=axis, r=rows, x=logx: curve_figure(
-                      a, {"CE+G-Loss": r}, p, f"G-Loss {a} on MR (pilot_gloss_ablation_mr)",
+                  lambda path, a=axis, r=rows, x=logx: curve_figure(p, 
+                      a, {"CE+G-Loss": r}, path, f"G-Loss {a} on MR (pilot_gloss_ablation_mr)",
                       base, x)))
   me = rs.get("pilot_multi_exit")
   if me:
     out.append(("pilot_multi_exit", "pilot_multi_exit_per_exit.png", "per-exit scores, pilot",
-                lambda p: per_exit_figure(me, p, "Per-exit score, MiniLM-L6, mean-pooled exits "
-                                          "(pilot_multi_exit)")))
+                lambda path: per_exit_figure(p, me, path, "Per-exit score, MiniLM-L6, "
+                                             "mean-pooled exits (pilot_multi_exit)")))
     out.append(("pilot_multi_exit", "pilot_multi_exit_quality_speed.png", "early exit, pilot",
-                lambda p: quality_speed_figure(me, p, "Early exit, mean over seeds "
+                lambda path: quality_speed_figure(p, me, path, "Early exit, mean over seeds "
                                                "(pilot_multi_exit)")))
   if rs.get("pilot_grad_conflict"):
     out.append(("pilot_grad_conflict", "pilot_grad_conflict.png", "gradient angles, pilot",
-                lambda p: angles_figure(rs["pilot_grad_conflict"], p)))
+                lambda path: angles_figure(p, rs["pilot_grad_conflict"], path)))
   return out
 
 
-def figures(rs: dict, out: str = FIGURES) -> list[str]:
+def figures(p: proto.Protocol, rs: dict, out: str = FIGURES) -> list[str]:
   """Writes every figure the records support; returns their paths."""
   os.makedirs(out, exist_ok=True)
   made = []
-  for _, name, _, draw in figure_specs(rs):
+  for _, name, _, draw in figure_specs(p, rs):
     draw(os.path.join(out, name))
     made.append(os.path.join(out, name))
   return made
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--file", action="append",
-                 help="a report whose table blocks to rebuild (repeatable); default: REPORTS")
-  p.add_argument("--pilots", default=PILOTS_MD, help="the pilots' report, written whole")
-  p.add_argument("--records", default=records.RECORDS)
-  p.add_argument("--check", action="store_true",
-                 help="only compare; exit 1 naming the tables that differ from the records")
-  p.add_argument("--no_figures", action="store_true")
-  a = p.parse_args(argv)
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--protocol", default=proto.DEFAULT,
+                  help="the study's Protocol: module:NAME or a .py file (default: this "
+                  "project's, studies.papers:PAPERS)")
+  ap.add_argument("--file", action="append",
+                  help="a report whose table blocks to rebuild (repeatable); default: REPORTS")
+  ap.add_argument("--pilots", default=PILOTS_MD, help="the pilots' report, written whole")
+  ap.add_argument("--records", default=records.RECORDS)
+  ap.add_argument("--check", action="store_true",
+                  help="only compare; exit 1 naming the tables that differ from the records")
+  ap.add_argument("--no_figures", action="store_true")
+  a = ap.parse_args(argv)
+  p = proto.load(a.protocol)
   rs = records.read_all(a.records)
   changed, rewritten = [], {}
   for path in a.file or REPORTS:
     text = open(path).read()
-    new, names = render(text, rs)
+    new, names = render(p, text, rs)
     changed += [f"{os.path.basename(path)}: {n}" for n in names]
     if new != text:
       rewritten[path] = new
-  pilots = pilots_md(rs)
+  pilots = pilots_md(p, rs)
   old = open(a.pilots).read() if os.path.isfile(a.pilots) else None
   if a.check:
     changed += [os.path.relpath(a.pilots, REPO)] if pilots != old else []
@@ -1139,7 +1145,7 @@ def main(argv=None):
     changed.append(os.path.relpath(a.pilots, REPO))
   print(f"rewritten: {', '.join(changed) or 'none (in sync)'}")
   if not a.no_figures:
-    for path in figures(rs):
+    for path in figures(p, rs):
       print(f"wrote {os.path.relpath(path, REPO)}")
   return 0
 

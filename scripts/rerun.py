@@ -17,7 +17,8 @@ import os
 import subprocess
 import sys
 
-from scripts import records, sweeps as P
+from acl_jax.study import protocol as proto
+from scripts import records
 
 PREFIX = "rerun_"  # the record of tag T is rerun_T
 
@@ -54,24 +55,27 @@ def collect(of: str, run: str, workdir: str, tag: str) -> dict:
 
 
 def main(argv=None):
-  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--of", required=True, help="the original's record, e.g. stage1")
-  p.add_argument("--run", required=True, help="the original's run name")
-  p.add_argument("--tag", default="head", help="names this rerun among the run's reruns")
-  p.add_argument("--collect", metavar="WORKDIR",
-                 help="record a folder already trained with the original's command")
-  a = p.parse_args(argv)
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--protocol", default=proto.DEFAULT,
+                  help="the study whose scoring the numbers follow (module:NAME or a .py file)")
+  ap.add_argument("--of", required=True, help="the original's record, e.g. stage1")
+  ap.add_argument("--run", required=True, help="the original's run name")
+  ap.add_argument("--tag", default="head", help="names this rerun among the run's reruns")
+  ap.add_argument("--collect", metavar="WORKDIR",
+                  help="record a folder already trained with the original's command")
+  a = ap.parse_args(argv)
+  p = proto.load(a.protocol)
   row = original(a.of, a.run)
   workdir = a.collect or os.path.join(records.REPO, "runs", "rerun", a.tag, a.run)
   if not a.collect:
     subprocess.run(command(row, workdir), cwd=records.REPO, check=True)
-    task = P.TASKS[row["task"]]
+    task = p.tasks[row["task"]]
     if task.scored != "dev":
       subprocess.run([sys.executable, os.path.join(records.REPO, "eval.py"), "--workdir",
                       workdir, "--checkpoint", "latest", "--split", task.scored],
                      cwd=records.REPO, check=True)
   new = collect(a.of, a.run, workdir, a.tag)
-  print(f"{a.run}: score {P.score(row):.4f} then, {P.score(new):.4f} now; params "
+  print(f"{a.run}: score {p.score(row):.4f} then, {p.score(new):.4f} now; params "
         f"{row['train']['params_sha256']} then, {new['train']['params_sha256']} now")
   return 0
 

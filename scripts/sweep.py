@@ -1,7 +1,7 @@
 r"""Resumable sweeps over methods, config fields and seeds; each finished run becomes a row of
 the sweep's record (results/records/<sweep>.jsonl, scripts/records.py).
 
-The protocol behind RESULTS.md is fixed in scripts/sweeps.py, its stages run by --stage:
+The protocol behind RESULTS.md is fixed in studies/papers.py, its stages run by --stage:
 
   python -m scripts.sweep --status --runs        # every stage: done, left, machine-hours
   nohup nice -n 19 python -m scripts.sweep --stage 1 --workers 2 > runs/stage1.log 2>&1 &
@@ -77,8 +77,9 @@ import time
 import numpy as np
 
 from acl_jax import provenance  # light: no jax
-from acl_jax.study import executors
-from scripts import records, stages, sweeps as sweep_specs
+from acl_jax.study import executors, planner, protocol as proto
+from scripts import records
+
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN, EVAL = os.path.join(REPO, "train.py"), os.path.join(REPO, "eval.py")
@@ -173,8 +174,8 @@ def jobs_of_args(args) -> list[Job]:
               os.path.join(args.root, run_name(s)), sweep) for s in plan(args)]
 
 
-def job_of(run: stages.Run, root: str) -> Job:
-  """The Job of a protocol run (scripts/stages.py), its workdir under root/<record>/."""
+def job_of(run: planner.Run, root: str) -> Job:
+  """The Job of a protocol run (scripts/planner.py), its workdir under root/<record>/."""
   return Job(dict(run.settings), run.config, list(run.sets),
              os.path.join(root, run.sweep, run.name), run.sweep, run.early_exit, run.latest)
 
@@ -240,17 +241,18 @@ def child_env(args) -> dict:
           or os.path.abspath(cache)}
 
 
-def identity(config: str, sets, settings: dict) -> tuple:
+def identity(config: str, sets, settings: dict, presets=None) -> tuple:
   """What a run trains, whatever sweep it is in: its config, every override and its seed. A
-  grid value that is the method's preset (sweeps.PRESETS) is no override."""
-  method = config.rpartition(",")[2]
+  grid value that is the method's preset (the protocol's `presets`) is no override."""
+  method, presets = config.rpartition(",")[2], presets or {}
   over = set(sets) | {f"{k}={v}" for k, v in settings.items()
                       if k not in ("task", "method", "seed")
-                      and sweep_specs.PRESETS.get((method, k)) != v}
+                      and presets.get((method, k)) != v}
   return config, tuple(sorted(over)), str(settings["seed"])
 
 
-def recorded_elsewhere(sweep: str, rows: dict | None = None) -> dict[tuple, dict]:
+def recorded_elsewhere(sweep: str, rows: dict | None = None,
+                       presets=None) -> dict[tuple, dict]:
   """{identity: row} of every row of the other records (for runs two sweeps share)."""
   out = {}
   for name, rows in (records.read_all() if rows is None else rows).items():
@@ -259,7 +261,7 @@ def recorded_elsewhere(sweep: str, rows: dict | None = None) -> dict[tuple, dict
     for r in rows:
       if "config" in r and "seed" in r:
         out.setdefault(identity(r["config"], r.get("set", []),
-                                {**r.get("overrides", {}), "seed": r["seed"]}), r)
+                                {**r.get("overrides", {}), "seed": r["seed"]}, presets), r)
   return out
 
 
@@ -433,7 +435,7 @@ def prepare(job: Job, args, record: str | None, done: set, elsewhere: dict,
     if args.dry_run or not (record or job.early_exit or job.latest):
       return None
     return run_spec(job, args, record, keep_checkpoints)  # its post steps and row
-  same = elsewhere.get(identity(job.config, job.set, job.settings))
+  same = elsewhere.get(identity(job.config, job.set, job.settings, args.study.presets))
   if same is not None:
     print(f"{tag} done (the same run is in {same['sweep']}'s record): {job.name}", flush=True)
     if not args.dry_run:
@@ -510,7 +512,8 @@ def run_jobs(jobs: list[Job], args, record: str | None = None,
   part-trained one, on the executor `args` names (`make_executor`)."""
   os.makedirs(args.root, exist_ok=True)
   done = {r["run"] for r in records.read(record)} if record else set()
-  elsewhere = recorded_elsewhere(jobs[0].sweep) if record and jobs and jobs[0].sweep else {}
+  elsewhere = (recorded_elsewhere(jobs[0].sweep, presets=args.study.presets)
+               if record and jobs and jobs[0].sweep else {})
   specs = [prepare(job, args, record, done, elsewhere, keep_checkpoints,
                    f"[{i + 1}/{len(jobs)}]") for i, job in enumerate(jobs)]
   specs = [s for s in specs if s is not None]
@@ -567,43 +570,43 @@ def measured_rates(rows: dict[str, list[dict]]) -> dict[tuple[str, str], float]:
   return {k: float(np.mean(v)) for k, v in acc.items()}
 
 
-def stage_runs(stage: int, rows: dict) -> tuple[list[stages.Run], dict]:
+def stage_runs(p: proto.Protocol, stage: int, rows: dict) -> tuple[list[planner.Run], dict]:
   """(the stage's runs still to train, known now; what each task waits on)."""
-  d = stages.decisions(rows)
+  d = planner.decisions(p, rows)
   if stage == 1:
     return d.ready, d.waiting
-  return stages.later_stage_ready(stage, rows, d)
+  return planner.later_stage_ready(p, stage, rows, d)
 
 
-def not_reused(runs: list, rows: dict) -> list:
+def not_reused(p: proto.Protocol, runs: list, rows: dict) -> list:
   """The runs that will train: those whose identity no other record holds (a run there, such
   as a λ grid's preset point, is taken from its row instead: `run_jobs`)."""
   elsewhere, out = {}, []
   for run in runs:
     if run.sweep not in elsewhere:
-      elsewhere[run.sweep] = recorded_elsewhere(run.sweep, rows)
+      elsewhere[run.sweep] = recorded_elsewhere(run.sweep, rows, p.presets)
     job = job_of(run, "")
-    if identity(job.config, job.set, job.settings) not in elsewhere[run.sweep]:
+    if identity(job.config, job.set, job.settings, p.presets) not in elsewhere[run.sweep]:
       out.append(run)
   return out
 
 
-def first_stage() -> dict[str, int]:
+def first_stage(p: proto.Protocol) -> dict[str, int]:
   """Each task's first stage: its lr and budget runs count there."""
-  out = {c.task: 1 for c in sweep_specs.STAGE1}
-  for stage, arms in ((2, sweep_specs.STAGE2), (3, sweep_specs.STAGE3)):
+  out = {c.task: 1 for c in p.comparisons}
+  for stage, arms in sorted(p.arms.items()):
     for arm in arms:
       out.setdefault(arm.task, stage)
   return out
 
 
-def stage_of_row(record: str, row: dict, first: dict[str, int]) -> int | None:
+def stage_of_row(p: proto.Protocol, record: str, row: dict, first: dict[str, int]) -> int | None:
   """The stage a recorded run belongs to: its record's, or for lr and budget runs its task's."""
-  if record in (sweep_specs.LR, sweep_specs.BUDGET):
+  if record in (p.lr_record, p.budget_record):
     return first.get(row.get("task"))
-  if record == sweep_specs.GATE:
+  if record == p.gate_record:
     return 1
-  return next((s for s, name in sweep_specs.STAGE_SWEEP.items() if name == record), None)
+  return next((s for s, name in p.stage_record.items() if name == record), None)
 
 
 @dataclasses.dataclass
@@ -619,24 +622,24 @@ class StageTotals:
   waiting: dict
 
 
-def stage_totals(rows: dict) -> dict[int, StageTotals]:
+def stage_totals(p: proto.Protocol, rows: dict) -> dict[int, StageTotals]:
   rates = measured_rates(rows)
-  est = lambda runs: sum(sweep_specs.estimate_seconds(r.task, r.method, r.epochs, rates)
+  est = lambda runs: sum(p.estimate_seconds(r.task, r.method, r.epochs, rates)
                          for r in runs)
-  d = stages.decisions(rows)
-  first, second = stages.whole_stage1(d.tasks)
+  d = planner.decisions(p, rows)
+  first, second = planner.whole_stage1(p, d.tasks)
   whole = {1: [("first looks", first, est(first)),
                ("every second look", first + second, est(first + second))]}
-  for s in (2, 3):
-    runs = not_reused(stages.later_stage_runs(s, d.tasks), rows)
-    more = not_reused(stages.later_stage_runs(s, d.tasks, second_looks=True), rows)
+  for s in sorted(p.arms):
+    runs = not_reused(p, planner.later_stage_runs(p, s, d.tasks), rows)
+    more = not_reused(p, planner.later_stage_runs(p, s, d.tasks, second_looks=True), rows)
     whole[s] = [("first looks", runs, est(runs)), ("every second look", more, est(more))]
-  of_task, out = first_stage(), {}
-  for stage in sweep_specs.STAGES:
+  of_task, out = first_stage(p), {}
+  for stage in p.stages:
     done = [r for name, rs in rows.items() for r in rs
-            if stage_of_row(name, r, of_task) == stage and not r.get("reused_from")]
-    left, waiting = stage_runs(stage, rows)
-    left = not_reused(left, rows)
+            if stage_of_row(p, name, r, of_task) == stage and not r.get("reused_from")]
+    left, waiting = stage_runs(p, stage, rows)
+    left = not_reused(p, left, rows)
     out[stage] = StageTotals(done, sum(machine_seconds(r) for r in done),
                              sum("seconds" not in r or bool(r.get("timing_incomplete"))
                                  for r in done), left, est(left),
@@ -648,21 +651,21 @@ def _hours(seconds: float) -> str:
   return f"{seconds / 3600:.1f}"
 
 
-def status(rows: dict, show_runs: bool = False) -> str:
+def status(p: proto.Protocol, rows: dict, show_runs: bool = False) -> str:
   """Markdown: per stage, the runs recorded and their measured machine-hours (of this 2-core
   machine), the runs known to be left and their estimate from the recorded run times
-  (scripts/sweeps.py's cost model), the whole stage's estimate, and what waits on what."""
+  (the protocol's cost model), the whole stage's estimate, and what waits on what."""
   rates = measured_rates(rows)
   lines = ["| stage | runs recorded | machine-h recorded | runs left (known now) | machine-h left "
            "(estimate) | whole stage, machine-h (estimate) |", "|---|---|---|---|---|---|"]
   out_runs, notes = [], []
-  for stage, t in stage_totals(rows).items():
+  for stage, t in stage_totals(p, rows).items():
     whole = ", ".join(f"{_hours(sec)} ({what})" for what, _, sec in t.whole)
     lines.append(f"| {stage} | {len(t.recorded)} | {_hours(t.seconds)} | {len(t.left)} | "
                  f"{_hours(t.left_s)} | {whole} |")
     if show_runs:
       out_runs += [f"- stage {stage}, {r.sweep}: {r.name} "
-                   f"(~{sweep_specs.estimate_seconds(r.task, r.method, r.epochs, rates) / 60:.0f}"
+                   f"(~{p.estimate_seconds(r.task, r.method, r.epochs, rates) / 60:.0f}"
                    " machine-min)" for r in t.left]
     notes += [f"- stage {stage}, {task}: waits on {w}" for task, w in t.waiting.items()]
   out = "\n".join(lines) + "\n"
@@ -691,14 +694,15 @@ def run_stage(stage: int, args) -> None:
   (`make_executor`: `--workers` runs at a time here, each pinned to its own cores when there
   are several, or a Ray cluster's), planning again after every run. With `--until`, a run
   starts only if its estimate ends before then."""
+  p = args.study
   deadline = parse_until(args.until)
   root = args.root = os.path.abspath(args.root or os.path.join(REPO, "runs", "sweeps"))
   if args.dry_run:
     rows = records.read_all()
-    ready, waiting = stage_runs(stage, rows)
+    ready, waiting = stage_runs(p, stage, rows)
     rates = measured_rates(rows)
     for run in ready:
-      est = args.workers * sweep_specs.estimate_seconds(run.task, run.method, run.epochs, rates)
+      est = args.workers * p.estimate_seconds(run.task, run.method, run.epochs, rates)
       print(f"{run.sweep}: {run.name} (~{est / 60:.0f} min): {' '.join(run.sets)}")
     for task, what in waiting.items():
       print(f"{task}: waits on {what}")
@@ -710,7 +714,7 @@ def run_stage(stage: int, args) -> None:
     skip = skip | declined
     while True:
       rows = records.read_all()
-      ready, _ = stage_runs(stage, rows)
+      ready, _ = stage_runs(p, stage, rows)
       # Part-trained runs first: a stop between runs should leave as little half-done.
       ready.sort(key=lambda r: not provenance.checkpoint_steps(job_of(r, root).workdir))
       rates = measured_rates(rows)
@@ -719,13 +723,14 @@ def run_stage(stage: int, args) -> None:
         if job.name in skip:
           continue
         # wall seconds: the machine seconds of a run sharing the machine with the others
-        est = args.workers * sweep_specs.estimate_seconds(run.task, run.method, run.epochs, rates)
+        est = args.workers * p.estimate_seconds(run.task, run.method, run.epochs, rates)
         if deadline is not None and time.time() + 1.15 * est > deadline:
           continue
         try:
           spec = prepare(job, args, records.path_of(job.sweep),
                          {r["run"] for r in rows.get(job.sweep, [])},
-                         recorded_elsewhere(job.sweep, rows), args.keep_checkpoints,
+                         recorded_elsewhere(job.sweep, rows, p.presets),
+                         args.keep_checkpoints,
                          f"[{job.sweep}, ~{est / 60:.0f} min]")
         except SystemExit:
           spec = None
@@ -738,7 +743,7 @@ def run_stage(stage: int, args) -> None:
         return None
 
   drive(make_executor(args), next_spec, keep_going=True)
-  print(status(records.read_all()), flush=True)
+  print(status(p, records.read_all()), flush=True)
 
 
 def flat_config(workdir: str) -> dict:
@@ -885,54 +890,64 @@ def main(argv=None):
   argv = sys.argv[1:] if argv is None else argv
   extra = argv[argv.index("--") + 1:] if "--" in argv else []
   argv = argv[:argv.index("--")] if "--" in argv else argv
-  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--stage", type=int, default=0, choices=sorted(sweep_specs.STAGES),
-                 help="train the protocol's stage (scripts/sweeps.py) as its gates release runs")
-  p.add_argument("--status", action="store_true",
-                 help="every stage's recorded runs and machine-hours, what is left and what "
-                 "waits on what")
-  p.add_argument("--runs", action="store_true", help="with --status: list the runs left")
-  p.add_argument("--workers", type=int, default=1,
-                 help="--executor local: runs at a time, each pinned to its share of the "
-                 "cores (or its accelerators)")
-  p.add_argument("--executor", default="local", choices=("local", "ray"),
-                 help="where runs train: this machine, or a Ray cluster's nodes (one task "
-                 "each); any number of drivers may share the runs (claims in their workdirs)")
-  p.add_argument("--address", default="",
-                 help="--executor ray: the cluster (host:port, ray://host:port or auto; "
-                 "default: one on this machine, else a new one)")
-  p.add_argument("--until", default="",
-                 help="--stage: start a run only if its estimate ends before then (HH:MM, or "
-                 "seconds from now)")
-  p.add_argument("--root", default="", help="folder holding one workdir per run (--stage: "
-                 "one folder per record under it; default runs/sweeps)")
-  p.add_argument("--record", default="", help="ad hoc: the record file finished runs are "
-                 "appended to (a named sweep's is results/records/<sweep>.jsonl)")
-  p.add_argument("--keep_checkpoints", action="store_true",
-                 help="--stage keeps each run's checkpoints after writing its row")
-  p.add_argument("--config", help="config file with its task argument, e.g. configs/glue.py:rte")
-  p.add_argument("--methods", default="", help="comma list of method presets")
-  p.add_argument("--grid", action="append", help="key=v1,v2 (repeatable): a grid axis")
-  p.add_argument("--set", action="append", help="key=value (repeatable): fixed override")
-  p.add_argument("--seeds", default="0")
-  p.add_argument("--splits", default="", help="splits to aggregate (default: all)")
-  p.add_argument("--dry_run", action="store_true")
-  p.add_argument("--keep_going", action="store_true", help="continue after a failed run")
-  p.add_argument("--aggregate_only", action="store_true")
-  p.add_argument("--compile_cache", default=None,
-                 help="JAX compilation cache folder shared by the runs (default "
-                 "<root>/.jax_cache; 'none' turns it off)")
-  args = p.parse_args(argv)
+  ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  ap.add_argument("--protocol", default=proto.DEFAULT,
+                  help="the study: a Protocol as module:NAME or a .py file (default: this "
+                  "project's, studies.papers:PAPERS)")
+  ap.add_argument("--stage", type=int, default=0,
+                  help="train the protocol's stage as its gates release runs")
+  ap.add_argument("--status", action="store_true",
+                  help="every stage's recorded runs and machine-hours, what is left and what "
+                  "waits on what")
+  ap.add_argument("--runs", action="store_true", help="with --status: list the runs left")
+  ap.add_argument("--workers", type=int, default=1,
+                  help="--executor local: runs at a time, each pinned to its share of the "
+                  "cores (or its accelerators)")
+  ap.add_argument("--executor", default="local", choices=("local", "ray"),
+                  help="where runs train: this machine, or a Ray cluster's nodes (one task "
+                  "each); any number of drivers may share the runs (claims in their workdirs)")
+  ap.add_argument("--address", default="",
+                  help="--executor ray: the cluster (host:port, ray://host:port or auto; "
+                  "default: one on this machine, else a new one)")
+  ap.add_argument("--until", default="",
+                  help="--stage: start a run only if its estimate ends before then (HH:MM, or "
+                  "seconds from now)")
+  ap.add_argument("--root", default="", help="folder holding one workdir per run (--stage: "
+                  "one folder per record under it; default runs/sweeps)")
+  ap.add_argument("--record", default="", help="ad hoc: the record file finished runs are "
+                  "appended to (a named sweep's is results/records/<sweep>.jsonl)")
+  ap.add_argument("--keep_checkpoints", action="store_true",
+                  help="--stage keeps each run's checkpoints after writing its row")
+  ap.add_argument("--config", help="config file with its task argument, e.g. configs/glue.py:rte")
+  ap.add_argument("--methods", default="", help="comma list of method presets")
+  ap.add_argument("--grid", action="append", help="key=v1,v2 (repeatable): a grid axis")
+  ap.add_argument("--set", action="append", help="key=value (repeatable): fixed override")
+  ap.add_argument("--seeds", default="0")
+  ap.add_argument("--splits", default="", help="splits to aggregate (default: all)")
+  ap.add_argument("--dry_run", action="store_true")
+  ap.add_argument("--keep_going", action="store_true", help="continue after a failed run")
+  ap.add_argument("--aggregate_only", action="store_true")
+  ap.add_argument("--compile_cache", default=None,
+                  help="JAX compilation cache folder shared by the runs (default "
+                  "<root>/.jax_cache; 'none' turns it off)")
+  args = ap.parse_args(argv)
   check_extra(extra)
   args.extra = extra
+  try:
+    args.study = proto.load(args.protocol)
+  except (FileNotFoundError, ValueError) as e:
+    raise SystemExit(str(e)) from e
+  if args.stage and args.stage not in args.study.stages:
+    raise SystemExit(f"--stage {args.stage}: the protocol {args.study.name!r} has stages "
+                     f"{', '.join(map(str, sorted(args.study.stages)))}.")
   if args.status:
-    print(status(records.read_all(), show_runs=args.runs))
+    print(status(args.study, records.read_all(), show_runs=args.runs))
     return
   if args.stage:
     run_stage(args.stage, args)
     return
   if not args.root:
-    raise SystemExit("Give --stage N (scripts/sweeps.py's protocol), --status, or --root and "
+    raise SystemExit("Give --stage N (of --protocol), --status, or --root and "
                      "--config for an ad-hoc sweep.")
   # train.py runs with cwd=REPO: an absolute root keeps its workdirs where this process
   # looks for finished runs, whatever the caller's working directory.

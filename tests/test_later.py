@@ -2,10 +2,12 @@
 whose answers are known."""
 import pytest
 
-from scripts import later, report, sweeps as P
+from acl_jax.study import later
+from scripts import report
+from studies.papers import PAPERS as p
 
-S1, S2 = P.STAGE_SWEEP[1], P.STAGE_SWEEP[2]
-SEEDS = P.LOOK_SEEDS[0]
+S1, S2 = p.stage_record[1], p.stage_record[2]
+SEEDS = p.look_seeds[0]
 
 
 def _multi_exit_row(method, seed, gains, base=80.0):
@@ -26,20 +28,20 @@ def _idx(rows, sweep=S2):
 
 SHALLOW = {1: 3.0, 2: 2.5, 3: 2.0, 4: 0.3, 5: 0.2, 6: 0.1}
 DEEP = {1: 0.1, 2: 0.2, 3: 0.3, 4: 2.0, 5: 2.5, 6: 3.0}
-RULE = P.STAGE2_RULES[0]
+RULE = p.rules[2][0]
 
 
 def test_exit_rule_holds_when_the_shallow_exits_gain_most():
   rows = [_multi_exit_row(m, s, g) for s in SEEDS
           for m, g in (("acl_cl", {k: v + 0.05 * s for k, v in SHALLOW.items()}), ("jt", {}),
                        ("kd", {}))]
-  res = later.exit_result(_idx(rows), 2, RULE, "jt")
+  res = later.exit_result(p, _idx(rows), 2, RULE, "jt")
   assert res.look == 1 and res.contrast.word == "beats"
   assert res.contrast.mean == pytest.approx((7.5 - 0.6) / 3 + 0, abs=0.2)
   assert res.per_exit[1][0] == pytest.approx(3.05, abs=1e-6)
   # at 3 mean layers: halfway between exits 2 and 4 on both curves
   assert res.matched.mean == pytest.approx((2.5 + 0.3) / 2 + 0.05, abs=1e-6)
-  word, cell = later.claim_word(_idx(rows), 2, RULE)
+  word, cell = later.claim_word(p, _idx(rows), 2, RULE)
   assert word == "holds" and cell.startswith("vs JT shallow − deep +")
 
 
@@ -47,8 +49,8 @@ def test_exit_rule_fails_when_the_deep_exits_gain_most_and_waits_when_unrecorded
   rows = [_multi_exit_row(m, s, g) for s in SEEDS
           for m, g in (("acl_cl", {k: v + 0.05 * s for k, v in DEEP.items()}), ("jt", {}),
                        ("kd", {}))]
-  assert later.claim_word(_idx(rows), 2, RULE)[0] == "fails"
-  assert later.claim_word(_idx(rows[:-1]), 2, RULE) is None
+  assert later.claim_word(p, _idx(rows), 2, RULE)[0] == "fails"
+  assert later.claim_word(p, _idx(rows[:-1]), 2, RULE) is None
 
 
 def _grid_rows(task, method, field, values, score, seeds=SEEDS, metric="f1"):
@@ -58,14 +60,14 @@ def _grid_rows(task, method, field, values, score, seeds=SEEDS, metric="f1"):
       value = score(v, s) / 100
       row = {"run": later.run_name(task, method, s, ((field, v),)), "task": task,
              "method": method, "seed": s, "evals": [{"step": 1, "dev": {metric: value}}]}
-      if P.TASKS[task].scored != "dev":
+      if p.tasks[task].scored != "dev":
         row["latest"] = {"test": {metric: value}}
       out.append(row)
   return out
 
 
 def test_range_rule_reads_the_lambda_grid_with_the_preset_point_from_stage1():
-  rule = P.STAGE2_RULES[1]
+  rule = p.rules[2][1]
   noise = (0.0, 0.3, -0.2)
   acl = _grid_rows("mrpc", "acl", "loss.lam", rule.values, lambda v, s: 87 + noise[s])
   scl = _grid_rows("mrpc", "scl", "loss.lam", rule.values,
@@ -74,34 +76,34 @@ def test_range_rule_reads_the_lambda_grid_with_the_preset_point_from_stage1():
   preset = [r for r in acl if "loss.lam=0.5" in r["run"]]
   stage1 = [dict(r, run=later.run_name("mrpc", "acl", r["seed"])) for r in preset]
   idx = {**_idx([r for r in acl + scl if r not in preset]), **_idx(stage1, S1)}
-  look, (word, r, s, v) = later.range_result(idx, 2, rule)
+  look, (word, r, s, v) = later.range_result(p, idx, 2, rule)
   assert (look, word, r.passes, s.passes, v.word) == (1, "holds", False, True, "beats")
   assert s.range == pytest.approx(8.0 + 0.1 * 0, abs=1e-6)
   del idx[(S1, stage1[0]["run"])]
-  assert later.range_result(idx, 2, rule) is None
+  assert later.range_result(p, idx, 2, rule) is None
 
 
 def test_stable_rule_on_gamma_keep():
-  rule = P.STAGE2_RULES[2]
+  rule = p.rules[2][2]
   flat = _grid_rows("mr", "gloss", "loss.gamma_keep", rule.values,
                     lambda v, s: 82 + 0.1 * s + 0.05 * float(v), metric="accuracy")
-  assert later.stable_result(_idx(flat), 2, rule)[1][0] == "stable"
+  assert later.stable_result(p, _idx(flat), 2, rule)[1][0] == "stable"
   steep = _grid_rows("mr", "gloss", "loss.gamma_keep", rule.values,
                      lambda v, s: 82 + 0.1 * s + 20 * float(v), metric="accuracy")
-  assert later.stable_result(_idx(steep), 2, rule)[1][0] == "unstable"
+  assert later.stable_result(p, _idx(steep), 2, rule)[1][0] == "unstable"
 
 
 def test_a_plain_later_comparison_and_its_second_look():
-  rule = P.STAGE2_RULES[3]  # R52, CE+G-Loss against CE, superiority
+  rule = p.rules[2][3]  # R52, CE+G-Loss against CE, superiority
   def rows(method, offsets):
     return [{"run": later.run_name("r52", method, s), "task": "r52", "method": method,
              "seed": s, "latest": {"test": {"accuracy": (90 + o) / 100}}}
             for s, o in enumerate(offsets)]
   ce = rows("ce", [0.0, 0.0, 0.0, 0.0, 0.0])
   undecided = rows("gloss", [1.0, -1.0, 0.5])
-  assert later.comparison_result(_idx(ce + undecided), 2, rule).word == "undecided"
+  assert later.comparison_result(p, _idx(ce + undecided), 2, rule).word == "undecided"
   second = rows("gloss", [1.0, -1.0, 0.5, 0.8, 1.2])
-  v = later.comparison_result(_idx(ce + second), 2, rule)
+  v = later.comparison_result(p, _idx(ce + second), 2, rule)
   assert v.look == 2 and v.n == 5 and v.word == "inconclusive"
 
 
@@ -111,35 +113,35 @@ def test_the_claims_table_shows_a_decided_later_claim():
                        ("kd", {}))]
   for r in rows:
     r["sweep"] = S2
-  ctx = report.context({S2: rows})
+  ctx = report.context(p, {S2: rows})
   claims = report.claims_table(ctx)
-  cells = next(line for line in claims.splitlines() if line.startswith(f"| {P.CLAIMS['exits']}"))
+  cells = next(line for line in claims.splitlines() if line.startswith(f"| {p.claims['exits']}"))
   assert "SST-2 vs JT shallow − deep +" in cells and "| holds 1 |" in cells
 
 
 def test_an_undecided_later_rule_releases_its_second_look():
   """R52 undecided at seeds 0-2: seeds 3-4 of both methods are released; a decided one
   releases nothing more."""
-  from scripts import stages  # pylint: disable=import-outside-toplevel
-  st = stages.TaskState("r52", lr="5e-5", epochs=3)
+  from acl_jax.study import planner  # pylint: disable=import-outside-toplevel
+  st = planner.TaskState("r52", lr="5e-5", epochs=3)
   def rows(method, offsets):
     return [{"run": later.run_name("r52", method, s), "task": "r52", "method": method,
              "seed": s, "latest": {"test": {"accuracy": (90 + o) / 100}}}
             for s, o in enumerate(offsets)]
   ce = rows("ce", [0.0, 0.0, 0.0])
-  runs = stages.second_look_runs(2, "r52", st, _idx(ce + rows("gloss", [1.0, -1.0, 0.5])))
+  runs = planner.second_look_runs(p, 2, "r52", st, _idx(ce + rows("gloss", [1.0, -1.0, 0.5])))
   assert sorted(r.name for r in runs) == [
       "task=r52,method=ce,seed=3", "task=r52,method=ce,seed=4",
       "task=r52,method=gloss,seed=3", "task=r52,method=gloss,seed=4"]
-  assert not stages.second_look_runs(2, "r52", st, _idx(ce + rows("gloss", [1.0, 1.1, 0.9])))
+  assert not planner.second_look_runs(p, 2, "r52", st, _idx(ce + rows("gloss", [1.0, 1.1, 0.9])))
   # the gamma_keep rule's second look trains 0.5 only: 0.7 is the preset, stage 1's
-  rule = P.STAGE2_RULES[2]
-  mr = stages.TaskState("mr", lr="5e-5", epochs=3)
+  rule = p.rules[2][2]
+  mr = planner.TaskState("mr", lr="5e-5", epochs=3)
   flat = _grid_rows("mr", "gloss", "loss.gamma_keep", rule.values,
                     lambda v, s: 82 + (-4.5, 2.5, -7.0)[s] * float(v),
                     metric="accuracy")
-  assert later.stable_result(_idx(flat), 2, rule)[1][0] == "undecided"
-  runs = stages.second_look_runs(2, "mr", mr, _idx(flat))
+  assert later.stable_result(p, _idx(flat), 2, rule)[1][0] == "undecided"
+  runs = planner.second_look_runs(p, 2, "mr", mr, _idx(flat))
   assert sorted(r.name for r in runs) == ["task=mr,method=gloss,loss.gamma_keep=0.5,seed=3",
                                           "task=mr,method=gloss,loss.gamma_keep=0.5,seed=4"]
 
@@ -153,13 +155,13 @@ def test_the_rarest_class_is_reported_and_a_collapse_is_noted():
                                  "per_class_support": {"acq": 696, "grain": 10}}}}
             for s in SEEDS]
   rs = {S1: rows("ce", 0.8) + rows("gloss", 0.3)}
-  table = classes.table(rs, report.LABELS)
+  table = classes.table(p, rs, p.labels)
   assert "| R8 | CE | 97.00 ± 0.00 (n=3) | 90.00 ± 0.00 (n=3) | 80.00 ± 0.00 (n=3) (grain; " \
          "support 10) |" in table
-  assert classes.note(rs, "r8", "gloss") == " (lowest class recall 30.0, CE's 80.0)"
-  assert classes.note({S1: rows("ce", 0.8) + rows("gloss", 0.75)}, "r8", "gloss") == ""
+  assert classes.note(p, rs, "r8", "gloss") == " (lowest class recall 30.0, CE's 80.0)"
+  assert classes.note(p, {S1: rows("ce", 0.8) + rows("gloss", 0.75)}, "r8", "gloss") == ""
   old = {S1: [dict(r, latest={"test": {"accuracy": 0.97}}) for r in rows("ce", 0.8)]}
-  assert "not recorded (3 of 3 runs)" in classes.table(old, report.LABELS)
+  assert "not recorded (3 of 3 runs)" in classes.table(p, old, p.labels)
 
 
 def test_a_rerun_is_set_beside_its_original():
@@ -172,7 +174,7 @@ def test_a_rerun_is_set_beside_its_original():
                train={"params_sha256": "2" * 16})
   for rerun, want in ((same, ["30.0000", "3 of 3", "yes"]),
                       (moved, ["31.0000", "2 of 3", "no (`11111111` / `22222222`)"])):
-    text = report.reruns_table(report.context({S1: [old], "rerun_head": [rerun]}))
+    text = report.reruns_table(report.context(p, {S1: [old], "rerun_head": [rerun]}))
     cells = [c.strip() for c in text.splitlines()[2].strip("|").split("|")]
     assert cells[1:3] == ["`aaaaaaa` on CPU A", "`bbbbbbb` on CPU B"]
     assert [cells[3]] + cells[4:] == ["30.0000"] + want
@@ -183,19 +185,19 @@ def test_stage2_detail_tables_render_the_rules():
   rows = [_multi_exit_row(m, s, g) for s in SEEDS
           for m, g in (("acl_cl", {k: v + 0.05 * s for k, v in SHALLOW.items()}), ("jt", {}),
                        ("kd", {}))]
-  text = later_tables.exits_table(_idx(rows), RULE, report.LABELS)
+  text = later_tables.exits_table(p, _idx(rows), RULE, p.labels)
   assert text.count("| holds |") == 0 and text.count(" holds |") == 2 and "exit 6" in text
-  assert later_tables.exits_table(_idx(rows[:-1]), RULE, report.LABELS) == \
+  assert later_tables.exits_table(p, _idx(rows[:-1]), RULE, p.labels) == \
       "*pending*: 8 of 9 first-look runs recorded.\n"
-  rule = P.STAGE2_RULES[1]
+  rule = p.rules[2][1]
   noise = (0.0, 0.3, -0.2)
   acl = _grid_rows("mrpc", "acl", "loss.lam", rule.values, lambda v, s: 87 + noise[s])
   scl = _grid_rows("mrpc", "scl", "loss.lam", rule.values,
                    lambda v, s: 80 + 10 * float(v) + noise[s] + 0.1 * s)
-  text = later_tables.range_table(_idx(acl + scl), rule, report.LABELS)
+  text = later_tables.range_table(p, _idx(acl + scl), rule, p.labels)
   assert "The claim: **holds**." in text and "| CE+SCL | 81.13 ± 0.23 |" in text
-  gamma = P.STAGE2_RULES[2]
+  gamma = p.rules[2][2]
   flat = _grid_rows("mr", "gloss", "loss.gamma_keep", ("0.3", "0.5", "0.7", "0.9"),
                     lambda v, s: 82 + 0.1 * s + 0.05 * float(v), metric="accuracy")
-  text = later_tables.stable_table(_idx(flat), gamma, report.LABELS, ("0.3", "0.5", "0.9"))
+  text = later_tables.stable_table(p, _idx(flat), gamma, p.labels, ("0.3", "0.5", "0.9"))
   assert "**stable**" in text and "| 0.7 (preset) |" in text and "| 0.3 |" in text

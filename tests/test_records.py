@@ -10,12 +10,18 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from acl_jax.study import planner, protocol as proto
 from scripts import report
+from studies.papers import MULTI_EXIT_EXTRA, PAPERS as p
 from tests import helpers
 
-records, stages, P = report.records, report.stages, report.P
+records = report.records
 RESULTS = os.path.join(helpers.REPO, "RESULTS.md")
-S1 = P.STAGE_SWEEP[1]
+S1 = p.stage_record[1]
+
+
+def _pilot(row):
+  return report.pilot_score(p, row)
 
 
 def test_committed_reports_are_what_the_committed_records_give():
@@ -26,9 +32,9 @@ def test_committed_reports_are_what_the_committed_records_give():
   assert sorted(blocks) == sorted(report.TABLES), "a table is missing, or rendered twice"
   rs = records.read_all()
   for path, text in texts.items():
-    _, changed = report.render(text, rs)
+    _, changed = report.render(p, text, rs)
     assert not changed, f"{path}: tables differ from the records: {changed}"
-  assert open(report.PILOTS_MD).read() == report.pilots_md(rs), (
+  assert open(report.PILOTS_MD).read() == report.pilots_md(p, rs), (
       "results/PILOTS.md differs from the records")
 
 
@@ -55,30 +61,30 @@ def test_committed_records_are_whole():
 def test_protocol_prose_states_the_protocol():
   """RESULTS.md's protocol section says in words what scripts/sweeps.py fixes as data."""
   text = " ".join(open(RESULTS).read().split())
-  for lr in (*P.LR_GRID, P.LR_HIGH):
+  for lr in (*p.lr_grid, p.lr_high):
     assert lr in text
-  assert f"within {P.LR_TIE:g} points ({P.LR_TIE * 2:g} MCC point)" in text
-  assert f"more than {P.BUDGET_GAIN:g} points ({P.BUDGET_GAIN * 2:g} MCC points)" in text
-  for task, score in P.ANCHORS.items():
-    assert f"{P.TASKS[task].label} {score:g}" in text
-  assert f"**{100 * P.DECIDE_LEVEL:g}%**" in text and f"**{100 * P.DESCRIBE_LEVEL:g}%**" in text
-  seeds = P.LOOK_SEEDS
+  assert f"within {p.lr_tie:g} points ({p.lr_tie * 2:g} MCC point)" in text
+  assert f"more than {p.budget_gain:g} points ({p.budget_gain * 2:g} MCC points)" in text
+  for task, score in p.anchors.items():
+    assert f"{p.tasks[task].label} {score:g}" in text
+  assert f"**{100 * p.decide_level:g}%**" in text and f"**{100 * p.describe_level:g}%**" in text
+  seeds = p.look_seeds
   assert f"Seeds {seeds[0][0]}-{seeds[0][-1]} first" in text
   assert f"adds seeds {seeds[1][0]} and {seeds[1][1]}" in text
   assert f"{len(seeds[0]) + len(seeds[1])} seeds at most" in text
   margins = re.search(r"above minus the margin \((.*?)\)", text).group(1)
-  for c in P.STAGE1:  # each label's margin is the first number standing alone after it
-    task = P.TASKS[c.task]
+  for c in p.comparisons:  # each label's margin is the first number standing alone after it
+    task = p.tasks[c.task]
     m = re.search(fr"\b{re.escape(task.label)}\b.*?(?<= )(\d+(?:\.\d+)?)(?=[ ,]|$)", margins)
     assert m and float(m.group(1)) == task.margin, task.label
 
 
 # ---- synthetic records --------------------------------------------------------------------
 
-def _row(run: stages.Run, value: float, **extra) -> dict:
+def _row(run: planner.Run, value: float, **extra) -> dict:
   """A recorded row of a planned run scoring `value` points (dev and the scored split)."""
   settings = dict(run.settings)
-  t = P.TASKS[run.task]
+  t = p.tasks[run.task]
   scores = {t.metric: value / 100}
   # What the protocol must not score: an earlier epoch's dev and the best-dev checkpoint
   # (`final`), each off the final weights' value by an amount that varies with method and
@@ -129,17 +135,17 @@ EXPECTED = {
     ("mr", "gloss", "ce"): ("beats", 1), ("r8", "gloss", "ce"): ("inconclusive", 2)}
 
 
-def _lr_of(run: stages.Run) -> str:
+def _lr_of(run: planner.Run) -> str:
   named = dict(run.settings).get("optim.lr")
   return named or next(s.split("=")[1] for s in run.sets if s.startswith("optim.lr="))
 
 
-def _value(run: stages.Run, offsets=OFFSETS) -> float:
+def _value(run: planner.Run, offsets=OFFSETS) -> float:
   seed = int(dict(run.settings)["seed"])
-  if run.sweep == P.LR:
+  if run.sweep == p.lr_record:
     return LR_SCORES[run.task][_lr_of(run)]
   base = LR_SCORES[run.task].get(_lr_of(run), 0.0)
-  if run.sweep == P.BUDGET:
+  if run.sweep == p.budget_record:
     return base + DOUBLING.get(run.task, 0.5)
   ce = max(LR_SCORES[run.task].values()) + 0.3 * seed
   off = offsets.get((run.task, run.method), [0.0] * 5)
@@ -151,19 +157,19 @@ def _complete(value=_value, withhold=lambda run: False) -> dict[str, list[dict]]
   rs = {}
   while True:
     have = {(s, r["run"]) for s, rows in rs.items() for r in rows}
-    new = [r for r in stages.decisions(rs).ready if not withhold(r)
+    new = [r for r in planner.decisions(p, rs).ready if not withhold(r)
            and (r.sweep, r.name) not in have]
     if not new:
       return rs
     for run in dict.fromkeys(new):
       reused = run.sweep == S1 and run.method == "ce" and dict(run.settings)["seed"] == "0"
       rs.setdefault(run.sweep, []).append(
-          _row(run, value(run), **({"reused_from": P.LR} if reused else {})))
+          _row(run, value(run), **({"reused_from": p.lr_record} if reused else {})))
 
 
 def _rte_grad_second_look(run):
   return (run.task, run.method) in (("rte", "scl_grad"), ("rte", "scl")) and int(
-      dict(run.settings)["seed"]) >= P.LOOK_SEEDS[1][0]
+      dict(run.settings)["seed"]) >= p.look_seeds[1][0]
 
 
 @pytest.fixture(scope="module")
@@ -177,17 +183,17 @@ def _cells(tbl: str) -> list[list[str]]:
 
 
 def test_verdicts_of_a_complete_stage1(complete):
-  ctx = report.context(complete)
+  ctx = report.context(p, complete)
   got = {(c.task, c.method, c.baseline): (v.word, v.look) for c, v in ctx.d.verdicts.items()}
   assert got == EXPECTED
   rows = {(r[0], r[1]): r for r in _cells(report.stage1_table(ctx))}
-  assert len(rows) == len(P.STAGE1)
+  assert len(rows) == len(p.comparisons)
   rte = rows[("RTE", "ACL (Embed+Grad) − CE")]
   assert rte[2] == "lower end > -2" and rte[3] == "3" and rte[4] == "+1.10"
   d = [1.0, 1.2, 1.1]
-  half = stats.t.ppf(0.5 + P.DECIDE_LEVEL / 2, 2) * np.std(d, ddof=1) / math.sqrt(3)
+  half = stats.t.ppf(0.5 + p.decide_level / 2, 2) * np.std(d, ddof=1) / math.sqrt(3)
   assert rte[5] == f"[{1.1 - half:+.2f}, {1.1 + half:+.2f}]" and rte[7:10] == ["3/3", "1", "beats"]
-  mde = (stats.t.ppf(0.5 + P.DECIDE_LEVEL / 2, 2) + stats.t.ppf(P.POWER, 2)) * np.std(
+  mde = (stats.t.ppf(0.5 + p.decide_level / 2, 2) + stats.t.ppf(p.power, 2)) * np.std(
       d, ddof=1) / math.sqrt(3)
   assert rte[10] == f"{mde:.2f}"
   grad = rows[("RTE", "CE+SCL+Grad − CE+SCL")]
@@ -197,29 +203,29 @@ def test_verdicts_of_a_complete_stage1(complete):
   assert sst[3] == "5" and sst[8] == "2" and sst[9] == f"inconclusive: any effect lies in {sst[5]}"
   assert rows[("CoLA", "ACL (Embed+Grad) − CE+SCL")][9] == "worse"
   claims = report.claims_table(ctx)
-  acl = next(r for r in _cells(claims) if r[0] == P.CLAIMS["acl"])
+  acl = next(r for r in _cells(claims) if r[0] == p.claims["acl"])
   assert acl[2].startswith("RTE vs CE +1.10 [") and "(3/3) beats; RTE vs CE+SCL" in acl[2]
   assert acl[3] == "beats 3, matches or beats 3, within the margin, lower 1, worse 1"
   assert acl[4] == ("RTE 3 epochs, lr 5e-5; MRPC 3 epochs, lr 2e-5; CoLA 3 epochs, lr 1e-4; "
                     "SST-2 2 epochs, lr 5e-5")
-  gloss = next(r for r in _cells(claims) if r[0] == P.CLAIMS["gloss"])
+  gloss = next(r for r in _cells(claims) if r[0] == p.claims["gloss"])
   assert "R52 pending: stage 2 (0 of 6 runs recorded)" in gloss[2]
   assert "20NG pending: stage 3 (0 of 6 runs recorded)" in gloss[2]
-  exits = next(r for r in _cells(claims) if r[0] == P.CLAIMS["exits"])
+  exits = next(r for r in _cells(claims) if r[0] == p.claims["exits"])
   assert exits[1:4] == ["largest gains at shallow exits",
                         "pending: stage 2 (0 of 9 runs recorded)", "pending: stage 2"]
   # a recorded stage-2 run moves the count: the cell is read from the records
   st = ctx.d.tasks["sst2"]
-  run = stages.method_run(P.STAGE_SWEEP[2], st, "jt", 0, P.MULTI_EXIT_EXTRA)
-  more = dict(complete, **{P.STAGE_SWEEP[2]: [_row(run, 90.0)]})
-  exits = next(r for r in _cells(report.claims_table(report.context(more)))
-               if r[0] == P.CLAIMS["exits"])
+  run = planner.method_run(p, p.stage_record[2], st, "jt", 0, MULTI_EXIT_EXTRA)
+  more = dict(complete, **{p.stage_record[2]: [_row(run, 90.0)]})
+  exits = next(r for r in _cells(report.claims_table(report.context(p, more)))
+               if r[0] == p.claims["exits"])
   assert exits[2] == "pending: stage 2 (1 of 9 runs recorded)"
   assert "not testable here" in claims and "see BENCHMARKS.md" in claims
 
 
 def test_lr_budget_anchor_and_score_tables(complete):
-  ctx = report.context(complete)
+  ctx = report.context(p, complete)
   lr = {r[0]: r for r in _cells(report.lr_table(ctx))}
   assert lr["RTE"][1:] == ["69.00", "69.30", "—", "5e-5", "tie (within 0.5): 5e-5"]
   assert lr["MRPC"][4:] == ["2e-5", "2e-5 better by 1.50"]
@@ -240,37 +246,38 @@ def test_lr_budget_anchor_and_score_tables(complete):
   assert scores["ACL (Embed+Grad)"][0] == "70.70 ± 0.36 (n=3)"
   assert scores["CE+G-Loss (sigma fixed)"][:3] == ["", "", ""]  # no G-Loss arm on RTE-CoLA
   gate = {tuple(r[:4]): r[4:] for r in _cells(report.gate_table(ctx))}
-  assert gate["RTE", "ACL (Embed+Grad)", "encoder", f"`{P.GATE}`"] == ["0", "50.0%"]
+  assert gate["RTE", "ACL (Embed+Grad)", "encoder", f"`{p.gate_record}`"] == ["0", "50.0%"]
   cola = [r for r in complete[S1] if (r["task"], r["method"]) == ("cola", "scl_grad")]
   seeds, fracs = gate["CoLA", "CE+SCL+Grad", "all", f"`{S1}`"]
   assert seeds == ", ".join(str(r["seed"]) for r in sorted(cola, key=lambda r: r["seed"]))
   assert fracs == ", ".join(["99.5%"] * len(cola))
   assert sum(len(s.split(", ")) for s, _ in gate.values()) == len(
-      [r for r in complete[S1] if r["method"] in report.GATED]) + len(P.GATE_DIAGNOSTIC)
+      [r for r in complete[S1] if r["method"] in report.GATED]) + len(p.diagnostics)
 
 
 def test_mr_anchor_reads_agreement_and_equivalence():
   def rows(ours, ref):
     return [{"seed": s, "framework": f, "task": "mr", "latest": {"test": {"accuracy": v / 100}}}
             for f, vs in (("jax", ours), ("torch", ref)) for s, v in enumerate(vs)]
-  near = _cells(report.mr_anchor(rows([82.0, 82.2, 82.1], [82.1, 82.2, 82.0])))[0]
+  near = _cells(report.mr_anchor(p, rows([82.0, 82.2, 82.1], [82.1, 82.2, 82.0])))[0]
   # the registered rule (equivalence within ±1) leads; containing 0 is description
   assert near[4] == "-0.10, +0.00, +0.10" and near[6] == "equivalent within ±1; " \
       "no difference detected (the interval contains 0)"
-  wide = _cells(report.mr_anchor(rows([82.0, 83.0, 81.0], [82.5, 82.0, 82.0])))[0]
+  wide = _cells(report.mr_anchor(p, rows([82.0, 83.0, 81.0], [82.5, 82.0, 82.0])))[0]
   assert wide[6].startswith("not shown equivalent within ±1") and "contains 0" in wide[6]
-  off = _cells(report.mr_anchor(rows([80.0, 80.1, 80.2], [82.0, 82.2, 82.1])))[0]
+  off = _cells(report.mr_anchor(p, rows([80.0, 80.1, 80.2], [82.0, 82.2, 82.1])))[0]
   assert off[6].endswith("differ (the interval excludes 0)")
-  assert report.mr_anchor([]).startswith("*pending*: ")
+  assert report.mr_anchor(p, []).startswith("*pending*: ")
 
 
 def test_stage_hours_count_a_reused_run_once(complete):
-  ctx = report.context(complete)
-  own = [r for name in (P.LR, P.BUDGET, P.GATE, S1) for r in complete.get(name, [])
+  ctx = report.context(p, complete)
+  own = [r for name in (p.lr_record, p.budget_record, p.gate_record, S1)
+         for r in complete.get(name, [])
          if not r.get("reused_from")]
   stage = {r[0]: r for r in _cells(report.stage_hours_table(ctx))}
   assert stage["1"][1] == str(len(own)) and len(own) < sum(
-      len(complete.get(n, [])) for n in (P.LR, P.BUDGET, P.GATE, S1))
+      len(complete.get(n, [])) for n in (p.lr_record, p.budget_record, p.gate_record, S1))
   assert stage["1"][2] == f"{sum(r['seconds'] for r in own) / 3600:.1f}"
   assert stage["1"][4] == "Test CPU, 2 cores" and stage["2"][1:3] == ["0", "0.0"]
   assert re.fullmatch(r"\d+ runs, [\d.]+ h \(first looks\); \d+ runs, [\d.]+ h \(every second "
@@ -278,44 +285,44 @@ def test_stage_hours_count_a_reused_run_once(complete):
 
 
 def test_pending_text_where_records_are_missing(complete):
-  empty = report.context({})
+  empty = report.context(p, {})
   for name in ("lr", "budget", "stage1", "stage1_scores", "gate"):
     text = report.TABLES[name](empty)
     assert text.startswith("*pending*: ") and text.count("\n") == 1, name
     assert "Awaited: RTE, MRPC, CoLA, SST-2, MR, R8: the lr grid." in text, name
   assert "(0 of 6 runs recorded)" in report.claims_table(empty)
   deviations = _cells(report.deviations_table(empty))
-  assert len(deviations) == len(P.DEVIATIONS) > 0
-  for (what, why), row in zip(P.DEVIATIONS, deviations):
+  assert len(deviations) == len(p.deviations) > 0
+  for (what, why), row in zip(p.deviations, deviations):
     assert row == [what, why]  # in the protocol's order, each with its reason
   partial = {k: [r for r in v if not (r["task"] == "r8" and r["method"] == "gloss")]
              for k, v in complete.items()}
-  ctx = report.context(partial)
+  ctx = report.context(p, partial)
   assert "R8 pending (3 of 6 runs recorded)" in report.claims_table(ctx)
   r8 = next(r for r in _cells(report.stage1_table(ctx)) if r[0] == "R8")
   assert r8[9] == "pending (3 of 6 runs recorded)"
-  early = {P.LR: [r for r in complete[P.LR] if r["task"] == "rte"]}
-  text = report.budget_table(report.context(early))
+  early = {p.lr_record: [r for r in complete[p.lr_record] if r["task"] == "rte"]}
+  text = report.budget_table(report.context(p, early))
   assert text.startswith("*pending*: no budget-check run") and "RTE: the budget check" in text
 
 
 def test_results_stay_under_30kb_when_stage1_is_complete():
   """Every comparison at its second look: the most rows stage 1 can record."""
   sign = {"scl": 1, "acl": -1, "scl_grad": 2, "gloss": -2}
-  noisy = {(t, m): [f * x for x in (3.0, -3.0, 2.0, -2.0, 1.0)] for t in P.TASKS
+  noisy = {(t, m): [f * x for x in (3.0, -3.0, 2.0, -2.0, 1.0)] for t in p.tasks
            for m, f in sign.items()}
   rs = _complete(lambda run: _value(run, noisy))
-  d = stages.decisions(rs)
+  d = planner.decisions(p, rs)
   assert d.verdicts and all(v.look == 2 for v in d.verdicts.values())
   rs.update({k: v for k, v in records.read_all().items()  # the committed pilots, anchors,
              if k not in rs})                                # gate angles and the rest
-  text, changed = report.render(open(RESULTS).read(), rs)
-  _, detail = report.render(open(report.REPORTS[1]).read(), rs)
+  text, changed = report.render(p, open(RESULTS).read(), rs)
+  _, detail = report.render(p, open(report.REPORTS[1]).read(), rs)
   assert set(changed) >= {"stage1", "stage1_scores"} and "gate" in detail
   assert len(text.encode()) < 30 * 1024, len(text.encode())
 
 
-def _later_row(run: stages.Run, value: float) -> dict:
+def _later_row(run: planner.Run, value: float) -> dict:
   """A stage-2/3 row: multi-exit runs with per-exit scores and an early-exit curve."""
   row = _row(run, value)
   if run.early_exit:
@@ -333,7 +340,7 @@ def _complete_all(value) -> dict[str, list[dict]]:
   rs = _complete(value)
   for stage in (2, 3):
     while True:
-      ready, _ = stages.later_stage_ready(stage, rs)
+      ready, _ = planner.later_stage_ready(p, stage, rs)
       if not ready:
         break
       for run in ready:
@@ -345,16 +352,16 @@ def test_results_stay_under_30kb_when_every_stage_is_complete():
   """Every stage recorded, every comparison and rule at its second look."""
   def value(run):
     seed = int(dict(run.settings)["seed"])
-    if run.sweep in (P.LR, P.BUDGET) and run.task not in LR_SCORES:
+    if run.sweep in (p.lr_record, p.budget_record) and run.task not in LR_SCORES:
       return 90.0
     wobble = 3.0 * ((-1) ** seed) * (1 + seed % 3) * (0 if run.method == "ce" else 1)
     return (_value(run) if run.task in LR_SCORES else 90.0 + 0.3 * seed) + wobble
   rs = _complete_all(value)
-  assert rs.get(P.STAGE_SWEEP[3]), "stage 3 was not released"
+  assert rs.get(p.stage_record[3]), "stage 3 was not released"
   rs.update({k: v for k, v in records.read_all().items() if k not in rs})
-  text, changed = report.render(open(RESULTS).read(), rs)
+  text, changed = report.render(p, open(RESULTS).read(), rs)
   assert "claims" in changed and "pending: stage" not in text.split("## Protocol")[0]
-  others = next(line for line in text.splitlines() if line.startswith(f"| {P.CLAIMS['others']}"))
+  others = next(line for line in text.splitlines() if line.startswith(f"| {p.claims['others']}"))
   assert "RTE CE+ACL-Embed " in others and "MR CE+SCL " in others  # each names its method
   assert len(text.encode()) < 30 * 1024, len(text.encode())
 
@@ -373,14 +380,15 @@ def test_pilot_paired_differences_and_t_interval():
   ce = _pilot_rows("p", "mr", "ce", [80.0, 81.0, 82.0, 80.5, 81.5])
   good = _pilot_rows("p", "mr", "gloss", [80.6, 81.4, 82.7, 81.0, 82.1])
   mixed = _pilot_rows("p", "mr", "scl", [81.0, 80.0, 83.0, 80.5, 81.0])
-  d = report.paired_diffs(good, ce)
+  d = report.paired_diffs(good, ce, _pilot)
   np.testing.assert_allclose(d, [0.6, 0.4, 0.7, 0.5, 0.6], atol=1e-9)
   half = stats.t.ppf(0.975, 4) * np.std(d, ddof=1) / math.sqrt(5)
   assert report.fmt_paired(d) == f"+0.56 [{0.56 - half:+.2f}, {0.56 + half:+.2f}] (5/5)"
-  assert report.fmt_paired(report.paired_diffs(mixed, ce)).endswith("(2/5)")  # a tie: not ahead
+  # a tie: not ahead
+  assert report.fmt_paired(report.paired_diffs(mixed, ce, _pilot)).endswith("(2/5)")
   assert report.fmt_paired(d[:1]) == "+0.60 (1/1)"
   acl = _pilot_rows("p", "mr", "acl", [81.0, 82.0, 90.0, 1.0, 1.0])[:3]  # seed 2: no CE partner
-  assert report.paired_diffs(acl, ce[:2]) == pytest.approx([1.0, 1.0])
+  assert report.paired_diffs(acl, ce[:2], _pilot) == pytest.approx([1.0, 1.0])
   lam = _pilot_rows("p", "mr", "scl", [70.0], **{"loss.lam": "0.9"}) + _pilot_rows(
       "p", "mr", "scl", [75.0], **{"loss.lam": "0.1"})
   assert [r["overrides"] for r in report.select(lam, "mr", "scl", loss__lam="0.1")] == [
@@ -390,13 +398,13 @@ def test_pilot_paired_differences_and_t_interval():
 
 def test_pilots_report_labels_every_pilot():
   rs = records.read_all()
-  text = report.pilots_md(rs)
-  for name in P.PILOTS:
+  text = report.pilots_md(p, rs)
+  for name in p.pilots:
     assert f"`results/records/{name}.jsonl`" in text
   heads = re.findall(r"^## .*$", text, re.M)
-  assert len(heads) == len(P.PILOTS)
+  assert len(heads) == len(p.pilots)
   assert all(h.endswith("(short-budget pilot; decides nothing)") for h in heads)
-  for _, name, _, _ in report.figure_specs(rs):
+  for _, name, _, _ in report.figure_specs(p, rs):
     assert f"](figures/{name})" in text
     assert os.path.isfile(os.path.join(report.FIGURES, name)), name
 
@@ -412,8 +420,8 @@ def test_report_check_finds_stale_tables(tmp_path):
   assert "<!-- table: lr -->\n*pending*: no CE run of the lr grid" in doc.read_text()
   assert pilots.read_text().startswith("# Pilots")
   assert report.main(args + ["--check"]) == 0
-  run = stages.lr_run("rte", "2e-5")
-  (rec / f"{P.LR}.jsonl").write_text(json.dumps(_row(run, 60.0)) + "\n")
+  run = planner.lr_run(p, "rte", "2e-5")
+  (rec / f"{p.lr_record}.jsonl").write_text(json.dumps(_row(run, 60.0)) + "\n")
   assert report.main(args + ["--check"]) == 1
   assert report.main(args) == 0 and "| RTE | 60.00 | — |" in doc.read_text()
   doc.write_text("<!-- table: nosuch -->\n<!-- /table -->\n")
@@ -456,20 +464,21 @@ def test_row_from_a_run_folder(tmp_path):
 
 def test_glue_hf_anchor_pairs_a_torch_run_with_our_recorded_ce(complete):
   def hf(task, lr, epochs, value, framework="torch"):
-    return {"sweep": P.GLUE_HF_ANCHOR[0], "run": f"task={task},framework={framework}",
+    return {"sweep": p.glue_hf_anchor[0], "run": f"task={task},framework={framework}",
             "task": task, "framework": framework, "seed": 0,
             "method": "ce", "budget": {"lr": lr, "num_epochs": epochs},
-            "evals": [{"step": None, "dev": {P.TASKS[task].metric: value / 100}}]}
-  rs = {**complete, P.GLUE_HF_ANCHOR[0]: [
+            "evals": [{"step": None, "dev": {p.tasks[task].metric: value / 100}}]}
+  rs = {**complete, p.glue_hf_anchor[0]: [
       hf("cola", 1e-4, 3, 41.0),  # ours: the lr grid's CoLA run at 1e-4 (46.00)
       hf("sst2", 5e-5, 2, 92.0),  # ours: the budget check's SST-2 run at twice 1 epoch (94.00)
       hf("rte", 5e-5, 3, 60.0), hf("rte", 5e-5, 3, 61.5, "jax"),  # both sides benchmarked
       hf("mrpc", 1e-4, 3, 80.0)]}  # MRPC never ran CE at 1e-4: nothing to pair
-  rows = _cells(report.glue_hf_anchor(report.context(rs)))
+  rows = _cells(report.glue_hf_anchor(report.context(p, rs)))
   assert rows == [["RTE", "5e-5", "3", "0", "61.50", "60.00", "+1.50", "this benchmark"],
-                  ["CoLA", "1e-4", "3", "0", "46.00", "41.00", "+5.00", f"`{P.LR}` record"],
-                  ["SST-2", "5e-5", "2", "0", "94.00", "92.00", "+2.00", f"`{P.BUDGET}` record"]]
-  assert report.glue_hf_anchor(report.context(complete)).startswith("*pending*")
+                  ["CoLA", "1e-4", "3", "0", "46.00", "41.00", "+5.00", f"`{p.lr_record}` record"],
+                  ["SST-2", "5e-5", "2", "0", "94.00", "92.00", "+2.00",
+                   f"`{p.budget_record}` record"]]
+  assert report.glue_hf_anchor(report.context(p, complete)).startswith("*pending*")
 
 
 def test_gate_angles_table_reads_each_partition():
@@ -482,27 +491,27 @@ def test_gate_angles_table_reads_each_partition():
   row = {"sweep": report.GATE_ANGLES, "run": "task=rte,method=acl,seed=0", "task": "rte",
          "method": "acl", "seed": 0, "steps": steps,
          "budget": {"num_steps": 2, "batch_size": 32, "max_length": 128, "lr": 1e-4}}
-  ctx = report.context({report.GATE_ANGLES: [row]})
+  ctx = report.context(p, {report.GATE_ANGLES: [row]})
   got = _cells(report.gate_angles_table(ctx))
   assert got[0] == ["RTE", "ACL (Embed+Grad)", "CE vs ACL-Embed", "82.0° (0%)", "90.0° (50%)",
                     "71.0° (0%)", "45.0° (0%)", "CE 40%, ACL-Embed 30%"]
   assert got[1][:6] == ["RTE", "ACL (Embed+Grad)", "CE vs SCL", "90.0° (50%)", "93.0° (100%)",
                         "88.0° (0%)"]
   assert "2 steps, B32, L128, lr 0.0001, seed 0" in report.gate_angles_table(ctx)
-  assert report.gate_angles_table(report.context({})).startswith("*pending*")
+  assert report.gate_angles_table(report.context(p, {})).startswith("*pending*")
 
 
 def _low_mrpc(run):
   """MRPC 5 points lower everywhere: CE at 2e-5 (84.50) misses the published 88.9 by more
   than 1, and CE at 1e-4 (84.00) does not replace it."""
-  if run.sweep == P.LR and run.task == "mrpc" and _lr_of(run) == P.LR_HIGH:
+  if run.sweep == p.lr_record and run.task == "mrpc" and _lr_of(run) == p.lr_high:
     return 84.0
   return _value(run) - (5.0 if run.task == "mrpc" else 0.0)
 
 
 def test_a_task_that_misses_its_anchor_is_read_only_with_its_hf_run():
   rs = _complete(value=_low_mrpc, withhold=_rte_grad_second_look)
-  ctx = report.context(rs)
+  ctx = report.context(p, rs)
   assert set(ctx.d.withheld) == {"mrpc"}
   assert "CE at lr 2e-5 (84.50) misses the published 88.9 by more than 1" in (
       ctx.d.withheld["mrpc"])
@@ -510,14 +519,14 @@ def test_a_task_that_misses_its_anchor_is_read_only_with_its_hf_run():
   assert rows[("MRPC", "ACL (Embed+Grad) − CE")][9].startswith("withheld: CE at lr 2e-5")
   assert rows[("RTE", "ACL (Embed+Grad) − CE")][9] == "beats"
   assert "MRPC vs CE withheld: " in report.claims_table(ctx)
-  hf = {"sweep": P.GLUE_HF_ANCHOR[0], "run": "task=mrpc,framework=torch", "task": "mrpc",
+  hf = {"sweep": p.glue_hf_anchor[0], "run": "task=mrpc,framework=torch", "task": "mrpc",
         "framework": "torch", "seed": 0, "method": "ce",
-        "budget": {"lr": 2e-5, "num_epochs": P.TASKS["mrpc"].epochs},
+        "budget": {"lr": 2e-5, "num_epochs": p.tasks["mrpc"].epochs},
         "evals": [{"step": None, "dev": {"f1": 0.83}}]}
-  for wrong in ({"lr": 5e-5}, {"num_epochs": 2 * P.TASKS["mrpc"].epochs}):
+  for wrong in ({"lr": 5e-5}, {"num_epochs": 2 * p.tasks["mrpc"].epochs}):
     other = dict(hf, budget={**hf["budget"], **wrong})
-    assert "mrpc" in report.context({**rs, P.GLUE_HF_ANCHOR[0]: [other]}).d.withheld
-  ctx = report.context({**rs, P.GLUE_HF_ANCHOR[0]: [hf]})
+    assert "mrpc" in report.context(p, {**rs, p.glue_hf_anchor[0]: [other]}).d.withheld
+  ctx = report.context(p, {**rs, p.glue_hf_anchor[0]: [hf]})
   assert not ctx.d.withheld
   rows = {(r[0], r[1]): r for r in _cells(report.stage1_table(ctx))}
   assert rows[("MRPC", "ACL (Embed+Grad) − CE")][9] == "matches or beats"
@@ -529,7 +538,7 @@ def test_a_row_trained_at_another_lr_is_refused_not_paired(complete):
   rows[i]["budget"] = {**rows[i]["budget"], "lr": 2e-5}
   with pytest.raises(ValueError, match=r"task=rte,method=acl,seed=\d trained at lr 2e-05, 3 "
                      r"epochs, but rte's decisions are lr 5e-5, 3 epochs; move the row out"):
-    stages.decisions({**complete, S1: rows})
+    planner.decisions(p, {**complete, S1: rows})
 
 
 def test_a_float32_rounded_lr_is_the_same_rate(complete):
@@ -538,45 +547,47 @@ def test_a_float32_rounded_lr_is_the_same_rate(complete):
   lr32 = float(np.float32(5e-5))  # 4.999999873689376e-05: what a float32 config stores
   assert lr32 != 5e-5
   rows[i]["budget"] = {**rows[i]["budget"], "lr": lr32}
-  assert stages.decisions({**complete, S1: rows}).verdicts == stages.decisions(complete).verdicts
-  assert report._lr_name(lr32) == "5e-5" and report._lr_name(3e-5) is None
-  assert not P.same_lr(None, 5e-5) and not P.same_lr("2e-5", "5e-5")
+  assert (planner.decisions(p, {**complete, S1: rows}).verdicts
+          == planner.decisions(p, complete).verdicts)
+  assert report._lr_name(p, lr32) == "5e-5" and report._lr_name(p, 3e-5) is None
+  assert not proto.same_lr(None, 5e-5) and not proto.same_lr("2e-5", "5e-5")
 
 
 def test_later_stages_wait_on_the_stage_before():
   part = _complete(withhold=_rte_grad_second_look)  # RTE's second look still to train
-  left = len(stages.decisions(part).ready)
-  ready, waiting = stages.later_stage_ready(2, part)
+  left = len(planner.decisions(p, part).ready)
+  ready, waiting = planner.later_stage_ready(p, 2, part)
   assert left and not ready
   assert waiting == {t: f"stage 1 to finish ({left} runs ready there now, 0 tasks waiting on "
-                        "its gates)" for t in {a.task for a in P.STAGE2}}
-  ready, waiting = stages.later_stage_ready(3, part)  # stage 2 waits, so stage 3 does
-  n2 = len({a.task for a in P.STAGE2})
+                        "its gates)" for t in {a.task for a in p.arms[2]}}
+  ready, waiting = planner.later_stage_ready(p, 3, part)  # stage 2 waits, so stage 3 does
+  n2 = len({a.task for a in p.arms[2]})
   assert not ready and set(waiting.values()) == {
       f"stage 2 to finish (0 runs ready there now, {n2} tasks waiting on its gates)"}
-  assert set(waiting) == {a.task for a in P.STAGE3}
+  assert set(waiting) == {a.task for a in p.arms[3]}
 
 
 def test_later_stages_wait_on_each_tasks_lr_and_budget():
   complete = _complete()
-  assert not stages.decisions(complete).ready
-  ready, waiting = stages.later_stage_ready(2, complete)
+  assert not planner.decisions(p, complete).ready
+  ready, waiting = planner.later_stage_ready(p, 2, complete)
   r52 = [r for r in ready if r.task == "r52"]
   # R52 takes R8's rate (5e-5), then its own budget check, before any of its stage-2 runs
   assert [(r.sweep, r.name) for r in r52] == [
-      (P.LR, stages.lr_run("r52", "5e-5").name), (P.BUDGET, stages.budget_run("r52", "5e-5").name)]
+      (p.lr_record, planner.lr_run(p, "r52", "5e-5").name),
+      (p.budget_record, planner.budget_run(p, "r52", "5e-5").name)]
   assert waiting == {"r52": "the budget check"}
   assert {r.task for r in ready} == {"r52", "sst2", "mr", "rte", "mrpc", "cola"} & {
-      a.task for a in P.STAGE2}
+      a.task for a in p.arms[2]}
   sst2 = [r for r in ready if r.task == "sst2"]
   assert sst2 and all(r.epochs == 2 for r in sst2)  # SST-2 doubled in stage 1
-  gates = {P.LR: [_row(r52[0], 90.0)], P.BUDGET: [_row(r52[1], 90.5)]}
+  gates = {p.lr_record: [_row(r52[0], 90.0)], p.budget_record: [_row(r52[1], 90.5)]}
   rs = {k: complete.get(k, []) + gates.get(k, []) for k in {*complete, *gates}}
-  ready, waiting = stages.later_stage_ready(2, rs)
-  assert not waiting and {r.epochs for r in ready if r.task == "r52"} == {P.TASKS["r52"].epochs}
-  assert all(r.sweep == P.STAGE_SWEEP[2] for r in ready)
+  ready, waiting = planner.later_stage_ready(p, 2, rs)
+  assert not waiting and {r.epochs for r in ready if r.task == "r52"} == {p.tasks["r52"].epochs}
+  assert all(r.sweep == p.stage_record[2] for r in ready)
   # stage 3 waits on stage 2, R52's runs included
-  assert not stages.later_stage_ready(3, rs)[0]
+  assert not planner.later_stage_ready(p, 3, rs)[0]
 
 
 def test_every_read_task_that_misses_its_anchor_has_its_gap_explained():
@@ -584,12 +595,12 @@ def test_every_read_task_that_misses_its_anchor_has_its_gap_explained():
   withholds (its HF PyTorch run is recorded): a bullet under "Gaps explained so far"."""
   text = open(report.REPORTS[1]).read()
   gaps = text.split("**Gaps explained so far.**", 1)[1].split("\n## ", 1)[0]
-  d = stages.decisions(records.read_all())
+  d = planner.decisions(p, records.read_all())
   for task, st in d.tasks.items():
-    score = stages.picked_score(st)
-    if task in d.withheld or score is None or not P.misses_anchor(task, score):
+    score = planner.picked_score(p, st)
+    if task in d.withheld or score is None or not p.misses_anchor(task, score):
       continue
-    assert f"- *{P.TASKS[task].label}.* CE at the picked lr ({st.lr})" in gaps, task
+    assert f"- *{p.tasks[task].label}.* CE at the picked lr ({st.lr})" in gaps, task
 
 
 def test_glue_hf_anchor_rows_name_their_epochs(tmp_path):

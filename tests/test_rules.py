@@ -3,7 +3,8 @@ import math
 
 import pytest
 
-from scripts import rules, sweeps as P
+from acl_jax.study import protocol as proto, rules
+from studies.papers import PAPERS as p
 
 SHALLOW_GAIN = {1: 3.0, 2: 2.0, 3: 1.5, 4: 0.5, 5: 0.2, 6: 0.1}
 
@@ -20,14 +21,14 @@ def test_exit_contrast_is_shallow_gain_minus_deep_gain():
 
 
 def test_exit_claim_holds_fails_and_waits():
-  holds = rules.exit_verdict([1.9, 2.0, 2.1], 1)
-  fails = rules.exit_verdict([-1.9, -2.0, -2.1], 1)
-  open_ = rules.exit_verdict([2.0, -1.0, 0.5], 1)
+  holds = rules.exit_verdict(p, [1.9, 2.0, 2.1], 1)
+  fails = rules.exit_verdict(p, [-1.9, -2.0, -2.1], 1)
+  open_ = rules.exit_verdict(p, [2.0, -1.0, 0.5], 1)
   assert (holds.word, fails.word, open_.word) == ("beats", "worse", "undecided")
   assert rules.exit_claim([holds, holds]) == "holds"
   assert rules.exit_claim([holds, fails]) == "fails"
   assert rules.exit_claim([holds, open_]) == "undecided"
-  assert rules.exit_claim([rules.exit_verdict([2.0, -1.0, 0.5, 1.0, -0.5], 2)]) == \
+  assert rules.exit_claim([rules.exit_verdict(p, [2.0, -1.0, 0.5, 1.0, -0.5], 2)]) == \
       "inconclusive"
   assert rules.exit_claim([]) == "undecided"  # no baseline recorded yet
 
@@ -46,13 +47,14 @@ def test_score_at_layers_interpolates_and_refuses_outside():
 
 def test_spread_floor_is_tukeys_critical_difference():
   scores = [[80.0, 81.0, 82.0], [80.0, 81.0, 82.0], [86.0, 87.0, 88.0]]
-  s = rules.spread(scores)
+  s = rules.spread(scores, p.decide_level)
   # pooled sd 1 on 6 df, 3 means of 3 seeds: q(0.975; 3, 6) / sqrt(3)
   from scipy import stats
   assert s.floor == pytest.approx(stats.studentized_range.ppf(0.975, 3, 6) / math.sqrt(3))
   assert s.range == pytest.approx(6.0) and s.passes
   assert s.means == pytest.approx((81.0, 81.0, 87.0)) and s.n == 3
-  flat = rules.spread([[80.0, 81.0, 82.0], [80.5, 81.5, 82.5], [80.0, 81.0, 82.0]])
+  flat = rules.spread([[80.0, 81.0, 82.0], [80.5, 81.5, 82.5], [80.0, 81.0, 82.0]],
+                      p.decide_level)
   assert not flat.passes
 
 
@@ -60,28 +62,28 @@ def test_range_claim():
   noise = [0.0, 0.4, -0.3]
   robust = [[85 + e + 0.1 * v for e in noise] for v in range(5)]
   sensitive = [[85 + e + 2.0 * v + 0.2 * s for s, e in enumerate(noise)] for v in range(5)]
-  word, r, s, v = rules.range_claim(robust, sensitive, 1)
+  word, r, s, v = rules.range_claim(p, robust, sensitive, 1)
   assert (word, r.passes, s.passes, v.word) == ("holds", False, True, "beats")
   # The roles swapped: the "robust" method moves with the field, so the claim fails.
-  assert rules.range_claim(sensitive, robust, 1)[0] == "fails"
+  assert rules.range_claim(p, sensitive, robust, 1)[0] == "fails"
   # Both flat: neither shown, so it waits for the second look.
-  assert rules.range_claim(robust, robust, 1)[0] == "undecided"
-  assert rules.range_claim(robust, robust, 2)[0] == "inconclusive"
+  assert rules.range_claim(p, robust, robust, 1)[0] == "undecided"
+  assert rules.range_claim(p, robust, robust, 2)[0] == "inconclusive"
   # The paired difference is sensitive's seed range minus robust's (8 - 0.4 on every seed).
   assert v.mean == pytest.approx(7.6)
-  assert rules.range_claim(robust, robust, 1)[3].word == "undecided"  # the look's own verdict
+  assert rules.range_claim(p, robust, robust, 1)[3].word == "undecided"  # the look's own verdict
   # A robust method that moves with the field fails whatever the per-seed ranges say.
-  assert rules.range_claim(sensitive, sensitive, 1)[0] == "fails"
+  assert rules.range_claim(p, sensitive, sensitive, 1)[0] == "fails"
   # Flat seed means but wide per-seed ranges (seed effects that cancel in the means): robust
   # does not pass, yet its seed ranges exceed sensitive's on every seed, so the claim fails.
   a, b = (0, 2, -2, 1, -1), (2, -2, 0, -1, 1)
   wide = [[85 + a[v], 85 - a[v], 85 + b[v], 85 - b[v]] for v in range(5)]
   narrow = [[85 + 0.1 * v + 0.05 * s for s in range(4)] for v in range(5)]
-  word, r, _, v = rules.range_claim(wide, narrow, 1)
+  word, r, _, v = rules.range_claim(p, wide, narrow, 1)
   assert (word, r.passes, v.word) == ("fails", False, "worse")
   # Sensitive passes its floor, but its seed ranges are no wider than robust's: not shown.
   moving = [[85 + v + 0.3 * ((v * s) % 3) for s in range(4)] for v in range(5)]
-  word, r, s, v = rules.range_claim(wide, moving, 1)
+  word, r, s, v = rules.range_claim(p, wide, moving, 1)
   assert (word, r.passes, s.passes, v.word) == ("undecided", False, True, "undecided")
 
 
@@ -90,38 +92,38 @@ def test_seed_ranges():
 
 
 def test_stable_verdict_is_an_equivalence_test():
-  assert rules.stable_verdict([0.1, -0.1, 0.05], 1.0, 1)[0] == "stable"
-  assert rules.stable_verdict([3.0, 3.2, 2.9], 1.0, 1)[0] == "unstable"
-  assert rules.stable_verdict([-3.0, -3.2, -2.9], 1.0, 1)[0] == "unstable"
-  assert rules.stable_verdict([0.9, 0.95, 0.92], 1.0, 1)[0] == "undecided"
-  assert rules.stable_verdict([0.5, 1.5, 0.9, 1.2, 0.7], 1.0, 2)[0] == "inconclusive"
+  assert rules.stable_verdict(p, [0.1, -0.1, 0.05], 1.0, 1)[0] == "stable"
+  assert rules.stable_verdict(p, [3.0, 3.2, 2.9], 1.0, 1)[0] == "unstable"
+  assert rules.stable_verdict(p, [-3.0, -3.2, -2.9], 1.0, 1)[0] == "unstable"
+  assert rules.stable_verdict(p, [0.9, 0.95, 0.92], 1.0, 1)[0] == "undecided"
+  assert rules.stable_verdict(p, [0.5, 1.5, 0.9, 1.2, 0.7], 1.0, 2)[0] == "inconclusive"
   # The superiority verdict it reports is the look's own.
-  assert rules.stable_verdict([0.5, -0.5, 0.2], 1.0, 1)[1].word == "undecided"
+  assert rules.stable_verdict(p, [0.5, -0.5, 0.2], 1.0, 1)[1].word == "undecided"
   # Wholly below zero, its upper end inside -margin: neither stable nor shown unstable.
-  assert rules.stable_verdict([-2.0, -1.7, -2.3], 1.0, 1)[0] == "undecided"
+  assert rules.stable_verdict(p, [-2.0, -1.7, -2.3], 1.0, 1)[0] == "undecided"
   # Seeds that agree exactly give a zero-width interval: on either end of the margin it is
   # neither strictly inside nor strictly outside.
   for d in (1.0, -1.0):
-    assert rules.stable_verdict([d, d, d], 1.0, 1)[0] == "undecided"
+    assert rules.stable_verdict(p, [d, d, d], 1.0, 1)[0] == "undecided"
 
 
 def test_every_later_arm_method_has_a_rule_or_a_description():
   """Each stage-2/3 arm's methods are judged by a rule (or described, with its reason)."""
   judged = set()
-  for rule in P.STAGE2_RULES + P.STAGE3_RULES:
-    if isinstance(rule, P.Comparison):
+  for rule in p.rules[2] + p.rules[3]:
+    if isinstance(rule, proto.Comparison):
       judged |= {(rule.task, rule.method), (rule.task, rule.baseline)}
-    elif isinstance(rule, P.ExitRule):
+    elif isinstance(rule, proto.ExitRule):
       judged |= {(rule.task, m) for m in (rule.method,) + rule.baselines}
-    elif isinstance(rule, P.RangeRule):
+    elif isinstance(rule, proto.RangeRule):
       judged |= {(rule.task, rule.robust), (rule.task, rule.sensitive)}
     else:
       judged.add((rule.task, rule.method))
   described = {("mr", "gloss")}
-  for arm in P.STAGE2 + P.STAGE3:
+  for arm in p.arms[2] + p.arms[3]:
     for m in arm.methods:
       assert (arm.task, m) in judged | described, (arm.task, m)
-  assert all(r.claim in P.CLAIMS for r in P.STAGE2_RULES + P.STAGE3_RULES)
+  assert all(r.claim in p.claims for r in p.rules[2] + p.rules[3])
 
 
 def test_holm_step_down_and_the_p_of_a_verdict():
@@ -138,25 +140,25 @@ def test_holm_step_down_and_the_p_of_a_verdict():
   assert holm.summary(tests).startswith("Of 3 decided verdicts among 4 registered comparisons, "
                                         "3 survive")
   from scipy import stats
-  v = P.verdict([1.0, 1.2, 0.8], "superior", 0.0, 1)  # mean 1, sd 0.2
+  v = p.verdict([1.0, 1.2, 0.8], "superior", 0.0, 1)  # mean 1, sd 0.2
   t = 1.0 / (0.2 / math.sqrt(3))
   assert holm.p_of(v, "superior", 0.0) == pytest.approx(stats.t.sf(t, 2), rel=1e-6)
-  w = P.verdict([-0.2, 0.0, 0.2], "noninferior", 1.0, 1)  # matches or beats: above -1
+  w = p.verdict([-0.2, 0.0, 0.2], "noninferior", 1.0, 1)  # matches or beats: above -1
   assert holm.p_of(w, "noninferior", 1.0) == pytest.approx(
       stats.t.sf(1.0 / (0.2 / math.sqrt(3)), 2), rel=1e-6)
-  assert holm.p_of(P.verdict([-1.0, 1.0, 0.0], "superior", 0.0, 2), "superior", 0.0) == 1.0
+  assert holm.p_of(p.verdict([-1.0, 1.0, 0.0], "superior", 0.0, 2), "superior", 0.0) == 1.0
   # "worse" under non-inferiority: below minus the margin.
-  x = P.verdict([-3.0, -3.2, -2.8], "noninferior", 1.0, 1)  # mean -3, sd 0.2
+  x = p.verdict([-3.0, -3.2, -2.8], "noninferior", 1.0, 1)  # mean -3, sd 0.2
   assert x.word == "worse" and holm.p_of(x, "noninferior", 1.0) == pytest.approx(
       stats.t.cdf(-2.0 / (0.2 / math.sqrt(3)), 2), rel=1e-6)
   # Seeds that agree exactly (zero standard error): p is 0 strictly past the bound, else 1.
-  same = P.verdict([1.0, 1.0, 1.0], "superior", 0.0, 1)
+  same = p.verdict([1.0, 1.0, 1.0], "superior", 0.0, 1)
   assert (holm.p_above(same, 0.0), holm.p_above(same, 1.0)) == (0.0, 1.0)
   assert (holm.p_below(same, 2.0), holm.p_below(same, 1.0)) == (0.0, 1.0)
   assert holm.table([]) == holm.summary([]) == "*pending*: no registered comparison is decided.\n"
   assert holm.summary([holm.Test("d", "inconclusive", 1.0)]).endswith(": none.\n")
   # "within the margin, lower" asserts non-inferiority: above minus the margin.
-  y = P.verdict([-1.0, -1.1, -0.9], "noninferior", 2.0, 1)  # mean -1, sd 0.1
+  y = p.verdict([-1.0, -1.1, -0.9], "noninferior", 2.0, 1)  # mean -1, sd 0.1
   assert y.word == "within the margin, lower" and holm.p_of(y, "noninferior", 2.0) == \
       pytest.approx(stats.t.sf(1.0 / (0.1 / math.sqrt(3)), 2), rel=1e-6)
   # Holm's bound is inclusive: p = alpha / m survives.

@@ -1,4 +1,5 @@
 """Sweep runner: planning, naming, skipping finished runs, aggregation over seeds."""
+import dataclasses
 import json
 import math
 import os
@@ -7,13 +8,15 @@ import socket
 import numpy as np
 import pytest
 
+from acl_jax.study import protocol as proto
 from scripts import sweep
+from studies.papers import PAPERS
 
 
 def _args(tmp_path, **kw):
   a = dict(root=str(tmp_path), config="configs/glue.py:rte", methods="ce,acl", grid=None,
            set=["task.data_dir=../shared/data/glue"], seeds="0,1", splits="", dry_run=True,
-           keep_going=False, aggregate_only=False, extra=[], record="")
+           keep_going=False, aggregate_only=False, extra=[], record="", study=PAPERS)
   a.update(kw)
   return type("A", (), a)()
 
@@ -245,8 +248,8 @@ def test_a_finished_unrecorded_run_is_recorded_not_retrained(tmp_path, monkeypat
 
 
 def test_protocol_rules():
-  """The lr pick, anchor, budget and verdict rules of scripts/sweeps.py, at their edges."""
-  p = sweep.sweep_specs
+  """The lr pick, anchor, budget and verdict rules of the project's protocol, at their edges."""
+  p = PAPERS
   assert p.pick_lr({"2e-5": 60.0, "5e-5": 59.6}) == "5e-5"  # within 0.5 points: 5e-5
   assert p.pick_lr({"2e-5": 60.0, "5e-5": 59.4}) == "2e-5"
   assert p.pick_lr({"2e-5": 30.0, "5e-5": 29.2}, unit=2.0) == "5e-5"  # MCC: 1 point
@@ -278,7 +281,7 @@ def test_protocol_rules():
   # wholly below zero, reaching past the margin: waits at look 1, then is named lower
   assert p.verdict([-1.0, -3.0, -0.5], "noninferior", 1.0, 1).word == "undecided"
   lower = [-1.5, -2.5, -1.2, -2.0, -1.8]  # 97.5%: [-2.58, -1.02]
-  assert p.verdict(lower, "noninferior", 2.0, 2).word == p.LOWER_NOT_SHOWN
+  assert p.verdict(lower, "noninferior", 2.0, 2).word == proto.LOWER_NOT_SHOWN
   assert p.verdict(lower, "noninferior", 2.0, 1).word == "undecided"
   assert p.verdict(lower, "noninferior", 3.0, 2).word == "within the margin, lower"
   assert p.verdict(lower, "superior", 2.0, 2).word == "worse"
@@ -290,8 +293,8 @@ def test_protocol_rules():
   assert p.verdict([-1.0] * 3, "noninferior", 1.0, 1).word == "undecided"
   assert p.verdict([0.0] * 3, "noninferior", 1.0, 1).word == "matches or beats"
   # One seed decides nothing; two already give a t-interval (t(0.975, 1) = 12.706).
-  assert p.interval([1.0], 0.95) == (1.0, -math.inf, math.inf)
-  assert p.interval([1.0, 2.0], 0.95) == pytest.approx((1.5, 1.5 - 6.3531, 1.5 + 6.3531),
+  assert proto.interval([1.0], 0.95) == (1.0, -math.inf, math.inf)
+  assert proto.interval([1.0, 2.0], 0.95) == pytest.approx((1.5, 1.5 - 6.3531, 1.5 + 6.3531),
                                                        abs=1e-3)
   # The cost model before any run is recorded: the prior times the method's cost, plus the
   # start-up spread over the epochs.
@@ -330,10 +333,10 @@ def test_stage_gates_release_runs_in_order(tmp_path, monkeypatch, capsys):
   """The lr grid, then 1e-4 (CE missed its anchor), then the budget check, then the first
   look; an undecided comparison adds seeds 3-4 and is decided at the second look. CE seed 0
   at the picked lr and budget is the lr grid's run, taken from its record."""
-  records, p = sweep.records, sweep.sweep_specs
+  records = sweep.records
   monkeypatch.setattr(records, "RECORDS", str(tmp_path / "records"))
-  monkeypatch.setattr(p, "STAGE1", (p.Comparison("acl", "rte", "acl", "ce", "noninferior"),))
-  monkeypatch.setattr(p, "GATE_DIAGNOSTIC", ())
+  p = dataclasses.replace(PAPERS, diagnostics=(), comparisons=(
+      proto.Comparison("acl", "rte", "acl", "ce", "noninferior"),))
   noise = {0: 1.0, 1: -1.0, 2: 0.0, 3: 1.0, 4: -1.0}  # ACL - CE, points, by seed
 
   def scores(method, lr, epochs, seed):
@@ -343,7 +346,7 @@ def test_stage_gates_release_runs_in_order(tmp_path, monkeypatch, capsys):
   calls = []
   monkeypatch.setattr(sweep.executors, "call", _with_cpu(_fake_protocol_train(calls, scores)))
   args = _args(tmp_path, root=str(tmp_path / "runs"), dry_run=False, workers=1, until="",
-               keep_checkpoints=False, compile_cache="none")
+               keep_checkpoints=False, compile_cache="none", study=p)
   sweep.run_stage(1, args)
   assert calls[:4] == [("ce", "2e-5", "3", "0"), ("ce", "5e-5", "3", "0"),
                        ("ce", "1e-4", "3", "0"), ("ce", "1e-4", "6", "0")]
@@ -356,27 +359,27 @@ def test_stage_gates_release_runs_in_order(tmp_path, monkeypatch, capsys):
   assert all(r["seconds"] >= 0 and r["timed_on"] for r in rows["lr"])
   assert all(r["cpu_seconds"] == 1.5 for r in rows["lr"])  # machine time: CPU over cores
   assert sweep.machine_seconds(rows["lr"][0]) == 1.5 / sweep.CORES
-  d = sweep.stages.decisions(rows)
+  d = sweep.planner.decisions(p, rows)
   st = d.tasks["rte"]
   assert (st.lr, st.anchor_missed, st.epochs) == ("1e-4", True, 3)
   (v,) = d.verdicts.values()
   assert (v.look, v.n, v.word) == (2, 5, "matches or beats") and not d.ready
   # CE at 1e-4 (60) misses RTE's published 68.8 by more than 2, and no HF run is recorded
   assert "misses the published 68.8" in d.withheld["rte"]
-  out = sweep.status(rows)
+  out = sweep.status(p, rows)
   assert "| 1 | 13 |" in out  # 4 gate runs, 9 comparison runs: CE seed 0 is the lr run
   capsys.readouterr()
 
 
 def test_a_stage_run_starts_only_if_it_ends_before_until(tmp_path, monkeypatch, capsys):
-  records, p = sweep.records, sweep.sweep_specs
+  records = sweep.records
   monkeypatch.setattr(records, "RECORDS", str(tmp_path / "records"))
   calls = []
   monkeypatch.setattr(sweep.executors, "call",
                       _with_cpu(_fake_protocol_train(calls, lambda *a: 0.5)))
-  monkeypatch.setattr(p, "PRIOR_EPOCH_S", {k: 600 for k in p.PRIOR_EPOCH_S})
+  p = dataclasses.replace(PAPERS, prior_epoch_s={k: 600 for k in PAPERS.prior_epoch_s})
   args = _args(tmp_path, root=str(tmp_path / "runs"), dry_run=False, workers=1, until="600",
-               keep_checkpoints=False, compile_cache="none")
+               keep_checkpoints=False, compile_cache="none", study=p)
   sweep.run_stage(1, args)  # every lr run is estimated at 11 min or more: none starts
   assert not calls
   args.dry_run = True
@@ -387,19 +390,22 @@ def test_a_stage_run_starts_only_if_it_ends_before_until(tmp_path, monkeypatch, 
 
 
 def test_preset_grid_points_are_the_presets():
-  """sweeps.PRESETS (grid points that train the preset run) agree with configs/common.py."""
+  """The protocol's presets (grid points that train the preset run) agree with
+  configs/common.py."""
   from configs import common
-  for (method, field), value in sweep.sweep_specs.PRESETS.items():
+  for (method, field), value in PAPERS.presets.items():
     c = common.apply_args(common.base_config(), method)
     have = c.loss[field.split(".")[1]]
     if field == "loss.gamma_keep":
       assert have < 0 and c.loss.gamma_hide < 0  # neither set: SPEC's 0.7
     else:
       assert have == pytest.approx(float(value)), (method, field)
-  a = sweep.identity("configs/textgcn.py:mr,scl", ["x=1"], {"loss.lam": "0.9", "seed": "0"})
-  assert a == sweep.identity("configs/textgcn.py:mr,scl", ["x=1"], {"seed": "0"})
+  presets = PAPERS.presets
+  a = sweep.identity("configs/textgcn.py:mr,scl", ["x=1"], {"loss.lam": "0.9", "seed": "0"},
+                     presets)
+  assert a == sweep.identity("configs/textgcn.py:mr,scl", ["x=1"], {"seed": "0"}, presets)
   assert a != sweep.identity("configs/textgcn.py:mr,scl", ["x=1"], {"loss.lam": "0.5",
-                                                                    "seed": "0"})
+                                                                    "seed": "0"}, presets)
 
 
 def test_only_process_0_of_a_multi_host_job_records_and_prunes(tmp_path, monkeypatch):
@@ -444,14 +450,14 @@ def test_an_attempt_stopped_with_its_runner_marks_the_timing_incomplete(tmp_path
 
 def test_a_preset_grid_point_recorded_in_stage1_is_not_work_left():
   """A λ grid's preset point (ACL at λ 0.5) is stage 1's run: counted once, not as left."""
-  from scripts import sweep, sweeps as p, stages  # pylint: disable=import-outside-toplevel
-  st = stages.TaskState("mrpc", lr="1e-4", epochs=3)
-  arm = next(a for a in p.STAGE2 if a.task == "mrpc")
-  runs = stages._arm_runs(2, arm, st)  # pylint: disable=protected-access
-  job = sweep.job_of(stages.method_run(p.STAGE_SWEEP[1], st, "acl", 1), "")
-  rows = {p.STAGE_SWEEP[1]: [{"config": job.config, "set": job.set, "overrides": {},
-                              "seed": 1}]}
-  kept = sweep.not_reused(runs, rows)
+  p, planner = PAPERS, sweep.planner
+  st = planner.TaskState("mrpc", lr="1e-4", epochs=3)
+  arm = next(a for a in p.arms[2] if a.task == "mrpc")
+  runs = planner._arm_runs(p, 2, arm, st)  # pylint: disable=protected-access
+  job = sweep.job_of(planner.method_run(p, p.stage_record[1], st, "acl", 1), "")
+  rows = {p.stage_record[1]: [{"config": job.config, "set": job.set, "overrides": {},
+                               "seed": 1}]}
+  kept = sweep.not_reused(p, runs, rows)
   gone = [r.name for r in runs if r not in kept]
   assert gone == ["task=mrpc,method=acl,loss.lam=0.5,seed=1"]
-  assert sweep.not_reused(runs, {}) == runs
+  assert sweep.not_reused(p, runs, {}) == runs

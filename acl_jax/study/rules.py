@@ -1,13 +1,13 @@
-"""The decision rules of stages 2 and 3 (scripts/sweeps.py: ExitRule, RangeRule, StableRule),
-as pure functions of per-seed scores in points. Stage 1's `sweeps.verdict` decides the plain
-comparisons; these decide the claims that are not one paired difference.
+"""The decision rules of later stages (acl_jax.study.protocol: ExitRule, RangeRule,
+StableRule), as pure functions of per-seed scores in points. `Protocol.verdict` decides the
+plain comparisons; these decide the claims that are not one paired difference.
 
 Each function takes numbers, not records, so a test can state what a rule must conclude.
 """
 import dataclasses
 import math
 
-from scripts import sweeps as P
+from acl_jax.study import protocol as proto
 
 # The words of the claim-level rules, beside stage 1's VERDICT_WORDS.
 RULE_WORDS = ("holds", "fails", "stable", "unstable", "undecided", "inconclusive")
@@ -39,13 +39,13 @@ def score_at_layers(curve, layers: float) -> float | None:
   return None
 
 
-def exit_verdict(contrasts, look: int) -> P.Verdict:
+def exit_verdict(p: proto.Protocol, contrasts, look: int) -> proto.Verdict:
   """The shallow-minus-deep contrasts' verdict against one baseline: "beats" (the interval
   lies above zero) is the claim holding, "worse" its failing."""
-  return P.verdict(contrasts, "superior", 0.0, look)
+  return p.verdict(contrasts, "superior", 0.0, look)
 
 
-def exit_claim(verdicts: list[P.Verdict]) -> str:
+def exit_claim(verdicts: list[proto.Verdict]) -> str:
   """Over the baselines: holds when it holds against every one, fails when it fails against
   any; else undecided (look 1) or inconclusive."""
   if any(v.word == "worse" for v in verdicts):
@@ -70,7 +70,7 @@ class Spread:
     return self.range > self.floor
 
 
-def spread(scores: list[list[float]], level: float = P.DECIDE_LEVEL) -> Spread:
+def spread(scores: list[list[float]], level: float) -> Spread:
   """scores[v][s]: the score at value v, seed s (the same seeds at every value)."""
   from scipy import stats  # pylint: disable=import-outside-toplevel
   k, n = len(scores), len(scores[0])
@@ -87,12 +87,12 @@ def seed_ranges(scores: list[list[float]]) -> list[float]:
           for s in range(len(scores[0]))]
 
 
-def range_claim(robust: list[list[float]], sensitive: list[list[float]],
-                look: int) -> tuple[str, Spread, Spread, P.Verdict]:
+def range_claim(p: proto.Protocol, robust: list[list[float]], sensitive: list[list[float]],
+                look: int) -> tuple[str, Spread, Spread, proto.Verdict]:
   """(word, robust's spread, sensitive's spread, the paired per-seed range verdict)."""
-  r, s = spread(robust), spread(sensitive)
+  r, s = spread(robust, p.decide_level), spread(sensitive, p.decide_level)
   diffs = [b - a for a, b in zip(seed_ranges(robust), seed_ranges(sensitive))]
-  v = P.verdict(diffs, "superior", 0.0, look)
+  v = p.verdict(diffs, "superior", 0.0, look)
   if r.passes or v.word == "worse":
     word = "fails"
   elif v.word == "beats" and s.passes:
@@ -103,10 +103,10 @@ def range_claim(robust: list[list[float]], sensitive: list[list[float]],
 
 
 # ---- StableRule ---------------------------------------------------------------------------
-def stable_verdict(diffs, margin: float, look: int) -> tuple[str, P.Verdict]:
+def stable_verdict(p: proto.Protocol, diffs, margin: float, look: int) -> tuple[str, proto.Verdict]:
   """Equivalence of the range's two ends: the DECIDE_LEVEL interval of the paired difference
   within ± margin is "stable", wholly outside it "unstable"."""
-  v = P.verdict(diffs, "superior", 0.0, look)
+  v = p.verdict(diffs, "superior", 0.0, look)
   lo, hi = v.decide
   if -margin < lo and hi < margin:
     return "stable", v

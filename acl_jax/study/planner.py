@@ -1,0 +1,375 @@
+r"""What a protocol asks to train next, given the records so far.
+
+`decisions(protocol, rows)` walks each task through the protocol's gates in order (lr grid, the
+anchor's extra lr, the budget check, then the comparisons' first and second looks) and returns
+the runs each gate needs: `ready` ones (their inputs are recorded) in the order to train them,
+and what still waits on what. scripts/sweep.py trains the ready runs and plans again after each;
+scripts/report.py reads the same decisions to state them. Imports nothing heavy.
+"""
+import dataclasses
+
+from acl_jax.study import later, protocol as proto
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  """One planned run: its record (sweep), settings (its name, in order) and fixed overrides."""
+  sweep: str
+  settings: tuple[tuple[str, str], ...]  # (("task", t), ("method", m), ..., ("seed", s))
+  sets: tuple[str, ...]
+  latest: str = ""  # the split scored with the final weights (eval.py --checkpoint latest)
+  early_exit: str = ""  # entropy thresholds of eval.py's early-exit sweep on dev
+  config_file: str = ""  # the task's config file
+  task_epochs: int = 0  # the task's protocol epochs (a run's own num_epochs overrides them)
+
+  @property
+  def name(self) -> str:
+    return ",".join(f"{k}={v}" for k, v in self.settings)
+
+  @property
+  def task(self) -> str:
+    return dict(self.settings)["task"]
+
+  @property
+  def method(self) -> str:
+    return dict(self.settings)["method"]
+
+  @property
+  def config(self) -> str:
+    return f"{self.config_file}:{self.task},{self.method}"
+
+  @property
+  def epochs(self) -> int:
+    for kv in (*self.sets, *(f"{k}={v}" for k, v in self.settings)):
+      k, _, v = kv.partition("=")
+      if k == "num_epochs":
+        return int(v)
+    return self.task_epochs
+
+
+@dataclasses.dataclass
+class TaskState:
+  """A task's decisions so far (None: not yet decided) and what it waits on."""
+  task: str
+  lr_scores: dict = dataclasses.field(default_factory=dict)  # lr -> CE seed 0 dev score
+  lr: str | None = None
+  anchor_missed: bool | None = None
+  high_score: float | None = None
+  base_score: float | None = None  # CE seed 0 at the budget, at the picked lr (dev)
+  doubled_score: float | None = None
+  epochs: int | None = None
+  waiting: str = ""
+
+
+def _run(p: proto.Protocol, sweep, task, method, seed, sets, extra_settings=()) -> Run:
+  t = p.tasks[task]
+  settings = (("task", task), ("method", method), *extra_settings, ("seed", str(seed)))
+  return Run(sweep, settings, tuple(sorted(t.sets + tuple(sets))),
+             latest=t.scored if t.scored != "dev" else "", config_file=t.config,
+             task_epochs=t.epochs)
+
+
+def _index(rows: dict[str, list[dict]]) -> dict[tuple[str, str], dict]:
+  return {(sweep, r["run"]): r for sweep, rs in rows.items() for r in rs}
+
+
+def lr_run(p: proto.Protocol, task: str, lr: str) -> Run:
+  return _run(p, p.lr_record, task, "ce", 0, (f"num_epochs={p.tasks[task].epochs}",),
+              (("optim.lr", lr),))
+
+
+def budget_run(p: proto.Protocol, task: str, lr: str) -> Run:
+  return _run(p, p.budget_record, task, "ce", 0, (f"optim.lr={lr}",),
+              (("num_epochs", str(2 * p.tasks[task].epochs)),))
+
+
+def method_run(p: proto.Protocol, sweep: str, st: TaskState, method: str, seed: int, extra=(),
+               extra_settings=(), early_exit="") -> Run:
+  run = _run(p, sweep, st.task, method, seed, (f"optim.lr={st.lr}", f"num_epochs={st.epochs}",
+                                            *extra), extra_settings)
+  return dataclasses.replace(run, early_exit=early_exit)
+
+
+def task_state(p: proto.Protocol, task: str, idx: dict,
+               states: dict) -> tuple[TaskState, list[Run]]:
+  """The task's lr, anchor and budget decisions from the records, and the runs the next
+  undecided one needs."""
+  st, t = TaskState(task), p.tasks[task]
+  if task in p.lr_from:
+    src = states.get(p.lr_from[task])
+    if src is None or src.lr is None:
+      st.waiting = f"the lr of {p.lr_from[task]}"
+      return st, []
+    st.lr, st.anchor_missed = src.lr, False
+  else:
+    need = []
+    for lr in p.lr_grid:
+      row = idx.get((p.lr_record, lr_run(p, task, lr).name))
+      if row is None:
+        need.append(lr_run(p, task, lr))
+      else:
+        st.lr_scores[lr] = p.dev_score(row)
+    if need:
+      st.waiting = "the lr grid"
+      return st, need
+    pick = p.pick_lr(st.lr_scores, t.unit)
+    st.anchor_missed = p.misses_anchor(task, st.lr_scores[pick])
+    if st.anchor_missed:
+      row = idx.get((p.lr_record, lr_run(p, task, p.lr_high).name))
+      if row is None:
+        st.waiting = f"CE at lr {p.lr_high} (CE missed its anchor)"
+        return st, [lr_run(p, task, p.lr_high)]
+      st.high_score = p.dev_score(row)
+      if p.take_high(st.lr_scores[pick], st.high_score, t.unit):
+        pick = p.lr_high
+    st.lr = pick
+  base = idx.get((p.lr_record, lr_run(p, task, st.lr).name))
+  doubled = idx.get((p.budget_record, budget_run(p, task, st.lr).name))
+  need = [r for r, row in ((lr_run(p, task, st.lr), base),
+                           (budget_run(p, task, st.lr), doubled)) if row is None]
+  if need:
+    st.waiting = "the budget check"
+    return st, need
+  st.base_score, st.doubled_score = p.dev_score(base), p.dev_score(doubled)
+  st.epochs = 2 * t.epochs if p.budget_doubles(st.base_score, st.doubled_score, t.unit) else (
+      t.epochs)
+  return st, []
+
+
+def check_trained_as_planned(p: proto.Protocol, row: dict, st: TaskState) -> dict:
+  """The row, if it trained at the task's picked lr and epochs; else a ValueError. Run names
+  leave both out (they are the task's decisions), so a row trained before a decision changed
+  would otherwise be paired as if it were planned."""
+  b = row.get("budget", {})
+  lr, epochs = b.get("lr"), b.get("num_epochs")
+  if not proto.same_lr(lr, st.lr) or epochs != st.epochs:
+    raise ValueError(
+        f"{row['sweep']} row {row['run']} trained at lr {lr}, {proto.epochs_text(epochs)}, but "
+        f"{st.task}'s decisions are lr {st.lr}, {proto.epochs_text(st.epochs)}; move the row "
+        f"out of results/records/{row['sweep']}.jsonl (the sweep then trains it again).")
+  return row
+
+
+def comparison_rows(p: proto.Protocol, idx: dict, st: TaskState, comp: proto.Comparison,
+                    seeds) -> tuple[list, list]:
+  """(rows of method, rows of baseline) for the seeds, None where not recorded; each recorded
+  row checked to have trained at the task's lr and epochs."""
+  def rows(method):
+    got = [idx.get((p.stage_record[1], method_run(p, p.stage_record[1], st, method, s,
+                                                 comp.extra).name)) for s in seeds]
+    return [r and check_trained_as_planned(p, r, st) for r in got]
+  return rows(comp.method), rows(comp.baseline)
+
+
+def diffs(p: proto.Protocol, a_rows, b_rows) -> list[float]:
+  return [p.score(a) - p.score(b) for a, b in zip(a_rows, b_rows)]
+
+
+@dataclasses.dataclass
+class Decisions:
+  """Stage 1's state: per task its decisions, per comparison its verdict so far."""
+  tasks: dict[str, TaskState]
+  verdicts: dict[proto.Comparison, proto.Verdict]
+  ready: list[Run]
+  waiting: dict[str, str]  # task -> what it waits on
+  planned: list[Run]  # every run known to be needed (ready or not, recorded or not)
+  withheld: dict[str, str] = dataclasses.field(default_factory=dict)  # task -> why unread
+
+
+def picked_score(p: proto.Protocol, st: TaskState) -> float | None:
+  """CE seed 0's dev score at the task's picked lr (None before the pick)."""
+  if st.lr is None:
+    return None
+  return st.high_score if st.lr == p.lr_high and st.high_score is not None else (
+      st.lr_scores.get(st.lr))
+
+
+def anchor_withheld(p: proto.Protocol, st: TaskState, rows: dict[str, list[dict]]) -> str:
+  """Why the task's comparisons may not be read yet ("" if they may): its CE at the picked lr
+  misses the published anchor by more than the margin and HF PyTorch at the same lr, first
+  budget and seed 0 is not recorded (the protocol's reading step)."""
+  score = picked_score(p, st)
+  if score is None or not p.misses_anchor(st.task, score):
+    return ""
+  e = p.tasks[st.task].epochs
+  for r in rows.get(p.glue_hf_anchor[0], []):
+    b = r.get("budget", {})
+    if (r.get("task"), r.get("framework"), r.get("seed")) == (st.task, "torch", 0) and (
+        proto.same_lr(b.get("lr"), st.lr) and b.get("num_epochs") == e):
+      return ""
+  return (f"CE at lr {st.lr} ({score:.2f}) misses the published {p.anchors[st.task]:g} by "
+          f"more than {p.tasks[st.task].margin:g}; read once HF PyTorch at lr {st.lr}, "
+          f"{proto.epochs_text(e)}, seed 0 is recorded (`{p.glue_hf_anchor[0]}`) "
+          "and the gap explained")
+
+
+def _comparison_runs(p: proto.Protocol, st: TaskState, comps, seeds) -> list[Run]:
+  arms = []
+  for c in comps:
+    for m in (c.baseline, c.method):
+      if (m, c.extra) not in arms:
+        arms.append((m, c.extra))
+  return [method_run(p, p.stage_record[1], st, m, s, extra)
+          for s in seeds for m, extra in arms]
+
+
+def decisions(p: proto.Protocol, rows: dict[str, list[dict]]) -> Decisions:
+  """Walks stage 1's gates for every task (the protocol's comparisons and diagnostics)."""
+  idx = _index(rows)
+  done = set(idx)
+  # The gates' runs (lr, anchor, budget) of every task come first: they are cheap and each
+  # decides a task's whole stage; then the comparisons, task by task.
+  states, gates, ready, waiting, planned, verdicts = {}, [], [], {}, [], {}
+  order = list(dict.fromkeys([c.task for c in p.comparisons]))
+  for task in order:
+    st, need = task_state(p, task, idx, states)
+    states[task] = st
+    planned += need
+    if need or st.epochs is None:
+      gates += need
+      waiting[task] = st.waiting
+      continue
+    comps = [c for c in p.comparisons if c.task == task]
+    runs = [method_run(p, p.gate_record, st, m, 0, extra_settings=settings)
+            for t, m, settings in p.diagnostics if t == task]
+    runs += _comparison_runs(p, st, comps, p.look_seeds[0])
+    second = []
+    for c in comps:
+      a, b = comparison_rows(p, idx, st, c, p.look_seeds[0])
+      if None in a or None in b:
+        continue
+      v = p.verdict(diffs(p, a, b), c.kind, p.tasks[task].margin, 1)
+      if v.final:
+        verdicts[c] = v
+        continue
+      second.append(c)
+      a2, b2 = comparison_rows(p, idx, st, c, p.look_seeds[0] + p.look_seeds[1])
+      if None not in a2 and None not in b2:
+        verdicts[c] = p.verdict(diffs(p, a2, b2), c.kind, p.tasks[task].margin, 2)
+      else:
+        verdicts[c] = v
+    runs += _comparison_runs(p, st, second, p.look_seeds[1])
+    runs = list(dict.fromkeys(runs))
+    planned += runs
+    ready += [r for r in runs if (r.sweep, r.name) not in done]
+  withheld = {t: why for t, st in states.items() if (why := anchor_withheld(p, st, rows))}
+  return Decisions(states, verdicts, gates + ready, waiting, planned, withheld)
+
+
+def _arm_runs(p: proto.Protocol, stage: int, arm, st: TaskState) -> list[Run]:
+  """A later-stage arm's runs at the task's lr and epochs (st)."""
+  grids, out = [[]], []
+  for key, values in arm.grid:
+    grids = [g + [(key, v)] for g in grids for v in values]
+  for seed in p.first_seeds(arm):
+    for m in arm.methods:
+      for g in grids:
+        early = p.exit_thresholds if m in p.multi_exit else ""
+        out.append(method_run(p, p.stage_record[stage], st, m, seed, arm.extra, tuple(g),
+                              early))
+  return out
+
+
+def later_stage_runs(p: proto.Protocol, stage: int, states: dict[str, TaskState],
+                     second_looks: bool = False) -> list[Run]:
+  """Every run of stage 2 or 3, for the estimate: each task at its picked lr and budget where
+  decided, else at lr_preferred (or its lr_from source's rate) and its first budget, with the
+  lr and budget runs of the tasks new in the stage."""
+  arms = p.arms[stage]
+  out = []
+  for arm in arms:
+    st = states.get(arm.task) or states.get(p.lr_from.get(arm.task, ""))
+    lr = st.lr if st is not None and st.lr else p.lr_preferred
+    epochs = (st.epochs if st is not None and st.task == arm.task and st.epochs
+              else p.tasks[arm.task].epochs)
+    st = TaskState(arm.task, lr=lr, epochs=epochs)
+    out += _arm_runs(p, stage, arm, st)
+    if second_looks:  # every rule's seeds 3-4, as if every first look were undecided
+      out += second_look_runs(p, stage, arm.task, st, {}, every=True)
+  for task in dict.fromkeys(a.task for a in arms):  # lr and budget runs of tasks new here
+    if task not in states:
+      src = states.get(p.lr_from.get(task, ""))
+      lr = src.lr if src is not None and src.lr else p.lr_preferred
+      out = [lr_run(p, task, lr), budget_run(p, task, lr)] + out
+  return list(dict.fromkeys(out))
+
+
+def later_stage_ready(p: proto.Protocol, stage: int, rows: dict[str, list[dict]],
+                      d: Decisions | None = None) -> tuple[list[Run], dict[str, str]]:
+  """(stage 2 or 3's runs the gates release now, not yet recorded; what each of its tasks
+  waits on). Nothing is released while the stage before has runs left (its arms share runs
+  with it: the λ grid's preset points are stage 1's ACL and CE+SCL). Then a task's arms wait
+  on its lr and budget decisions: stage 1's for its tasks, and for a task new here (lr_from)
+  the source's lr, then its own budget check."""
+  d = d or decisions(p, rows)
+  idx, states = _index(rows), dict(d.tasks)
+  arms = p.arms[stage]
+  tasks = dict.fromkeys(a.task for a in arms)
+  left, unsettled = (d.ready, d.waiting) if stage == 2 else (
+      later_stage_ready(p, stage - 1, rows, d))
+  if left or unsettled:
+    why = (f"stage {stage - 1} to finish ({len(left)} runs ready there now, "
+           f"{len(unsettled)} tasks waiting on its gates)")
+    return [], dict.fromkeys(tasks, why)
+  runs, waiting = [], {}
+  for task in tasks:
+    if task in states:
+      st, need = states[task], []
+    else:
+      st, need = task_state(p, task, idx, states)
+      states[task] = st
+    runs += need
+    if st.epochs is None:
+      waiting[task] = d.waiting.get(task) or st.waiting
+      continue
+    runs += [r for a in arms if a.task == task for r in _arm_runs(p, stage, a, st)]
+    runs += second_look_runs(p, stage, task, st, idx)
+  return [r for r in dict.fromkeys(runs) if (r.sweep, r.name) not in idx], waiting
+
+
+def second_look_runs(p: proto.Protocol, stage: int, task: str, st: TaskState, idx: dict,
+                     every: bool = False) -> list[Run]:
+  """Seeds 3-4 of the task's later-stage rules whose first look left them undecided (every
+  rule's, with `every`: the estimate's upper end): each of the rule's methods (at the rule's
+  grid values) as an arm of stage 2 or 3 trains it, into this stage's record."""
+  out = []
+  for rule in p.rules.get(stage, ()):
+    if rule.task != task or not (every or later.second_look_wanted(p, idx, stage, rule)):
+      continue
+    grid = later.rule_values(rule)
+    for method in later.rule_methods(rule):
+      fields = [grid[0]] if grid else []
+      arm = next((a for arms in p.arms.values() for a in arms if a.task == task
+                  and method in a.methods and [k for k, _ in a.grid] == fields), None)
+      if arm is None:  # a stage-1 method (CE): its seeds 3-4 are stage 1's
+        continue
+      values = ((grid[0], tuple(v for v in grid[1] if v != p.presets.get((method, grid[0])))),
+                ) if grid else ()
+      out += _arm_runs(p, stage, dataclasses.replace(arm, methods=(method,), grid=values,
+                                                     seeds=p.look_seeds[1]), st)
+  return out
+
+
+def whole_stage1(p: proto.Protocol, states: dict[str, TaskState] | None = None,
+                 ) -> tuple[list[Run], list[Run]]:
+  """Every run stage 1 can need, for the estimate: (through the first look, the second looks
+  of every comparison). Undecided tasks are taken at lr_preferred, their protocol's budget,
+  with the anchor's extra lr where there is an anchor; CE seed 0 at the budget is the lr
+  grid's run."""
+  states = states or {}
+  first, second = [], []
+  for task in dict.fromkeys(c.task for c in p.comparisons):
+    st = states.get(task)
+    lr = st.lr if st is not None and st.lr else p.lr_preferred
+    epochs = st.epochs if st is not None and st.epochs else p.tasks[task].epochs
+    first += [lr_run(p, task, x) for x in p.lr_grid]
+    if task in p.anchors:
+      first.append(lr_run(p, task, p.lr_high))
+    first.append(budget_run(p, task, lr))
+    s = TaskState(task, lr=lr, epochs=epochs)
+    first += [method_run(p, p.gate_record, s, m, 0, extra_settings=x)
+              for t, m, x in p.diagnostics if t == task]
+    comps = [c for c in p.comparisons if c.task == task]
+    first += [r for r in _comparison_runs(p, s, comps, p.look_seeds[0])
+              if not (r.method == "ce" and dict(r.settings)["seed"] == "0")]
+    second += _comparison_runs(p, s, comps, p.look_seeds[1])
+  return first, second

@@ -1,0 +1,1 @@
+"""Studies run with acl_jax.study: each module defines one Protocol."""
