@@ -195,7 +195,7 @@ def holm_tests(ctx: Ctx) -> list[holm.Test]:
     if v.final and c.task not in ctx.d.withheld:
       out.append(holm.Test(f"{label(p, c.task)} {comparison_label(p, c)}", v.word,
                            holm.p_of(v, c.kind, p.tasks[c.task].margin)))
-  for s, later_rules in ((2, p.rules[2]), (3, p.rules[3])):
+  for s, later_rules in sorted(p.rules.items()):
     for r in later_rules:
       name = f"{label(p, r.task)} {p.claims[r.claim].split(' (')[0]}"
       if isinstance(r, proto.ExitRule):
@@ -326,7 +326,7 @@ def claims_table(ctx: Ctx) -> str:
                      f"{classes.note(p, ctx.rs, c.task, c.method)}")
         words[v.word] += 1
     # a later stage's arm of exactly these methods tests the claim on another task
-    for s, later_rules in ((2, p.rules[2]), (3, p.rules[3])):
+    for s, later_rules in sorted(p.rules.items()):
       for r in later_rules:
         if r.claim == key and isinstance(r, proto.Comparison):
           got = later.claim_word(p, ctx.idx, s, r)
@@ -518,11 +518,16 @@ def anchors_table(ctx: Ctx) -> str:
 def lr_why(p: proto.Protocol, st: planner.TaskState) -> str:
   if len(st.lr_scores) < len(p.lr_grid):
     return f"waits on {st.waiting}"
-  a, b = (st.lr_scores[x] for x in p.lr_grid)
   tie = p.lr_tie * p.tasks[st.task].unit
-  pick = p.pick_lr(st.lr_scores, p.tasks[st.task].unit)
-  why = (f"tie (within {tie:g}): {p.lr_preferred}" if abs(a - b) <= tie else
-         f"{pick} better by {abs(a - b):.2f}")
+  if len(p.lr_grid) == 1:
+    why = "the protocol's one rate"
+  else:
+    pick = p.pick_lr(st.lr_scores, p.tasks[st.task].unit)
+    best = st.lr_scores[pick]
+    gap = min(best - st.lr_scores[x] for x in p.lr_grid if x != pick) if best == max(
+        st.lr_scores.values()) else 0.0
+    why = (f"tie (within {tie:g}): {p.lr_preferred}" if gap <= tie else
+           f"{pick} better by {gap:.2f}")
   if st.anchor_missed:
     why += f"; CE missed its anchor: {p.lr_high} " + (
         "awaited" if st.high_score is None else
@@ -1111,24 +1116,37 @@ def main(argv=None):
                   help="the study's Protocol: module:NAME or a .py file (default: this "
                   "project's, studies.papers:PAPERS)")
   ap.add_argument("--file", action="append",
-                  help="a report whose table blocks to rebuild (repeatable); default: REPORTS")
+                  help="a report whose table blocks to rebuild (repeatable); default: this "
+                  "project's REPORTS, with its own protocol")
   ap.add_argument("--pilots", default=PILOTS_MD, help="the pilots' report, written whole")
   ap.add_argument("--records", default=records.RECORDS)
   ap.add_argument("--check", action="store_true",
                   help="only compare; exit 1 naming the tables that differ from the records")
   ap.add_argument("--no_figures", action="store_true")
   a = ap.parse_args(argv)
-  p = proto.load(a.protocol)
+  try:
+    p = proto.load(a.protocol)
+  except (FileNotFoundError, ValueError) as e:
+    raise SystemExit(str(e)) from e
+  own = a.protocol == proto.DEFAULT
+  if not (a.file or own):
+    raise SystemExit(f"--protocol {a.protocol}: name the report(s) to fill with --file (a "
+                     "markdown file with <!-- table: NAME --> blocks; README, \"Your own "
+                     "study\").")
   rs = records.read_all(a.records)
   changed, rewritten = [], {}
   for path in a.file or REPORTS:
+    if not os.path.isfile(path):
+      raise SystemExit(f"--file {path}: no such report; create it with the table blocks "
+                       f"to fill ({', '.join(TABLES)}).")
     text = open(path).read()
     new, names = render(p, text, rs)
     changed += [f"{os.path.basename(path)}: {n}" for n in names]
     if new != text:
       rewritten[path] = new
-  pilots = pilots_md(p, rs)
-  old = open(a.pilots).read() if os.path.isfile(a.pilots) else None
+  # The pilots' report is written for a protocol that has pilots.
+  pilots = pilots_md(p, rs) if p.pilots and a.pilots else None
+  old = open(a.pilots).read() if pilots is not None and os.path.isfile(a.pilots) else None
   if a.check:
     changed += [os.path.relpath(a.pilots, REPO)] if pilots != old else []
     if changed:
@@ -1144,7 +1162,7 @@ def main(argv=None):
       f.write(pilots)
     changed.append(os.path.relpath(a.pilots, REPO))
   print(f"rewritten: {', '.join(changed) or 'none (in sync)'}")
-  if not a.no_figures:
+  if not a.no_figures and p.pilots:
     for path in figures(p, rs):
       print(f"wrote {os.path.relpath(path, REPO)}")
   return 0

@@ -912,6 +912,9 @@ def main(argv=None):
   ap.add_argument("--until", default="",
                   help="--stage: start a run only if its estimate ends before then (HH:MM, or "
                   "seconds from now)")
+  ap.add_argument("--records", default="",
+                  help="--stage, --status: the folder of the study's records (default "
+                  "results/records, or $ACL_JAX_RECORDS)")
   ap.add_argument("--root", default="", help="folder holding one workdir per run (--stage: "
                   "one folder per record under it; default runs/sweeps)")
   ap.add_argument("--record", default="", help="ad hoc: the record file finished runs are "
@@ -933,6 +936,8 @@ def main(argv=None):
   args = ap.parse_args(argv)
   check_extra(extra)
   args.extra = extra
+  if args.records:
+    records.RECORDS = os.path.abspath(args.records)
   try:
     args.study = proto.load(args.protocol)
   except (FileNotFoundError, ValueError) as e:

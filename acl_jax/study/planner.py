@@ -18,7 +18,7 @@ class Run:
   sets: tuple[str, ...]
   latest: str = ""  # the split scored with the final weights (eval.py --checkpoint latest)
   early_exit: str = ""  # entropy thresholds of eval.py's early-exit sweep on dev
-  config_file: str = ""  # the task's config file
+  config_file: str = ""  # the task's config file and its task argument
   task_epochs: int = 0  # the task's protocol epochs (a run's own num_epochs overrides them)
 
   @property
@@ -35,7 +35,7 @@ class Run:
 
   @property
   def config(self) -> str:
-    return f"{self.config_file}:{self.task},{self.method}"
+    return f"{self.config_file},{self.method}"
 
   @property
   def epochs(self) -> int:
@@ -64,8 +64,8 @@ def _run(p: proto.Protocol, sweep, task, method, seed, sets, extra_settings=()) 
   t = p.tasks[task]
   settings = (("task", task), ("method", method), *extra_settings, ("seed", str(seed)))
   return Run(sweep, settings, tuple(sorted(t.sets + tuple(sets))),
-             latest=t.scored if t.scored != "dev" else "", config_file=t.config,
-             task_epochs=t.epochs)
+             latest=t.scored if t.scored != "dev" else "",
+             config_file=f"{t.config}:{t.config_task}", task_epochs=t.epochs)
 
 
 def _index(rows: dict[str, list[dict]]) -> dict[tuple[str, str], dict]:
@@ -80,6 +80,10 @@ def lr_run(p: proto.Protocol, task: str, lr: str) -> Run:
 def budget_run(p: proto.Protocol, task: str, lr: str) -> Run:
   return _run(p, p.budget_record, task, "ce", 0, (f"optim.lr={lr}",),
               (("num_epochs", str(2 * p.tasks[task].epochs)),))
+
+
+def _budget_runs(p: proto.Protocol, task: str, lr: str) -> list[Run]:
+  return [] if p.budget_gain is None else [budget_run(p, task, lr)]
 
 
 def method_run(p: proto.Protocol, sweep: str, st: TaskState, method: str, seed: int, extra=(),
@@ -123,15 +127,20 @@ def task_state(p: proto.Protocol, task: str, idx: dict,
         pick = p.lr_high
     st.lr = pick
   base = idx.get((p.lr_record, lr_run(p, task, st.lr).name))
-  doubled = idx.get((p.budget_record, budget_run(p, task, st.lr).name))
-  need = [r for r, row in ((lr_run(p, task, st.lr), base),
-                           (budget_run(p, task, st.lr), doubled)) if row is None]
+  checks = [(lr_run(p, task, st.lr), base)]
+  if p.budget_gain is not None:
+    doubled = idx.get((p.budget_record, budget_run(p, task, st.lr).name))
+    checks.append((budget_run(p, task, st.lr), doubled))
+  need = [r for r, row in checks if row is None]
   if need:
     st.waiting = "the budget check"
     return st, need
-  st.base_score, st.doubled_score = p.dev_score(base), p.dev_score(doubled)
-  st.epochs = 2 * t.epochs if p.budget_doubles(st.base_score, st.doubled_score, t.unit) else (
-      t.epochs)
+  st.base_score = p.dev_score(base)
+  st.epochs = t.epochs
+  if p.budget_gain is not None:
+    st.doubled_score = p.dev_score(doubled)
+    if p.budget_doubles(st.base_score, st.doubled_score, t.unit):
+      st.epochs = 2 * t.epochs
   return st, []
 
 
@@ -289,7 +298,7 @@ def later_stage_runs(p: proto.Protocol, stage: int, states: dict[str, TaskState]
     if task not in states:
       src = states.get(p.lr_from.get(task, ""))
       lr = src.lr if src is not None and src.lr else p.lr_preferred
-      out = [lr_run(p, task, lr), budget_run(p, task, lr)] + out
+      out = [lr_run(p, task, lr)] + _budget_runs(p, task, lr) + out
   return list(dict.fromkeys(out))
 
 
@@ -364,7 +373,7 @@ def whole_stage1(p: proto.Protocol, states: dict[str, TaskState] | None = None,
     first += [lr_run(p, task, x) for x in p.lr_grid]
     if task in p.anchors:
       first.append(lr_run(p, task, p.lr_high))
-    first.append(budget_run(p, task, lr))
+    first += _budget_runs(p, task, lr)
     s = TaskState(task, lr=lr, epochs=epochs)
     first += [method_run(p, p.gate_record, s, m, 0, extra_settings=x)
               for t, m, x in p.diagnostics if t == task]

@@ -42,6 +42,11 @@ class Task:
   unit: float = 1.0  # points per "point" of the lr and budget rules: 2 for MCC
   train_size: int = 0  # training examples
   sets: tuple[str, ...] = ()  # fixed overrides of every run of the task, but lr and epochs
+  config_arg: str = ""  # the config file's task argument ("" = name), e.g. "csv"
+
+  @property
+  def config_task(self) -> str:
+    return self.config_arg or self.name
 
   @property
   def family(self) -> str:
@@ -206,7 +211,9 @@ class Protocol:
   lr_high: str = "1e-4"
   lr_tie: float = 0.5
   lr_from: Mapping[str, str] = dataclasses.field(default_factory=dict)
-  budget_gain: float = 1.5  # doubled epochs beat the budget by more: the epochs double
+  # The budget check: CE seed 0 at twice the epochs; more than budget_gain points better
+  # doubles every method's epochs. None: no check, the tasks' epochs stand.
+  budget_gain: float | None = 1.5
   look_seeds: tuple[tuple[int, ...], ...] = ((0, 1, 2), (3, 4))
   decide_level: float = 0.975
   describe_level: float = 0.95
@@ -247,6 +254,13 @@ class Protocol:
       if c.kind not in ("noninferior", "superior"):
         raise ValueError(f"comparison {c}: kind {c.kind!r} is not 'noninferior' or "
                          "'superior'.")
+    if len(self.look_seeds) != 2:
+      raise ValueError(f"look_seeds {self.look_seeds}: give the seeds of two looks, e.g. "
+                       "((0, 1, 2), (3, 4)); a comparison undecided at the first adds the "
+                       "second's.")
+    if self.lr_preferred not in self.lr_grid:
+      raise ValueError(f"lr_preferred {self.lr_preferred!r} is not in lr_grid "
+                       f"{self.lr_grid}; ties go to it.")
     for stage, arms in self.arms.items():
       for a in arms:
         if a.task not in self.tasks:
@@ -295,6 +309,8 @@ class Protocol:
   # ---- the gates ------------------------------------------------------------------------
   def pick_lr(self, scores: dict[str, float], unit: float = 1.0) -> str:
     """The better of lr_grid by final dev score; within lr_tie (x unit), lr_preferred."""
+    if len(self.lr_grid) == 1:
+      return self.lr_grid[0]
     best = max(self.lr_grid, key=lambda lr: scores[lr])
     if all(abs(scores[best] - scores[lr]) <= self.lr_tie * unit for lr in self.lr_grid):
       return self.lr_preferred
@@ -309,7 +325,7 @@ class Protocol:
     return high_score > pick_score + self.lr_tie * unit
 
   def budget_doubles(self, base: float, doubled: float, unit: float = 1.0) -> bool:
-    return doubled - base > self.budget_gain * unit
+    return self.budget_gain is not None and doubled - base > self.budget_gain * unit
 
   # ---- the verdicts ---------------------------------------------------------------------
   def verdict(self, diffs, kind: str, margin: float, look: int) -> Verdict:
