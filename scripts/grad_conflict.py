@@ -1,9 +1,21 @@
 r"""The ACL paper's pilot: how often do the CE and contrastive gradients conflict?
 
-Fine-tunes once with CE+SCL and once with ACL-Embed (ungated). At every step it also takes, on
-the same batch and dropout key, three separate gradients (CE, SCL, ACL-Embed) and records the
-angles CE/SCL and CE/ACL over all parameters, plus over the top layer and heads only (what
-ACL-Grad's fast `angle_params="top"` mode sees), so the two gates' agreement can be counted.
+Fine-tunes once with CE+SCL and once with ACL-Embed (ungated), on train.py's batches (packed
+as task.packing says) with its train step. Before every step it takes, on that step's state
+and batch, the gradients a gated step would hand the ACL-Grad gate (`step.loss_grad`, one
+jax.grad call per term, the step's padding masks and dropout and loss keys, averaged over
+the devices): the CE term, and the auxiliary term of the config's objective
+(`setup.make_objective`) with loss.name=scl and with loss.name=acl_embed. The gate's own
+function (`losses.angle`) measures the angles. Per step, in the JSONL rows and --record:
+
+- `scl`, `acl`: CE/SCL and CE/ACL-Embed over all parameters: the `gate/angle` that SCL+Grad
+  and ACL (`angle_params=all`) would log on this step's state and batch;
+- `scl_top`, `acl_top`: the same over the top layer and heads (`angle_params=top`);
+- `scl_encoder`, `acl_encoder`: over the encoder's weights (`angle_params=encoder`);
+- `acl_classifier`: CE/ACL-Embed over the label-embedding matrix alone (the last exit's
+  classifier kernel); `ce_classifier_share`, `acl_classifier_share`: that matrix's share of
+  each gradient's squared norm;
+- `loss`: the trained objective's loss at the step.
 
   python -m scripts.grad_conflict --task rte --data_dir ../shared/data/glue --steps 100 \
       --out runs/grad_conflict/rte
@@ -25,26 +37,19 @@ import os
 import sys
 
 import jax
-import jax.numpy as jnp
 import numpy as np
+from jax.sharding import PartitionSpec as P
 
-from acl_jax import data as data_lib
 from acl_jax import losses
-from acl_jax.models import label_embeddings
 from acl_jax.names import path_names
-from acl_jax.train import setup as setup_lib, step as step_lib
+from acl_jax.train import objectives, scoring, setup as setup_lib, step as step_lib
 from configs import common
 
-
-def _angle(a, b, mask=None):
-  dot = losses.gate._tree_dot(a, b, mask)  # pylint: disable=protected-access
-  na = jnp.sqrt(losses.gate._tree_dot(a, a, mask))  # pylint: disable=protected-access
-  nb = jnp.sqrt(losses.gate._tree_dot(b, b, mask))  # pylint: disable=protected-access
-  return jnp.degrees(jnp.arccos(jnp.clip(dot / (na * nb + 1e-12), -1.0, 1.0)))
-
-
-def _sq(a, mask):
-  return losses.gate._tree_dot(a, a, mask)  # pylint: disable=protected-access
+# The probed auxiliary terms: record key -> the loss.name whose objective gives it. CE, the
+# gate's main term, is the same term in both.
+PROBED = {"scl": "scl", "acl": "acl_embed"}
+# The gate's parameter partitions measured beside "all" (`losses.angle_mask`).
+PARTITIONS = ("top", "encoder")
 
 
 def classifier_mask(params, exit_layer: int):
@@ -55,69 +60,92 @@ def classifier_mask(params, exit_layer: int):
                                 params)
 
 
-def make_probe(model, mesh, tau):
-  """Jitted (params, batch, key) -> the angles CE/SCL and CE/ACL over all parameters, the
-  top layer and heads (`_top`), the encoder's weights as `angle_params=encoder` sees them
-  (`_encoder`), and the label-embedding matrix alone (`acl_classifier`); plus that matrix's
-  share of each gradient's squared norm (`ce_classifier_share`, `acl_classifier_share`)."""
-  last = model.cfg.num_layers
+def probe_objectives(cfg, model, *, num_labels: int, total_steps: int, class_weights=None
+                     ) -> dict[str, objectives.Objective]:
+  """Record key -> the objective `cfg` trains with when its loss.name is PROBED's name for
+  that key, built as the trainer builds its own (`setup.make_objective`)."""
+  out = {}
+  for key, name in PROBED.items():
+    c = cfg.copy_and_resolve_references()
+    c.loss.name = name
+    out[key], _ = setup_lib.make_objective(c, model, num_labels=num_labels,
+                                           total_steps=total_steps, class_weights=class_weights)
+  return out
 
-  def per_device(params, batch, key):
-    ids = step_lib.example_ids(batch)  # dropout keyed by example: the same on any mesh
 
-    def term(name):
-      def f(p):
-        logits, aux = model.apply({"params": p}, batch["input_ids"], batch["attention_mask"],
-                                  batch["token_type_ids"], train=True, rngs={"dropout": key},
-                                  example_ids=ids)
-        y, f_ = batch["labels"], aux["feats"][-1]
-        if name == "ce":
-          return losses.cross_entropy(logits[-1], y)
-        if name == "scl":
-          return losses.scl_loss(f_, y, tau)
-        return losses.acl_embed_loss(f_, y, label_embeddings(p, last), tau)
-      # Varying params: each device's local gradient, then one pmean (see acl_jax.train.step).
-      return jax.grad(f)(jax.lax.pcast(params, step_lib.AXIS, to="varying"))
+def make_probe(model, mesh, probed: dict[str, objectives.Objective]):
+  """Jitted (state, batch) -> the step's gradient angles, as the module docstring lists them.
 
-    g = jax.lax.pmean({n: term(n) for n in ("ce", "scl", "acl")}, step_lib.AXIS)
-    masks = {"top": losses.top_angle_mask(params),  # the 'top' gate's partition
-             "encoder": losses.encoder_angle_mask(params)}  # the 'encoder' gate's
-    out = {"scl": _angle(g["ce"], g["scl"]), "acl": _angle(g["ce"], g["acl"])}
-    for part, mask in masks.items():
-      out.update({f"{k}_{part}": _angle(g["ce"], g[k], mask) for k in ("scl", "acl")})
-    head = classifier_mask(params, last)
-    out["acl_classifier"] = _angle(g["ce"], g["acl"], head)
+  Args:
+    model: the `Classifier`.
+    mesh: the data mesh of the train step.
+    probed: record key -> objective (`probe_objectives`).
+
+  Returns:
+    probe(state, batch) -> {key: float32 scalar}, on a replicated TrainState and a batch
+    sharded as the train step takes it (`step.shard_batch`); the state is not changed.
+  """
+  last = model.cfg.exit_layers[-1]
+
+  def per_device(state, batch):
+    g = {}
+    for key, objective in probed.items():
+      grad = step_lib.loss_grad(model, objective, state, batch)
+      if "ce" not in g:
+        g["ce"] = grad(lambda t: t.main)[0]
+      g[key] = grad(lambda t: t.aux)[0]
+    # The gate's inputs: gradients averaged over the devices (`step.make_train_step`).
+    g = jax.lax.pmean(g, step_lib.AXIS)
+    out = {k: losses.angle(g["ce"], g[k]) for k in probed}
+    for part in PARTITIONS:
+      mask = losses.angle_mask(state.params, part)
+      out.update({f"{k}_{part}": losses.angle(g["ce"], g[k], mask) for k in probed})
+    head = classifier_mask(state.params, last)
+    out["acl_classifier"] = losses.angle(g["ce"], g["acl"], head)
     for k in ("ce", "acl"):
-      out[f"{k}_classifier_share"] = _sq(g[k], head) / _sq(g[k], None)
+      out[f"{k}_classifier_share"] = losses.sq_norm(g[k], head) / losses.sq_norm(g[k])
     return out
 
-  from jax.sharding import PartitionSpec as P  # pylint: disable=import-outside-toplevel
-  return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(step_lib.AXIS), P()),
+  return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(step_lib.AXIS)),
                                out_specs=P()))
+
+
+def config(args, method):
+  """The run's config: the base config with method preset `method` and the CLI's budget."""
+  c = common.base_config()
+  c.task.name, c.task.data_dir, c.task.max_length = args.task, args.data_dir, args.max_length
+  c.task.max_train_examples = args.max_train_examples
+  c.loss.update(common.METHODS[method])
+  c.batch_size, c.seed, c.optim.lr = args.batch_size, args.seed, args.lr
+  return c
 
 
 def run(args, method, out_dir):
   path = os.path.join(out_dir, f"{method}.jsonl")
   if os.path.exists(path) and sum(1 for _ in open(path)) >= args.steps:
     return [json.loads(x) for x in open(path)]
-  c = common.base_config()
-  c.task.name, c.task.data_dir, c.task.max_length = args.task, args.data_dir, args.max_length
-  c.task.max_train_examples = args.max_train_examples
-  c.loss.update(common.METHODS[method])
-  c.batch_size, c.seed, c.optim.lr = args.batch_size, args.seed, args.lr
+  c = config(args, method)
+  setup_lib.check_config(c)
   setup = setup_lib.build(c)
-  tr = setup_lib.make_trainer(c, setup.model, setup.params, setup.mesh,
-                              num_labels=setup.task.num_labels, total_steps=args.steps)
+  num_labels = setup.task.num_labels
+  params = step_lib.replicate(setup.params, setup.mesh)
+  cw = setup_lib.class_weights(c, setup.tok["train"]["label"], num_labels)
+  calibration = objectives.calibrate(
+      c.loss, lambda n: scoring.train_features(setup.scorer(), params, n), c.batch_size,
+      jax.device_count())
+  tr = setup_lib.make_trainer(c, setup.model, params, setup.mesh, num_labels=num_labels,
+                              total_steps=args.steps, class_weights=cw,
+                              calibration=calibration)
   state, train_step = tr.state, tr.train_step
-  probe = make_probe(setup.model, setup.mesh, c.loss.tau)
+  probe = make_probe(setup.model, setup.mesh, probe_objectives(
+      c, setup.model, num_labels=num_labels, total_steps=args.steps, class_weights=cw))
   recs = []
-  for step, batch in data_lib.train_batches(setup.tok["train"], c.batch_size, c.seed, 0,
-                                            setup.boundaries):
+  for step, batch in setup.train_batches(0):
     if step >= args.steps:
       break
     b = step_lib.shard_batch(batch, setup.mesh)
-    key = jax.random.fold_in(jax.random.PRNGKey(c.seed + 1), step)
-    a = {k: float(v) for k, v in jax.device_get(probe(state.params, b, key)).items()}
+    # Before the step, which donates the state.
+    a = {k: float(v) for k, v in jax.device_get(probe(state, b)).items()}
     state, m = train_step(state, b)
     recs.append({"step": step, "loss": float(m["loss"]), **a})
     print(f"{args.task} {method} step {step}: CE/SCL {a['scl']:.1f} CE/ACL {a['acl']:.1f}",

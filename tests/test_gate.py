@@ -5,7 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from acl_jax.losses import angle_gate, encoder_angle_mask
+from acl_jax.losses import angle, angle_gate, encoder_angle_mask, sq_norm
+from tests import numerics
 
 LAM = 0.5
 
@@ -302,3 +303,30 @@ def test_projected_update_keeps_the_gradient_dtypes():
 def test_default_threshold_is_90_degrees():
   _, info = angle_gate(G_CE, _tree([-0.01, 1.0], [0.0] * 4), LAM)  # 90.6 degrees
   assert float(info["gate"]) == 0.0
+
+
+def test_angle_matches_a_float64_reference():
+  """`angle` (the gate's measurement) against numpy in float64 on the same float32 inputs,
+  over every leaf and over a mask of Python bools and a bool array. float32 round-off in the
+  n-term sums moves the cosine by at most reassociation_rtol(n), so the angle by that over
+  sin(angle) radians; `sq_norm` is such a sum itself. The gate's own angle is this function's,
+  bit for bit."""
+  rng = np.random.default_rng(0)
+  shapes = {"w": (6, 5), "b": (7,), "k": (4, 3)}
+  mask = {"w": True, "b": False, "k": np.array([True, False, True])}  # k: broadcast over rows
+  n = sum(int(np.prod(s)) for s in shapes.values())
+  rtol = numerics.reassociation_rtol(n)
+  for c in np.linspace(-3.0, 3.0, 9):  # from near-opposite to near-parallel
+    a = {k: rng.normal(size=s).astype(np.float32) for k, s in shapes.items()}
+    b = {k: (c * a[k] + rng.normal(size=s)).astype(np.float32) for k, s in shapes.items()}
+    for m in (None, mask):
+      keep = {k: np.broadcast_to(True if m is None else m[k], shapes[k]) for k in shapes}
+      flat = lambda t: np.concatenate([t[k][keep[k]].astype(np.float64) for k in shapes])
+      x, y = flat(a), flat(b)
+      want = np.degrees(np.arccos(np.clip(x @ y / (np.linalg.norm(x) * np.linalg.norm(y)),
+                                          -1.0, 1.0)))
+      got = float(angle(a, b, m))
+      tol = np.degrees(rtol / np.sin(np.radians(want)))
+      assert abs(got - want) <= tol, (c, m is None, got, want, tol)
+      np.testing.assert_allclose(float(sq_norm(a, m)), x @ x, rtol=rtol)
+      assert float(angle_gate(a, b, LAM, params_mask=m)[1]["angle"]) == got

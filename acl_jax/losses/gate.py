@@ -1,6 +1,6 @@
 """ACL-Grad: gate the contrastive gradient by its angle to the CE gradient (SPEC §2.4)."""
 import math
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -46,6 +46,66 @@ def _tree_dot(a: Any, b: Any, mask: Optional[Any] = None) -> jax.Array:
   return total
 
 
+class AngleStats(NamedTuple):
+  """Two gradients compared over a parameter partition (`angle_stats`), float32 scalars."""
+  dot: jax.Array  # <g_a, g_b>
+  sq_a: jax.Array  # |g_a|^2
+  sq_b: jax.Array  # |g_b|^2
+  cos: jax.Array  # <g_a, g_b> / (|g_a| |g_b| + 1e-12), clipped to [-1, 1]
+  degrees: jax.Array  # arccos(cos) in degrees, in [0, 180]
+
+
+def sq_norm(g: Any, params_mask: Optional[Any] = None) -> jax.Array:
+  """|g|^2 over the leaves `params_mask` selects (None: every leaf), summed in float32.
+
+  Args:
+    g: pytree of arrays.
+    params_mask: optional pytree of bools with g's structure, as in `angle_gate`.
+
+  Returns:
+    A float32 scalar.
+  """
+  return _tree_dot(g, g, params_mask)
+
+
+def angle_stats(g_a: Any, g_b: Any, params_mask: Optional[Any] = None) -> AngleStats:
+  """The angle between two gradients over a parameter partition, as ACL-Grad measures it.
+
+  cos = <g_a, g_b> / (|g_a| |g_b| + eps) over the leaves `params_mask` selects, in float32,
+  clipped to [-1, 1] against round-off; a zero gradient on either side gives cos = 0 (90
+  degrees). `angle_gate` decides with this function, so a diagnostic that calls it measures
+  what the gate sees.
+
+  Args:
+    g_a: pytree of arrays.
+    g_b: pytree with g_a's structure.
+    params_mask: optional pytree of bools with g_a's structure (`angle_mask`); None uses
+      every leaf.
+
+  Returns:
+    AngleStats: the dot product, both squared norms, the cosine and the angle in degrees.
+
+  Raises:
+    ValueError: the gradients, or the mask, differ in pytree structure.
+  """
+  if jax.tree.structure(g_a) != jax.tree.structure(g_b):
+    raise ValueError("The two gradients must share one pytree structure; got "
+                     f"{jax.tree.structure(g_a)} and {jax.tree.structure(g_b)}.")
+  if params_mask is not None and jax.tree.structure(params_mask) != jax.tree.structure(g_a):
+    raise ValueError("params_mask must have the gradients' pytree structure (one bool per "
+                     "leaf); build it with angle_mask(params, ...).")
+  dot = _tree_dot(g_a, g_b, params_mask)
+  sq_a, sq_b = sq_norm(g_a, params_mask), sq_norm(g_b, params_mask)
+  cos = jnp.clip(dot / (jnp.sqrt(sq_a) * jnp.sqrt(sq_b) + _EPS), -1.0, 1.0)
+  return AngleStats(dot, sq_a, sq_b, cos, jnp.degrees(jnp.arccos(cos)))
+
+
+def angle(g_a: Any, g_b: Any, params_mask: Optional[Any] = None) -> jax.Array:
+  """The angle between g_a and g_b in degrees, [0, 180], over `params_mask`'s leaves: the
+  gate's `info["angle"]` (`angle_stats`)."""
+  return angle_stats(g_a, g_b, params_mask).degrees
+
+
 def _combine(g_ce: Any, g_acl: Any, ce_scale, acl_scale) -> Any:
   """ce_scale * g_ce + acl_scale * g_acl per leaf, kept in g_ce's leaf dtypes."""
   def leaf(c, a):
@@ -68,9 +128,9 @@ def angle_gate(
 
   The one place a gate decision is made. cos = <g_ce, g_acl> / (|g_ce| |g_acl| + eps) over
   the leaves `params_mask` selects (the parameter partition the angle is measured over), and
-  angle = degrees(arccos(cos)). The two do not conflict when angle <= threshold_deg; the
-  test is done on cos against cos(threshold) so that exactly orthogonal gradients count as
-  90 degrees despite arccos round-off.
+  angle = degrees(arccos(cos)), both from `angle_stats`. The two do not conflict when
+  angle <= threshold_deg; the test is done on cos against cos(threshold) so that exactly
+  orthogonal gradients count as 90 degrees despite arccos round-off.
 
   Updates:
     agree:             g = ce_weight * g_ce + lam * g_acl, the objective's own gradient
@@ -106,19 +166,9 @@ def angle_gate(
       0.0), "norm_ce", "norm_acl": norms over the masked leaves, the ones the angle uses}.
   """
   check_gate_args(lam, threshold_deg, mode)
-  if jax.tree.structure(g_ce) != jax.tree.structure(g_acl):
-    raise ValueError("g_ce and g_acl must share one pytree structure; got "
-                     f"{jax.tree.structure(g_ce)} and {jax.tree.structure(g_acl)}.")
-  if params_mask is not None and jax.tree.structure(params_mask) != jax.tree.structure(g_ce):
-    raise ValueError("params_mask must have the gradients' pytree structure (one bool per "
-                     "leaf); build it with angle_mask(params, ...).")
-
-  dot = _tree_dot(g_ce, g_acl, params_mask)
-  sq_ce = _tree_dot(g_ce, g_ce, params_mask)
-  norm_ce = jnp.sqrt(sq_ce)
-  norm_acl = jnp.sqrt(_tree_dot(g_acl, g_acl, params_mask))
-  cos = jnp.clip(dot / (norm_ce * norm_acl + _EPS), -1.0, 1.0)
-  angle = jnp.degrees(jnp.arccos(cos))
+  stats = angle_stats(g_ce, g_acl, params_mask)
+  dot, sq_ce, cos = stats.dot, stats.sq_a, stats.cos
+  norm_ce, norm_acl = jnp.sqrt(sq_ce), jnp.sqrt(stats.sq_b)
 
   if isinstance(threshold_deg, jax.core.Tracer):
     cos_threshold = jnp.cos(jnp.radians(threshold_deg))
@@ -149,7 +199,7 @@ def angle_gate(
   grads = jax.lax.cond(agree, agree_branch, conflict_branch, None)
   zero = (norm_ce == 0.0) | (norm_acl == 0.0)
   info = {
-      "angle": angle,
+      "angle": stats.degrees,
       "gate": (agree & ~zero).astype(jnp.float32),
       "zero_grad": zero.astype(jnp.float32),
       "norm_ce": norm_ce,

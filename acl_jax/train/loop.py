@@ -176,17 +176,7 @@ def _train(config, workdir: str, origin: dict | None, on_phase: Callable[[str], 
              s.task.name, n_train, steps_per_epoch, total, tr.objective.name,
              jax.device_count())
 
-  pad, pi, pc = s.tokenizer.pad_token_id or 0, jax.process_index(), jax.process_count()
-  if s.packing is not None:
-    # Uniformly random batches of the epoch's permutation, each device's share packed.
-    batches = data_lib.packed_train_batches(s.tok["train"], cfg.batch_size, cfg.seed, start,
-                                            s.packing, pi, pc, pad)
-  else:
-    # Length-bucketed batches. Each batch's rows are shuffled, so a device's shard is a random
-    # draw of the batch, not a length stratum, and the row order is the same on every device
-    # count.
-    batches = data_lib.train_batches(s.tok["train"], cfg.batch_size, cfg.seed, start,
-                                     s.boundaries, pi, pc, pad, shuffle_within=True)
+  batches = s.train_batches(start)
   bar = None
   if cfg.progress and is_main():
     from tqdm import tqdm  # pylint: disable=import-outside-toplevel

@@ -3,7 +3,8 @@
 - `check_config(cfg)`: every config error that needs no data or model, raised before loading.
 - `build(cfg, splits)`: the task, tokenizer, model, pretrained params and tokenised splits;
   `Setup.scorer()` scores params on them.
-- `make_trainer(cfg, model, params, mesh, ...)`: objective -> optimizer -> state -> step.
+- `make_trainer(cfg, model, params, mesh, ...)`: objective (`make_objective`) -> optimizer ->
+  state -> step.
 
 The training loop, eval.py, the scripts, the benchmarks and the tests all build through these.
 """
@@ -90,6 +91,21 @@ class Setup:
         tuple(self.model.cfg.exit_layers), int(self.config.eval_batch_size),
         self.tokenizer.pad_token_id or 0, self.boundaries, self.packing, self.data)
 
+  def train_batches(self, start: int):
+    """The run's endless (step, batch) stream from global step `start`, this process's rows
+    of each global batch: packed as task.packing says, else length-bucketed."""
+    cfg, pad = self.config, self.tokenizer.pad_token_id or 0
+    pi, pc = jax.process_index(), jax.process_count()
+    if self.packing is not None:
+      # Uniformly random batches of the epoch's permutation, each device's share packed.
+      return data_lib.packed_train_batches(self.tok["train"], cfg.batch_size, cfg.seed, start,
+                                           self.packing, pi, pc, pad)
+    # Length-bucketed batches. Each batch's rows are shuffled, so a device's shard is a random
+    # draw of the batch, not a length stratum, and the row order is the same on every device
+    # count.
+    return data_lib.train_batches(self.tok["train"], cfg.batch_size, cfg.seed, start,
+                                  self.boundaries, pi, pc, pad, shuffle_within=True)
+
 
 def check_splits(task, splits) -> None:
   missing = [s for s in splits if s not in task.splits]
@@ -163,6 +179,23 @@ class Trainer:
   train_step: Callable
 
 
+def make_objective(cfg, model, *, num_labels: int, total_steps: int, class_weights=None,
+                   calibration: dict | None = None
+                   ) -> tuple[objectives.Objective, strategies.MultiExit | None]:
+  """The objective a config trains with, and its multi-exit strategy (None: one exit).
+
+  Args as `make_trainer`'s.
+  """
+  multi = strategies.multi_exit_from_config(cfg.multi_exit, model.cfg.exit_layers,
+                                            total_steps)
+  objective = objectives.build_objective(cfg.loss, num_labels=num_labels,
+                                         last_exit=model.cfg.exit_layers[-1],
+                                         class_weights=class_weights,
+                                         calibration=calibration,
+                                         multi_exit=multi)
+  return objective, multi
+
+
 def make_trainer(cfg, model, params, mesh, *, num_labels: int, total_steps: int,
                  class_weights=None, calibration: dict | None = None,
                  tx: optax.GradientTransformation | None = None, donate: bool = True
@@ -180,13 +213,8 @@ def make_trainer(cfg, model, params, mesh, *, num_labels: int, total_steps: int,
     tx: an optax transformation instead of the config's AdamW (tests capture gradients).
     donate: donate the state buffers to the step.
   """
-  multi = strategies.multi_exit_from_config(cfg.multi_exit, model.cfg.exit_layers,
-                                            total_steps)
-  objective = objectives.build_objective(cfg.loss, num_labels=num_labels,
-                                         last_exit=model.cfg.exit_layers[-1],
-                                         class_weights=class_weights,
-                                         calibration=calibration,
-                                         multi_exit=multi)
+  objective, multi = make_objective(cfg, model, num_labels=num_labels, total_steps=total_steps,
+                                    class_weights=class_weights, calibration=calibration)
   lr_args = _lr_args(cfg, total_steps, multi)
   if tx is None:
     tx = optim.make_optimizer(weight_decay=cfg.optim.weight_decay,

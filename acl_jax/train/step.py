@@ -111,6 +111,47 @@ def run_summary(sums: dict[str, float], steps: int) -> dict:
           "zero_grad_steps": sums["gate/zero_grad"]}
 
 
+def step_keys(state: TrainState) -> tuple[jax.Array, jax.Array]:
+  """The (dropout key, loss key) of the step `state` is at, the same on every device."""
+  step_key = jax.random.fold_in(state.rng, state.step)
+  return jax.random.fold_in(step_key, 0), jax.random.fold_in(step_key, 1)
+
+
+def loss_grad(model, objective, state: TrainState, batch):
+  """Inside the per-device step: the gradients the train step takes, one per call.
+
+  Args:
+    model: the Flax `Classifier`.
+    objective: an `objectives.Objective`.
+    state: the replicated TrainState (params, step, rng, loss state).
+    batch: this device's rows, one example a row or packed.
+
+  Returns:
+    grad(pick) -> (g, (terms, metrics)): this device's gradient of `pick(terms)` (a scalar of
+    the objective's `Terms`) w.r.t. the params, not yet averaged over the data axis, on the
+    step's dropout and loss keys (`step_keys`). All calls differentiate one forward pass.
+  """
+  # Both keys are the same on every device: randomness is keyed by the batch's global
+  # example ids (batch["example_id"]), never by the device, so the run does not depend on
+  # the device count (dropout: models.bert.Dropout; the G-Loss split: losses.gloss).
+  drop_key, loss_key = step_keys(state)
+  # Mark the replicated params as device-varying before differentiating. Under shard_map's
+  # varying-axes typing, jax.grad with respect to an unvarying input already sums its
+  # cotangent over the axis (the transpose of the implicit pvary is a psum), which would
+  # make every gradient N_devices times the global-batch gradient and the pmeans after it
+  # no-ops. With varying params each device gets its local gradient, and pmean averages.
+  params = lax.pcast(state.params, AXIS, to="varying")
+
+  def grad(pick):
+    def f(params):
+      logits, aux = _forward(model, params, batch, drop_key, True)
+      terms, metrics = objective.terms(params, logits, aux, batch, loss_key, state.step,
+                                       state.loss_state)
+      return pick(terms), (terms, metrics)
+    return jax.grad(f, has_aux=True)(params)
+  return grad
+
+
 def make_train_step(model, objective, tx: optax.GradientTransformation, mesh,
                     donate: bool = True):
   """Builds `train_step(state, batch) -> (state, metrics)`, jitted, state donated.
@@ -125,36 +166,16 @@ def make_train_step(model, objective, tx: optax.GradientTransformation, mesh,
   gate = objective.gate
 
   def per_device(state: TrainState, batch):
-    # Both keys are the same on every device: randomness is keyed by the batch's global
-    # example ids (batch["example_id"]), never by the device, so the run does not depend on
-    # the device count (dropout: models.bert.Dropout; the G-Loss split: losses.gloss).
-    step_key = jax.random.fold_in(state.rng, state.step)
-    drop_key = jax.random.fold_in(step_key, 0)
-    loss_key = jax.random.fold_in(step_key, 1)
-    # Mark the replicated params as device-varying before differentiating. Under shard_map's
-    # varying-axes typing, jax.grad with respect to an unvarying input already sums its
-    # cotangent over the axis (the transpose of the implicit pvary is a psum), which would
-    # make every gradient N_devices times the global-batch gradient and the pmeans below
-    # no-ops. With varying params each device gets its local gradient, and pmean averages.
-    params = lax.pcast(state.params, AXIS, to="varying")
-
-    def loss_of(pick):
-      def f(params):
-        logits, aux = _forward(model, params, batch, drop_key, True)
-        terms, metrics = objective.terms(params, logits, aux, batch, loss_key, state.step,
-                                         state.loss_state)
-        return pick(terms), (terms, metrics)
-      return jax.grad(f, has_aux=True)
-
+    grad = loss_grad(model, objective, state, batch)
     metrics_out = {}
     if gate is None:
-      grads, (terms, metrics) = loss_of(objective.total)(params)
+      grads, (terms, metrics) = grad(objective.total)
       grads = lax.pmean(grads, AXIS)
     else:
       # One gradient per role, with the same batch and dropout key; XLA shares the forward.
-      g_main, (terms, metrics) = loss_of(lambda t: t.main)(params)
-      g_aux, _ = loss_of(lambda t: t.aux)(params)
-      g_out = loss_of(lambda t: t.outside)(params)[0] if "outside" in objective.roles else None
+      g_main, (terms, metrics) = grad(lambda t: t.main)
+      g_aux, _ = grad(lambda t: t.aux)
+      g_out = grad(lambda t: t.outside)[0] if "outside" in objective.roles else None
       # Average first, so the gate sees global gradients and every replica branches alike.
       g_main, g_aux, g_out = lax.pmean((g_main, g_aux, g_out), AXIS)
       grads, info = angle_gate(g_main, g_aux, objective.aux_weight,
