@@ -68,6 +68,7 @@ import dataclasses
 import itertools
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -85,8 +86,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN, EVAL = os.path.join(REPO, "train.py"), os.path.join(REPO, "eval.py")
 
 run_name = records.run_name
-# The machine the cost model is stated in: hours of this many cores.
-CORES = 2
 parse_name = records.parse_name
 
 
@@ -547,12 +546,20 @@ def _read(root: str, results: str = "results.json") -> list[tuple[dict, dict]]:
   return out
 
 
+def cores_of(row: dict) -> int | None:
+  """The core count of the machine a row was timed on (its `timed_on`: "..., N cores")."""
+  m = re.search(r"(\d+) (?:CPU )?cores", row.get("timed_on") or "")
+  return int(m.group(1)) if m else None
+
+
 def machine_seconds(row: dict) -> float:
-  """A recorded run's seconds of the whole (2-core) machine: its CPU seconds over the cores,
-  where recorded, else its wall time over the runs that shared the machine (`--workers`).
-  Wall time also counts the waits behind other work on the machine; CPU time does not."""
-  if "cpu_seconds" in row:
-    return row["cpu_seconds"] / CORES
+  """A recorded run's seconds of the whole machine it ran on: its CPU seconds over that
+  machine's cores (from the row's `timed_on`), where both are recorded, else its wall time
+  over the runs that shared the machine (`--workers`). Wall time also counts the waits
+  behind other work on the machine; CPU time does not."""
+  cores = cores_of(row)
+  if "cpu_seconds" in row and cores:
+    return row["cpu_seconds"] / cores
   return row.get("seconds", 0.0) / row.get("workers", 1)
 
 
@@ -652,8 +659,8 @@ def _hours(seconds: float) -> str:
 
 
 def status(p: proto.Protocol, rows: dict, show_runs: bool = False) -> str:
-  """Markdown: per stage, the runs recorded and their measured machine-hours (of this 2-core
-  machine), the runs known to be left and their estimate from the recorded run times
+  """Markdown: per stage, the runs recorded and their measured machine-hours (of the machine
+  each ran on: `machine_seconds`), the runs known to be left and their estimate from the recorded run times
   (the protocol's cost model), the whole stage's estimate, and what waits on what."""
   rates = measured_rates(rows)
   lines = ["| stage | runs recorded | machine-h recorded | runs left (known now) | machine-h left "

@@ -170,6 +170,24 @@ def test_local_slots_give_each_run_its_accelerators_and_cores(monkeypatch):
   assert slots.local_slots() == [slots.Slot({}, (i,)) for i in range(4)]
 
 
+@pytest.mark.skipif(shutil.which("taskset") is None, reason="pins with taskset (util-linux)")
+def test_a_ray_tasks_run_holds_cores_of_its_own(monkeypatch, tmp_path):
+  """pinned_cores: runs of 2 cores on a 4-core host hold disjoint groups while they run; a
+  third waits on no group and runs unpinned; a group is free again once its run ends."""
+  monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1, 2, 3}, raising=False)
+  folder = str(tmp_path / "cores")
+  with slots.pinned_cores(2, folder) as a, slots.pinned_cores(1.5, folder) as b:
+    assert a == ["taskset", "-c", "0,1"] and b == ["taskset", "-c", "2,3"]
+    with slots.pinned_cores(2, folder) as c:
+      assert c == []
+  with slots.pinned_cores(2, folder) as again:
+    assert again == ["taskset", "-c", "0,1"]
+  with slots.pinned_cores(1, folder) as one:
+    assert one == ["taskset", "-c", "0"]
+  with slots.pinned_cores(4, folder) as whole:
+    assert whole == []  # the whole host: nothing to pin
+
+
 # LocalExecutor.
 
 def test_local_executor_runs_each_spec_once_and_times_it(tmp_path):

@@ -358,7 +358,8 @@ def test_stage_gates_release_runs_in_order(tmp_path, monkeypatch, capsys):
   assert [r.get("reused_from") for r in rows["stage1"]][0] == "lr"
   assert all(r["seconds"] >= 0 and r["timed_on"] for r in rows["lr"])
   assert all(r["cpu_seconds"] == 1.5 for r in rows["lr"])  # machine time: CPU over cores
-  assert sweep.machine_seconds(rows["lr"][0]) == 1.5 / sweep.CORES
+  assert sweep.machine_seconds(rows["lr"][0]) == 1.5 / os.cpu_count()  # over its cores
+  assert sweep.cores_of({"timed_on": "Intel(R) Xeon(R) Processor, 8 cores"}) == 8
   d = sweep.planner.decisions(p, rows)
   st = d.tasks["rte"]
   assert (st.lr, st.anchor_missed, st.epochs) == ("1e-4", True, 3)

@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from acl_jax import provenance
-from acl_jax.study import claims
+from acl_jax.study import claims, slots
 from acl_jax.study.slots import Slot, local_slots
 
 # RunResult.status: the command ran (see returncode), or it did not and why.
@@ -218,6 +218,14 @@ def run_once(spec: RunSpec, driver: str, finished: Callable[[RunSpec], bool],
     return dataclasses.replace(res, status=LOST) if claim.lost.is_set() else res
   finally:
     claim.release()
+
+
+def run_pinned(spec: RunSpec, driver: str, finished: Callable[[RunSpec], bool],
+               lease_s: float = claims.LEASE_S) -> RunResult:
+  """`run_once` pinned to `spec.cpus` cores of its host (`slots.pinned_cores`): a Ray task's
+  run sees as many cores as it asked for, as a LocalExecutor slot's does."""
+  with slots.pinned_cores(spec.cpus) as prefix:
+    return run_once(spec, driver, finished, lease_s, prefix=prefix)
 
 
 def _run_command(spec: RunSpec, run_cmd, host: str) -> RunResult:
@@ -432,7 +440,7 @@ class RayExecutor(Executor):
       return
     # No retries: a run whose worker died is resumed by a later driver, once its claim has
     # gone stale, not by Ray while the claim still looks live.
-    self._task = self._task or ray.remote(run_once)
+    self._task = self._task or ray.remote(run_pinned)
     ref = self._task.options(
         num_cpus=spec.cpus, num_gpus=spec.gpus, max_retries=0, resources=dict(spec.resources),
         name=spec.identity).remote(spec, self.driver, finished, self.lease_s)

@@ -1,10 +1,14 @@
 """The slots of one host, where LocalExecutor runs one run at a time: one per CUDA device,
 else one per TPU chip, else one per core, each with the variables that give a process its
 accelerators and the cores it is pinned to."""
+import contextlib
 import dataclasses
+import fcntl
 import glob
+import math
 import os
 import re
+import shutil
 import subprocess
 from collections.abc import Mapping
 
@@ -79,3 +83,41 @@ def local_slots(n: int | None = None) -> list[Slot]:
           else [tpu_env(g, i) for i, g in enumerate(groups)] if tpus else [{}] * n)
   pins = _split(cores, n) if n > 1 else [[]]
   return [Slot(env, tuple(pin)) for env, pin in zip(envs, pins)]
+
+
+CORE_LOCKS = os.path.join(os.environ.get("TMPDIR", "/tmp"), "acl-jax-cores")
+
+
+@contextlib.contextmanager
+def pinned_cores(cpus: float, folder: str = CORE_LOCKS):
+  """Cores of this host held for one run of `cpus` cores, as a command prefix: ["taskset",
+  "-c", "<cores>"] while held, [] where no group is free (or the host has no taskset).
+
+  A Ray task is scheduled by its core count but not given cores, and XLA:CPU sizes its
+  thread pool, and so how it splits some reductions (the gate's dot products), by the cores
+  a process may run on. Pinned like LocalExecutor's slots, a run sees the same cores, and
+  trains to the same bits, under either executor. The host's cores are cut into groups of
+  ceil(cpus); a run holds one by an flock on a file of this host's own (`folder`), released
+  when it ends or dies.
+  """
+  cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+  width = max(1, math.ceil(cpus))
+  if not cores or width >= len(cores) or shutil.which("taskset") is None:
+    yield []
+    return
+  os.makedirs(folder, exist_ok=True)
+  for group in _split(cores, len(cores) // width):
+    path = os.path.join(folder, "-".join(map(str, group)) + ".lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+      os.close(fd)
+      continue
+    try:
+      yield ["taskset", "-c", ",".join(map(str, group))]
+    finally:
+      fcntl.flock(fd, fcntl.LOCK_UN)
+      os.close(fd)
+    return
+  yield []
