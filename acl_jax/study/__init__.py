@@ -7,8 +7,9 @@ names it, its command and what it needs. An executor runs the specs it is given 
 
 - `LocalExecutor` (no extra dependencies): this machine, one run per slot: per CUDA device,
   per TPU chip, or per core, each pinned to its own cores (`slots.local_slots`).
-- `RayExecutor` (`pip install acl-jax[ray]`): one Ray task per run, scheduled by the run's
-  cpus, gpus and custom resources (e.g. TPU) on the nodes of a Ray cluster.
+- `RayExecutor` (`ray_executor.py`, `pip install acl-jax[ray]`): one Ray task per run,
+  scheduled by the run's cpus, gpus and custom resources (e.g. TPU) on the nodes of a Ray
+  cluster, and pinned to as many cores of its node as it asked for.
 
 Both claim a run before it starts (`claims`): a run finished before, or claimed by a live owner
 elsewhere, is not started. So several drivers may hand out the same runs at once, and a
