@@ -79,6 +79,7 @@ import numpy as np
 
 from acl_jax import provenance  # light: no jax
 from acl_jax.study import executors, planner, protocol as proto
+from acl_jax.study.identity import run_identity
 from scripts import records
 
 
@@ -240,18 +241,15 @@ def child_env(args) -> dict:
           or os.path.abspath(cache)}
 
 
-def identity(config: str, sets, settings: dict, presets=None) -> tuple:
-  """What a run trains, whatever sweep it is in: its config, every override and its seed. A
-  grid value that is the method's preset (the protocol's `presets`) is no override."""
-  method, presets = config.rpartition(",")[2], presets or {}
-  over = set(sets) | {f"{k}={v}" for k, v in settings.items()
-                      if k not in ("task", "method", "seed")
-                      and presets.get((method, k)) != v}
-  return config, tuple(sorted(over)), str(settings["seed"])
+def identity(config: str, sets, settings: dict) -> str:
+  """What a run trains, whatever sweep it is in: the hash of the config train.py resolves
+  from its --config, every override and its seed (`acl_jax.study.identity`). A grid value
+  that is the method's preset is the preset run."""
+  over = [*sets, *(f"{k}={v}" for k, v in settings.items() if k not in ("task", "method"))]
+  return run_identity(config, over, REPO)
 
 
-def recorded_elsewhere(sweep: str, rows: dict | None = None,
-                       presets=None) -> dict[tuple, dict]:
+def recorded_elsewhere(sweep: str, rows: dict | None = None) -> dict[str, dict]:
   """{identity: row} of every row of the other records (for runs two sweeps share)."""
   out = {}
   for name, rows in (records.read_all() if rows is None else rows).items():
@@ -260,7 +258,7 @@ def recorded_elsewhere(sweep: str, rows: dict | None = None,
     for r in rows:
       if "config" in r and "seed" in r:
         out.setdefault(identity(r["config"], r.get("set", []),
-                                {**r.get("overrides", {}), "seed": r["seed"]}, presets), r)
+                                {**r.get("overrides", {}), "seed": r["seed"]}), r)
   return out
 
 
@@ -434,7 +432,7 @@ def prepare(job: Job, args, record: str | None, done: set, elsewhere: dict,
     if args.dry_run or not (record or job.early_exit or job.latest):
       return None
     return run_spec(job, args, record, keep_checkpoints)  # its post steps and row
-  same = elsewhere.get(identity(job.config, job.set, job.settings, args.study.presets))
+  same = elsewhere.get(identity(job.config, job.set, job.settings))
   if same is not None:
     print(f"{tag} done (the same run is in {same['sweep']}'s record): {job.name}", flush=True)
     if not args.dry_run:
@@ -511,8 +509,7 @@ def run_jobs(jobs: list[Job], args, record: str | None = None,
   part-trained one, on the executor `args` names (`make_executor`)."""
   os.makedirs(args.root, exist_ok=True)
   done = {r["run"] for r in records.read(record)} if record else set()
-  elsewhere = (recorded_elsewhere(jobs[0].sweep, presets=args.study.presets)
-               if record and jobs and jobs[0].sweep else {})
+  elsewhere = recorded_elsewhere(jobs[0].sweep) if record and jobs and jobs[0].sweep else {}
   specs = [prepare(job, args, record, done, elsewhere, keep_checkpoints,
                    f"[{i + 1}/{len(jobs)}]") for i, job in enumerate(jobs)]
   specs = [s for s in specs if s is not None]
@@ -585,15 +582,15 @@ def stage_runs(p: proto.Protocol, stage: int, rows: dict) -> tuple[list[planner.
   return planner.later_stage_ready(p, stage, rows, d)
 
 
-def not_reused(p: proto.Protocol, runs: list, rows: dict) -> list:
+def not_reused(runs: list, rows: dict) -> list:
   """The runs that will train: those whose identity no other record holds (a run there, such
   as a λ grid's preset point, is taken from its row instead: `run_jobs`)."""
   elsewhere, out = {}, []
   for run in runs:
     if run.sweep not in elsewhere:
-      elsewhere[run.sweep] = recorded_elsewhere(run.sweep, rows, p.presets)
+      elsewhere[run.sweep] = recorded_elsewhere(run.sweep, rows)
     job = job_of(run, "")
-    if identity(job.config, job.set, job.settings, p.presets) not in elsewhere[run.sweep]:
+    if identity(job.config, job.set, job.settings) not in elsewhere[run.sweep]:
       out.append(run)
   return out
 
@@ -638,15 +635,15 @@ def stage_totals(p: proto.Protocol, rows: dict) -> dict[int, StageTotals]:
   whole = {1: [("first looks", first, est(first)),
                ("every second look", first + second, est(first + second))]}
   for s in sorted(p.arms):
-    runs = not_reused(p, planner.later_stage_runs(p, s, d.tasks), rows)
-    more = not_reused(p, planner.later_stage_runs(p, s, d.tasks, second_looks=True), rows)
+    runs = not_reused(planner.later_stage_runs(p, s, d.tasks), rows)
+    more = not_reused(planner.later_stage_runs(p, s, d.tasks, second_looks=True), rows)
     whole[s] = [("first looks", runs, est(runs)), ("every second look", more, est(more))]
   of_task, out = first_stage(p), {}
   for stage in p.stages:
     done = [r for name, rs in rows.items() for r in rs
             if stage_of_row(p, name, r, of_task) == stage and not r.get("reused_from")]
     left, waiting = stage_runs(p, stage, rows)
-    left = not_reused(p, left, rows)
+    left = not_reused(left, rows)
     out[stage] = StageTotals(done, sum(machine_seconds(r) for r in done),
                              sum("seconds" not in r or bool(r.get("timing_incomplete"))
                                  for r in done), left, est(left),
@@ -736,7 +733,7 @@ def run_stage(stage: int, args) -> None:
         try:
           spec = prepare(job, args, records.path_of(job.sweep),
                          {r["run"] for r in rows.get(job.sweep, [])},
-                         recorded_elsewhere(job.sweep, rows, p.presets),
+                         recorded_elsewhere(job.sweep, rows),
                          args.keep_checkpoints,
                          f"[{job.sweep}, ~{est / 60:.0f} min]")
         except SystemExit:

@@ -401,12 +401,23 @@ def test_preset_grid_points_are_the_presets():
       assert have < 0 and c.loss.gamma_hide < 0  # neither set: SPEC's 0.7
     else:
       assert have == pytest.approx(float(value)), (method, field)
-  presets = PAPERS.presets
-  a = sweep.identity("configs/textgcn.py:mr,scl", ["x=1"], {"loss.lam": "0.9", "seed": "0"},
-                     presets)
-  assert a == sweep.identity("configs/textgcn.py:mr,scl", ["x=1"], {"seed": "0"}, presets)
-  assert a != sweep.identity("configs/textgcn.py:mr,scl", ["x=1"], {"loss.lam": "0.5",
-                                                                    "seed": "0"}, presets)
+  # A run's identity is the config train.py resolves: CE+SCL at λ 0.9 is its preset run,
+  # however the flags spell the values; another λ, seed or length is another run.
+  sets = ["task.max_length=64"]
+  a = sweep.identity("configs/textgcn.py:mr,scl", sets, {"loss.lam": "0.9", "seed": "0"})
+  assert a == sweep.identity("configs/textgcn.py:mr,scl", sets, {"seed": "0"})
+  assert a == sweep.identity("configs/textgcn.py:mr,scl", ["task.max_length=64"],
+                             {"task": "mr", "method": "scl", "loss.lam": "0.90", "seed": "0"})
+  assert a != sweep.identity("configs/textgcn.py:mr,scl", sets, {"loss.lam": "0.5",
+                                                                 "seed": "0"})
+  assert a != sweep.identity("configs/textgcn.py:mr,scl", sets, {"seed": "1"})
+  assert a != sweep.identity("configs/textgcn.py:mr,scl", ["task.max_length=128"],
+                             {"seed": "0"})
+  assert a != sweep.identity("configs/textgcn.py:mr,acl", sets, {"seed": "0"})
+  # a field train.py does not know: named as written, never equal to a resolved run
+  odd = sweep.identity("configs/textgcn.py:mr,scl", sets + ["no_such_field=1"], {"seed": "0"})
+  assert odd == sweep.identity("configs/textgcn.py:mr,scl", ["no_such_field=1", *sets],
+                               {"seed": "0"}) and odd != a
 
 
 def test_only_process_0_of_a_multi_host_job_records_and_prunes(tmp_path, monkeypatch):
@@ -458,7 +469,7 @@ def test_a_preset_grid_point_recorded_in_stage1_is_not_work_left():
   job = sweep.job_of(planner.method_run(p, p.stage_record[1], st, "acl", 1), "")
   rows = {p.stage_record[1]: [{"config": job.config, "set": job.set, "overrides": {},
                                "seed": 1}]}
-  kept = sweep.not_reused(p, runs, rows)
+  kept = sweep.not_reused(runs, rows)
   gone = [r.name for r in runs if r not in kept]
   assert gone == ["task=mrpc,method=acl,loss.lam=0.5,seed=1"]
-  assert sweep.not_reused(p, runs, {}) == runs
+  assert sweep.not_reused(runs, {}) == runs
