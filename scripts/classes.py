@@ -5,8 +5,7 @@ The lowest recall is eval.py's per-class recall on the scored split (records kee
 `per_class_recall`, with each class's support); runs recorded before rows kept it show
 macro-F1 alone.
 """
-from acl_jax.study import protocol as proto
-from scripts import fmt
+from acl_jax.study import fmt, protocol as proto
 
 # A method whose mean lowest per-class recall is this many points below CE's, on the same
 # corpus, gets a note in the claims table.

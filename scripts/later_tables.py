@@ -4,8 +4,7 @@
 Every function takes the records index ({(record, run): row}) and the method labels, and
 returns a markdown table, or one "*pending*" line naming how many of its runs are recorded.
 """
-from acl_jax.study import later, protocol as proto
-from scripts import fmt
+from acl_jax.study import fmt, later, protocol as proto
 
 
 def _pending(p: proto.Protocol, idx, stage, task, methods, grid=()) -> str:

@@ -19,17 +19,23 @@ tests/test_records.py runs the check.
 """
 import argparse
 import collections
-import dataclasses
 import os
-import re
 import sys
 
 import numpy as np
 
-from acl_jax.study import later, planner, protocol as proto
-from scripts import classes, fmt, holm, later_tables, records, sweep as runner
-
-span, table, fmt_mean = fmt.span, fmt.table, fmt.mean_sd
+from acl_jax.study import later, planner, protocol as proto, report as lib
+from acl_jax.study.fmt import mean_sd as fmt_mean, span, table
+from acl_jax.study.report import (Ctx, _stage1_tasks, budget_table, ce_seed0,
+                                  comparison_label, context, deviations_table, later_budget,
+                                  later_pending, lr_table, not_shown, pending,
+                                  protocol_tasks_table, shown_verdict, stage1_scores_table,
+                                  stage1_table, verdict_text, weak_baseline)
+from acl_jax.study.tables import (axis_table, budget_text, by_seed, early_exit_table,
+                                  exit_score, exits_of, fmt_paired, label, methods_table,
+                                  multi_exit_table, pilot_score, pts, select,
+                                  split_of)
+from scripts import classes, holm, later_tables, records, sweep as runner
 
 REPO = records.REPO
 FIGURES = os.path.join(REPO, "results", "figures")
@@ -38,152 +44,15 @@ PILOTS_MD = os.path.join(REPO, "results", "PILOTS.md")
 # detail beside it.
 REPORTS = (os.path.join(REPO, "RESULTS.md"), os.path.join(REPO, "results", "STAGE1.md"),
            os.path.join(REPO, "results", "STAGE2.md"), os.path.join(REPO, "results", "CLASSES.md"))
-BLOCK = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
-
-METRIC_NAMES = {"accuracy": "accuracy (%)", "f1": "F1 (%)", "mcc": "MCC x100"}
 VERDICT_WORDS = proto.VERDICT_WORDS
 GATED = ("acl", "scl_grad")  # the stage-1 methods whose ACL-Grad gate acts
 ANGLE_PRESET = "all"  # loss.angle_params of the presets (configs/common.py)
-PILOT_LEVEL = 0.95  # the pilot tables' intervals
-MULTI_EXIT = ("jt", "2st", "alt", "kd", "acl_cl")
-
-
-def _stage1_tasks(p: proto.Protocol) -> tuple[str, ...]:
-  return tuple(dict.fromkeys(c.task for c in p.comparisons))
 
 
 # ---- formatting and reading rows ----------------------------------------------------------
 
-def label(p: proto.Protocol, task: str) -> str:
-  return p.tasks[task].label
-
-
-def pts(x) -> str:
-  return "—" if x is None else f"{x:.2f}"
-
-
-def fmt_paired(d) -> str:
-  """`+0.29 [-0.43, +1.01] (3/3)`: mean, 95% t-interval, seeds ahead / seeds."""
-  if not len(d):
-    return "—"
-  mean, lo, hi = proto.interval(list(d), PILOT_LEVEL)
-  # A tie (the same number of examples right) can differ from 0 by float round-off.
-  ahead = f"({sum(x > 1e-6 for x in d)}/{len(d)})"
-  return f"{mean:+.2f} {ahead}" if len(d) < 2 else f"{mean:+.2f} {span(lo, hi)} {ahead}"
-
-
-def pilot_score(p: proto.Protocol, row: dict, which: str | None = None) -> float | None:
-  """A pilot row's score in points: the selected checkpoint's (`final`, or `which`) on test
-  where there is a test split, else dev."""
-  vals = records.scores(row, which or "final")
-  metric = p.tasks[row["task"]].metric
-  for split in ("test", "dev"):
-    if f"{split}/{metric}" in vals:
-      return 100 * vals[f"{split}/{metric}"]
-  return None
-
-
-def split_of(rows: list[dict]) -> str:
-  return "test" if rows and any(k.startswith("test/") for k in records.scores(rows[0])) else "dev"
-
-
-def select(rows, task=None, method=None, **overrides):
-  """Rows of a task and method whose overrides include `overrides` (dots as __); a value None
-  means the field is absent."""
-  return [r for r in rows if (not task or r.get("task") == task)
-          and (not method or r.get("method") == method)
-          and all(r.get("overrides", {}).get(k.replace("__", ".")) == v
-                  for k, v in overrides.items())]
-
-
-def by_seed(rows, value) -> dict:
-  out = {}
-  for r in rows:
-    v = value(r)
-    if v is not None:
-      out.setdefault(r["seed"], v)
-  return out
-
-
-def paired_diffs(rows_a, rows_b, value) -> list[float]:
-  a, b = by_seed(rows_a, value), by_seed(rows_b, value)
-  return [a[s] - b[s] for s in sorted(a) if s in b]
-
-
-def budget_text(rows: list[dict]) -> str:
-  """The budgets of the rows: steps or epochs, batch, max length, lr (every value found)."""
-  def vals(key):
-    return sorted({r["budget"][key] for r in rows if r["budget"].get(key) not in (None, "")},
-                  key=str)
-  steps = [v for v in vals("num_steps") if v]
-  parts = ["steps " + "/".join(map(str, steps)) if steps else
-           "epochs " + "/".join(map(str, vals("num_epochs")))]
-  parts.append("B" + "/".join(map(str, vals("batch_size"))))
-  parts.append("L" + "/".join(map(str, vals("max_length"))))
-  parts.append("lr " + "/".join(f"{v:g}" for v in vals("lr")))
-  return ", ".join(parts)
-
 
 # ---- the protocol's state -----------------------------------------------------------------
-
-@dataclasses.dataclass
-class Ctx:
-  """The records, stage 1's decisions on them, and the rows by (record, run name)."""
-  p: proto.Protocol
-  rs: dict[str, list[dict]]
-  d: planner.Decisions
-  idx: dict[tuple[str, str], dict]
-
-
-def context(p: proto.Protocol, rs: dict[str, list[dict]]) -> Ctx:
-  return Ctx(p, rs, planner.decisions(p, rs),
-             {(s, r["run"]): r for s, rows in rs.items() for r in rows})
-
-
-def awaited(p: proto.Protocol, d: planner.Decisions) -> str:
-  """What stage 1's tasks wait on, tasks grouped by it."""
-  groups = {}
-  for t in dict.fromkeys(c.task for c in p.comparisons):
-    if t in d.waiting:
-      groups.setdefault(d.waiting[t], []).append(label(p, t))
-  return "; ".join(f"{', '.join(ts)}: {w}" for w, ts in groups.items())
-
-
-def pending(p: proto.Protocol, what: str, d: planner.Decisions) -> str:
-  """One italic line: what is not recorded yet, and what stage 1's gates wait on."""
-  wait = awaited(p, d)
-  return f"*pending*: {what}." + (f" Awaited: {wait}." if wait else "") + "\n"
-
-
-def progress(ctx: Ctx, c: proto.Comparison, seeds) -> tuple[int, int]:
-  """(runs recorded, runs) of both arms of a comparison at the seeds."""
-  a, b = planner.comparison_rows(ctx.p, ctx.idx, ctx.d.tasks[c.task], c, seeds)
-  return sum(r is not None for r in a + b), len(a + b)
-
-
-def ce_seed0(p: proto.Protocol, st: planner.TaskState) -> tuple[str | None, float | None]:
-  """(lr, CE seed 0's dev score there) at the task's pick, or the grid's pick while CE at
-  LR_HIGH is awaited; (None, None) before the grid is complete."""
-  if st.lr is not None:
-    return st.lr, planner.picked_score(p, st)
-  if len(st.lr_scores) < len(p.lr_grid):
-    return None, None
-  lr = p.pick_lr(st.lr_scores, p.tasks[st.task].unit)
-  return lr, st.lr_scores.get(lr)
-
-
-def shown_verdict(ctx: Ctx, c: proto.Comparison) -> proto.Verdict | None:
-  """A comparison's verdict so far, None while not complete or while its task's anchor gap
-  is unexplained (planner.anchor_withheld)."""
-  return None if c.task in ctx.d.withheld else ctx.d.verdicts.get(c)
-
-
-def not_shown(ctx: Ctx, c: proto.Comparison) -> str:
-  p = ctx.p
-  if c.task in ctx.d.withheld:
-    return f"withheld: {ctx.d.withheld[c.task]}"
-  k, n = progress(ctx, c, p.look_seeds[0])
-  return f"pending ({k} of {n} runs recorded)"
 
 
 def holm_tests(ctx: Ctx) -> list[holm.Test]:
@@ -257,50 +126,6 @@ def reruns_table(ctx: Ctx) -> str:
                 "dev evaluations equal", "params hash equal"], out)
 
 
-def later_budget(ctx: Ctx, task: str) -> str:
-  p = ctx.p
-  st = ctx.d.tasks.get(task)
-  return (f"{label(p, task)} {proto.epochs_text(st.epochs)}, lr {st.lr}" if st and st.epochs else
-          f"{label(p, task)} pending")
-
-
-def later_pending(ctx: Ctx, stage: int, pairs: set[tuple[str, str]]) -> str:
-  """"pending: stage N (k of n runs recorded)": the stage's known runs of these (task,
-  method) pairs, and how many of them are in its record."""
-  p = ctx.p
-  runs = [r for r in planner.later_stage_runs(p, stage, ctx.d.tasks) if (r.task, r.method) in pairs
-          and r.sweep == p.stage_record[stage]]
-  done = sum((r.sweep, r.name) in ctx.idx for r in runs)
-  return f"pending: stage {stage} ({done} of {len(runs)} runs recorded)"
-
-
-def verdict_text(v: proto.Verdict, note: str = "") -> str:
-  return f"{v.mean:+.2f} {span(*v.decide)} ({v.ahead}/{v.n}) {v.word}{note}"
-
-
-def weak_baseline(ctx: Ctx, c: proto.Comparison, v: proto.Verdict) -> str:
-  """A note for a "matches or beats" or "beats" whose baseline is itself below CE: the
-  baseline − CE paired difference on the same seeds, where its DECIDE_LEVEL interval lies
-  wholly below zero; "" otherwise."""
-  p = ctx.p
-  if c.baseline == "ce" or v.word not in ("beats", "matches or beats"):
-    return ""
-  st = ctx.d.tasks[c.task]
-  seeds = p.look_seeds[0] + (p.look_seeds[1] if v.look == 2 else ())
-  against_ce = proto.Comparison(c.claim, c.task, c.baseline, "ce", c.kind)
-  base, ce = planner.comparison_rows(p, ctx.idx, st, against_ce, seeds)
-  if None in base or None in ce:
-    return ""
-  mean, lo, hi = proto.interval(planner.diffs(p, base, ce), p.decide_level)
-  if hi >= 0:
-    return ""
-  return f" (baseline weak: {p.labels[c.baseline]} − CE {mean:+.2f} {span(lo, hi)})"
-
-
-def comparison_label(p, c: proto.Comparison) -> str:
-  return f"{p.labels[c.method]} − {p.labels[c.baseline]}"
-
-
 # ---- RESULTS.md's tables ------------------------------------------------------------------
 
 def claims_table(ctx: Ctx) -> str:
@@ -363,18 +188,6 @@ def claims_table(ctx: Ctx) -> str:
                 "(seeds ahead / seeds) verdict", "verdict", "budget"], rows)
 
 
-def protocol_tasks_table(ctx: Ctx) -> str:
-  p = ctx.p
-  del ctx
-  first = runner.first_stage(p)
-  rows = [[t.label, first.get(t.name, "—"), f"`{t.config}:{t.name}`", t.max_length, t.epochs,
-           t.scored, METRIC_NAMES[t.metric], f"{t.margin:g}",
-           f"{label(p, p.lr_from[t.name])}'s" if t.name in p.lr_from else "CE's pick"]
-          for t in p.tasks.values()]
-  return table(["task", "stage", "config", "max length", "epochs", "scored on", "metric",
-                "margin (points)", "lr"], rows)
-
-
 def stage_hours_table(ctx: Ctx) -> str:
   """Per stage: runs recorded (a reused row once), their measured machine-hours, the whole
   stage's estimate (the protocol's cost model at the measured rates) and the machine."""
@@ -388,14 +201,6 @@ def stage_hours_table(ctx: Ctx) -> str:
     rows.append([stage, len(t.recorded), hours, whole, "; ".join(machines) or "—"])
   return table(["stage", "runs recorded", "machine-h recorded", "whole stage (estimate)",
                 "timed on"], rows)
-
-
-def deviations_table(ctx: Ctx) -> str:
-  p = ctx.p
-  del ctx
-  if not p.deviations:
-    return "None.\n"
-  return table(["what changed", "why"], [list(x) for x in p.deviations])
 
 
 def mr_anchor(p: proto.Protocol, rows: list[dict]) -> str:
@@ -515,118 +320,6 @@ def anchors_table(ctx: Ctx) -> str:
           + glue_hf_anchor(ctx))
 
 
-def lr_why(p: proto.Protocol, st: planner.TaskState) -> str:
-  if len(st.lr_scores) < len(p.lr_grid):
-    return f"waits on {st.waiting}"
-  tie = p.lr_tie * p.tasks[st.task].unit
-  if len(p.lr_grid) == 1:
-    why = "the protocol's one rate"
-  else:
-    pick = p.pick_lr(st.lr_scores, p.tasks[st.task].unit)
-    best = st.lr_scores[pick]
-    gap = min(best - st.lr_scores[x] for x in p.lr_grid if x != pick) if best == max(
-        st.lr_scores.values()) else 0.0
-    why = (f"tie (within {tie:g}): {p.lr_preferred}" if gap <= tie else
-           f"{pick} better by {gap:.2f}")
-  if st.anchor_missed:
-    why += f"; CE missed its anchor: {p.lr_high} " + (
-        "awaited" if st.high_score is None else
-        f"better by more than {tie:g}, taken" if st.lr == p.lr_high else
-        f"not better by more than {tie:g}, not taken")
-  return why
-
-
-def lr_table(ctx: Ctx) -> str:
-  p = ctx.p
-  tasks = [t for t in _stage1_tasks(p) if t not in p.lr_from]
-  if not any(ctx.d.tasks[t].lr_scores for t in tasks):
-    return pending(p, "no CE run of the lr grid is recorded yet", ctx.d)
-  rows = [[label(p, t), *(pts(ctx.d.tasks[t].lr_scores.get(lr)) for lr in p.lr_grid),
-           pts(ctx.d.tasks[t].high_score), ctx.d.tasks[t].lr or "—", lr_why(p, ctx.d.tasks[t])]
-          for t in tasks]
-  follow = collections.defaultdict(list)
-  for t, src in p.lr_from.items():
-    follow[src].append(label(p, t))
-  notes = "".join(f"{', '.join(ts)} take {label(p, src)}'s rate. " for src, ts in follow.items())
-  return table(["task", *(f"CE dev, lr {lr}" for lr in p.lr_grid), f"CE dev, lr {p.lr_high}",
-                "pick", "why"], rows) + (
-      f"\nCE seed 0, final weights' dev score, points. {notes}".rstrip() + "\n")
-
-
-def budget_table(ctx: Ctx) -> str:
-  p = ctx.p
-  if not ctx.rs.get(p.budget_record):
-    return pending(p, "no budget-check run is recorded yet", ctx.d)
-  rows = []
-  for t in dict.fromkeys(c.task for c in p.comparisons):
-    st, e = ctx.d.tasks[t], p.tasks[t].epochs
-    base = doubled = None
-    if st.lr:
-      base = ctx.idx.get((p.lr_record, planner.lr_run(p, t, st.lr).name))
-      doubled = ctx.idx.get((p.budget_record, planner.budget_run(p, t, st.lr).name))
-    base, doubled = (p.dev_score(r) if r else None for r in (base, doubled))
-    gain = p.budget_gain * p.tasks[t].unit
-    if st.epochs is None:
-      decision = f"waits on {st.waiting}"
-    else:
-      decision = (f"doubles to {st.epochs} (gain > {gain:g})" if st.epochs != e else
-                  f"keeps {e} (gain ≤ {gain:g})")
-    diff = f"{doubled - base:+.2f}" if base is not None and doubled is not None else "—"
-    rows.append([label(p, t), st.lr or "—", e, pts(base), pts(doubled), diff, decision])
-  return table(["task", "lr", "epochs", "CE seed 0 (dev)", "CE seed 0, twice the epochs",
-                "difference", "epochs from here"], rows)
-
-
-def stage1_table(ctx: Ctx) -> str:
-  """One row per stage-1 comparison: its paired differences' intervals and verdict so far."""
-  p = ctx.p
-  if not any(shown_verdict(ctx, c) for c in p.comparisons):
-    n = len(ctx.rs.get(p.stage_record[1], []))
-    held = "; ".join(f"{label(p, t)} withheld: {why}" for t, why in ctx.d.withheld.items())
-    return pending(p, f"no comparison has a complete first look yet ({n} comparison runs "
-                   "recorded)" + (f". {held}" if held else ""), ctx.d)
-  rows = []
-  for c in sorted(p.comparisons, key=lambda c: _stage1_tasks(p).index(c.task)):
-    test = f"lower end > {-p.tasks[c.task].margin:g}" if c.kind == "noninferior" else (
-        "lower end > 0")
-    v = shown_verdict(ctx, c)
-    if v is None:
-      rows.append([label(p, c.task), comparison_label(p, c), test, *[""] * 6,
-                   not_shown(ctx, c), ""])
-      continue
-    word = v.word
-    if word == "undecided":
-      k, n = progress(ctx, c, p.look_seeds[1])
-      word += f" (second look: {k} of {n} runs recorded)"
-    elif word == "inconclusive":
-      word += f": any effect lies in {span(*v.decide)}"
-    word += weak_baseline(ctx, c, v)
-    rows.append([label(p, c.task), comparison_label(p, c), test, v.n, f"{v.mean:+.2f}",
-                 span(*v.decide), span(*v.describe), f"{v.ahead}/{v.n}", v.look, word,
-                 f"{v.resolvable:.2f}"])
-  return table(["task", "method − baseline", "passes if", "seeds", "mean",
-                f"{100 * p.decide_level:g}% interval", f"{100 * p.describe_level:g}% interval",
-                "ahead", "look", "verdict",
-                f"resolvable ({100 * p.power:g}% power)"], rows)
-
-
-def stage1_scores_table(ctx: Ctx) -> str:
-  p = ctx.p
-  rows = ctx.rs.get(p.stage_record[1], [])
-  if not rows:
-    return pending(p, "no stage-1 comparison run is recorded yet", ctx.d)
-  methods = list(dict.fromkeys(m for c in p.comparisons for m in (c.baseline, c.method)))
-  arms = {(c.task, m) for c in p.comparisons for m in (c.baseline, c.method)}
-  out = []
-  for m in methods:
-    cells = ["" if (t, m) not in arms else "withheld" if t in ctx.d.withheld else
-             fmt_mean([x for x in (p.score(r) for r in select(rows, t, m)) if x is not None])
-             for t in _stage1_tasks(p)]
-    out.append([p.labels[m], *cells])
-  return table(["method", *(f"{label(p, t)} ({p.tasks[t].scored} {p.tasks[t].metric})"
-                            for t in _stage1_tasks(p))], out)
-
-
 def gate_table(ctx: Ctx) -> str:
   p = ctx.p
   rows = [(p.stage_record[1], r) for r in ctx.rs.get(p.stage_record[1], [])
@@ -706,78 +399,12 @@ TABLES = {
 
 def render(p: proto.Protocol, text: str, rs: dict) -> tuple[str, list[str]]:
   """(text with every table block rebuilt from the records, names of blocks that changed)."""
-  ctx, changed = context(p, rs), []
-
-  def fill(m):
-    name = m.group("name")
-    if name not in TABLES:
-      raise SystemExit(f"RESULTS.md has a table block {name!r} that scripts/report.py does "
-                       f"not know; its tables: {', '.join(TABLES)}.")
-    body = TABLES[name](ctx)
-    if body != m.group("body"):
-      changed.append(name)
-    return m.group(1) + body + m.group(4)
-
-  return BLOCK.sub(fill, text), changed
+  ctx = context(p, rs)
+  return lib.render(text, {name: (lambda build=build: build(ctx))
+                           for name, build in TABLES.items()})
 
 
 # ---- the pilots (results/PILOTS.md) -------------------------------------------------------
-
-def task_col(p: proto.Protocol, t: str, rows) -> str:
-  return f"{label(p, t)} ({split_of(rows)} {p.tasks[t].metric})"
-
-
-def methods_table(p: proto.Protocol, rows: list[dict], tasks, methods, paper=True) -> str:
-  """Mean ± std per method and task, then each method's paired difference to CE."""
-  tasks = [t for t in tasks if select(rows, t)]
-  heads = [task_col(p, t, select(rows, t)) for t in tasks]
-  pcols = [t for t in tasks if paper and t in p.published]
-  lines = ["| method | " + " | ".join(heads)
-           + "".join(f" | {label(p, t)} paper" for t in pcols) + " |",
-           "|---|" + "---|" * (len(heads) + len(pcols))]
-  shown = [m for m in methods if any(select(rows, t, m) for t in tasks)]
-  for m in shown:
-    cells = [fmt_mean(list(by_seed(select(rows, t, m), lambda r: pilot_score(p, r)).values()))
-             for t in tasks]
-    cells += [f"{p.published[t][m]:.2f}" if m in p.published[t] else "" for t in pcols]
-    lines.append(f"| {p.label(m)} | " + " | ".join(cells) + " |")
-  lines += ["", "Paired difference to CE (points; mean, 95% t-interval, seeds ahead / seeds):",
-            "", "| method | " + " | ".join(heads) + " |", "|---|" + "---|" * len(heads)]
-  for m in shown:
-    if m != "ce":
-      cells = [fmt_paired(paired_diffs(select(rows, t, m), select(rows, t, "ce"),
-                                       lambda r: pilot_score(p, r))) for t in tasks]
-      lines.append(f"| {p.label(m)} | " + " | ".join(cells) + " |")
-  return "\n".join(lines) + f"\n\nBudget: {budget_text(rows)}.\n"
-
-
-def axis_table(p: proto.Protocol, axis: str, curves: dict, which=None) -> tuple[str, dict]:
-  """Per curve (name -> rows), the mean score at every axis value, the spread of the means,
-  and each seed's own spread (best minus worst axis point) as mean, 95% interval."""
-  values = sorted({float(r["overrides"][axis]) for rs in curves.values() for r in rs})
-  sym = "λ" if axis == "loss.lam" else axis.split(".")[-1]
-  lines = ["| curve | " + " | ".join(f"{sym}={v:g}" for v in values)
-           + " | spread of the means | spread per seed, mean [95% interval] | seeds |",
-           "|---|" + "---|" * (len(values) + 3)]
-  per_seed = {}
-  for name, rs in curves.items():
-    means, at = [], {}
-    for v in values:
-      got = [(r["seed"], pilot_score(p, r, which)) for r in rs if float(r["overrides"][axis]) == v]
-      got = [(s, x) for s, x in got if x is not None]
-      means.append(np.mean([x for _, x in got]) if got else None)
-      for s, x in got:
-        at.setdefault(s, {})[v] = x
-    full = {s: max(p.values()) - min(p.values()) for s, p in at.items() if len(p) == len(values)}
-    per_seed[name] = full
-    have = [m for m in means if m is not None]
-    sp = list(full.values())
-    mean, lo, hi = proto.interval(sp, PILOT_LEVEL) if sp else (None, None, None)
-    sp_cell = (f"{mean:.2f} [{lo:.2f}, {hi:.2f}]" if len(sp) > 1 else
-               f"{mean:.2f}" if sp else "—")
-    lines.append(f"| {name} | " + " | ".join(pts(m) for m in means)
-                 + f" | {max(have) - min(have):.2f} | {sp_cell} | {len(full)} |")
-  return "\n".join(lines) + "\n", per_seed
 
 
 def lambda_curves(rows: list[dict]) -> dict:
@@ -807,69 +434,6 @@ def gloss_axis_tables(p: proto.Protocol, rows: list[dict]) -> str:
     if rs:
       out += ("\n" if out else "") + axis_table(p, axis, {f"CE+G-Loss over {name}": rs})[0]
   return out
-
-
-def exits_of(row: dict) -> list[int]:
-  return sorted({int(m.group(1)) for k in records.scores(row)
-                 for m in [re.match(r"\w+/exit_(\d+)/", k)] if m})
-
-
-def exit_score(p: proto.Protocol, row, m, split):
-  v = records.scores(row).get(f"{split}/exit_{m}/{p.tasks[row['task']].metric}")
-  return None if v is None else 100 * v
-
-
-def multi_exit_table(p: proto.Protocol, rows: list[dict], task: str) -> str:
-  rs = select(rows, task)
-  if not rs:
-    return ""
-  split, exits = split_of(rs), exits_of(rs[0])
-  methods = [m for m in MULTI_EXIT if select(rs, task, m)]
-  head = "| strategy | " + " | ".join(f"exit {m}" for m in exits) + " |"
-  lines = [f"{label(p, task)}, {split} {p.tasks[task].metric} per exit (%):", "", head,
-           "|---|" + "---|" * len(exits)]
-  for meth in methods:
-    lines.append(f"| {p.labels[meth]} | " + " | ".join(
-        fmt_mean(list(by_seed(select(rs, task, meth),
-                              lambda r, m=m: exit_score(p, r, m, split)).values())) for m in exits)
-        + " |")
-  lines += ["", "Paired gain over JT (points; mean, 95% t-interval, seeds ahead / seeds):", "",
-            head, "|---|" + "---|" * len(exits)]
-  for meth in methods:
-    if meth != "jt":
-      lines.append(f"| {p.labels[meth]} | " + " | ".join(
-          fmt_paired(paired_diffs(select(rs, task, meth), select(rs, task, "jt"),
-                                  lambda r, m=m: exit_score(p, r, m, split))) for m in exits)
-          + " |")
-  return "\n".join(lines) + "\n"
-
-
-def early_exit_table(p: proto.Protocol, rows: list[dict], max_drop: float = 1.0) -> str:
-  """Per task and strategy: the threshold with the largest mean layer speed-up whose mean
-  change against the full model is above -max_drop points, and the measured wall-clock
-  speed-up where seed 0 was timed."""
-  lines = ["| task | strategy | threshold | change (points) | layer speed-up | measured "
-           "speed-up (seed 0) | seeds |", "|---|---|---|---|---|---|---|"]
-  for task in ("sst2", "mr"):
-    for meth in MULTI_EXIT:
-      rs = [r for r in select(rows, task, meth) if r.get("early_exit", {}).get("entropy")]
-      per_thr = {}
-      for r in rs:
-        for e in r["early_exit"]["entropy"]:
-          per_thr.setdefault(e["threshold"], []).append(
-              (r["seed"], 100 * (e["metric"] - e["full_metric"]), e["layer_speedup"],
-               e.get("speedup")))
-      ok = [t for t, p in sorted(per_thr.items()) if np.mean([x[1] for x in p]) > -max_drop]
-      if not ok:
-        continue
-      best = max(ok, key=lambda t: np.mean([x[2] for x in per_thr[t]]))
-      got = per_thr[best]
-      timed = [x[3] for x in got if x[0] == 0 and x[3] is not None]
-      lines.append(f"| {label(p, task)} | {p.labels[meth]} | {best:g} | "
-                   f"{fmt_mean([x[1] for x in got])} | {np.mean([x[2] for x in got]):.2f}x | "
-                   + (f"{timed[0]:.2f}x" if timed else "—") + f" | {len(got)} |")
-  timed = sorted({r.get("timed_on", "not recorded") for r in rows if r.get("early_exit")})
-  return "\n".join(lines) + f"\n\nMeasured speed-ups timed on: {'; '.join(timed)}.\n"
 
 
 def grad_conflict_table(p: proto.Protocol, rows: list[dict]) -> str:
@@ -1030,7 +594,7 @@ def per_exit_figure(p: proto.Protocol, rows, path, title):
   def draw(ax, t):
     rs = select(rows, t)
     split, exits = split_of(rs), exits_of(rs[0])
-    for meth in MULTI_EXIT:
+    for meth in proto.MULTI_EXIT:
       ys = [list(by_seed(select(rs, t, meth), lambda r, m=m: exit_score(p, r, m, split)).values())
             for m in exits]
       if all(ys):
@@ -1042,7 +606,7 @@ def per_exit_figure(p: proto.Protocol, rows, path, title):
 
 def quality_speed_figure(p: proto.Protocol, rows, path, title):
   def draw(ax, t):
-    for meth in MULTI_EXIT:
+    for meth in proto.MULTI_EXIT:
       es = [e for r in select(rows, t, meth) for e in r.get("early_exit", {}).get("entropy", [])]
       thr = sorted({e["threshold"] for e in es})
       if thr:

@@ -595,13 +595,6 @@ def not_reused(runs: list, rows: dict) -> list:
   return out
 
 
-def first_stage(p: proto.Protocol) -> dict[str, int]:
-  """Each task's first stage: its lr and budget runs count there."""
-  out = {c.task: 1 for c in p.comparisons}
-  for stage, arms in sorted(p.arms.items()):
-    for arm in arms:
-      out.setdefault(arm.task, stage)
-  return out
 
 
 def stage_of_row(p: proto.Protocol, record: str, row: dict, first: dict[str, int]) -> int | None:
@@ -638,7 +631,7 @@ def stage_totals(p: proto.Protocol, rows: dict) -> dict[int, StageTotals]:
     runs = not_reused(planner.later_stage_runs(p, s, d.tasks), rows)
     more = not_reused(planner.later_stage_runs(p, s, d.tasks, second_looks=True), rows)
     whole[s] = [("first looks", runs, est(runs)), ("every second look", more, est(more))]
-  of_task, out = first_stage(p), {}
+  of_task, out = planner.first_stages(p), {}
   for stage in p.stages:
     done = [r for name, rs in rows.items() for r in rs
             if stage_of_row(p, name, r, of_task) == stage and not r.get("reused_from")]

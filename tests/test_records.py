@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from acl_jax.study import planner, protocol as proto
+from acl_jax.study import planner, protocol as proto, report as lib_report, tables
 from scripts import report
 from studies.papers import MULTI_EXIT_EXTRA, PAPERS as p
 from tests import helpers
@@ -21,14 +21,14 @@ S1 = p.stage_record[1]
 
 
 def _pilot(row):
-  return report.pilot_score(p, row)
+  return tables.pilot_score(p, row)
 
 
 def test_committed_reports_are_what_the_committed_records_give():
   """Every table block of RESULTS.md, and results/PILOTS.md, equal scripts/report.py's output
   on results/records/ (run `python -m scripts.report` after a sweep adds rows)."""
   texts = {path: open(path).read() for path in report.REPORTS}
-  blocks = [b[1] for text in texts.values() for b in report.BLOCK.findall(text)]
+  blocks = [b[1] for text in texts.values() for b in lib_report.BLOCK.findall(text)]
   assert sorted(blocks) == sorted(report.TABLES), "a table is missing, or rendered twice"
   rs = records.read_all()
   for path, text in texts.items():
@@ -380,20 +380,20 @@ def test_pilot_paired_differences_and_t_interval():
   ce = _pilot_rows("p", "mr", "ce", [80.0, 81.0, 82.0, 80.5, 81.5])
   good = _pilot_rows("p", "mr", "gloss", [80.6, 81.4, 82.7, 81.0, 82.1])
   mixed = _pilot_rows("p", "mr", "scl", [81.0, 80.0, 83.0, 80.5, 81.0])
-  d = report.paired_diffs(good, ce, _pilot)
+  d = tables.paired_diffs(good, ce, _pilot)
   np.testing.assert_allclose(d, [0.6, 0.4, 0.7, 0.5, 0.6], atol=1e-9)
   half = stats.t.ppf(0.975, 4) * np.std(d, ddof=1) / math.sqrt(5)
-  assert report.fmt_paired(d) == f"+0.56 [{0.56 - half:+.2f}, {0.56 + half:+.2f}] (5/5)"
+  assert tables.fmt_paired(d) == f"+0.56 [{0.56 - half:+.2f}, {0.56 + half:+.2f}] (5/5)"
   # a tie: not ahead
-  assert report.fmt_paired(report.paired_diffs(mixed, ce, _pilot)).endswith("(2/5)")
-  assert report.fmt_paired(d[:1]) == "+0.60 (1/1)"
+  assert tables.fmt_paired(tables.paired_diffs(mixed, ce, _pilot)).endswith("(2/5)")
+  assert tables.fmt_paired(d[:1]) == "+0.60 (1/1)"
   acl = _pilot_rows("p", "mr", "acl", [81.0, 82.0, 90.0, 1.0, 1.0])[:3]  # seed 2: no CE partner
-  assert report.paired_diffs(acl, ce[:2], _pilot) == pytest.approx([1.0, 1.0])
+  assert tables.paired_diffs(acl, ce[:2], _pilot) == pytest.approx([1.0, 1.0])
   lam = _pilot_rows("p", "mr", "scl", [70.0], **{"loss.lam": "0.9"}) + _pilot_rows(
       "p", "mr", "scl", [75.0], **{"loss.lam": "0.1"})
-  assert [r["overrides"] for r in report.select(lam, "mr", "scl", loss__lam="0.1")] == [
+  assert [r["overrides"] for r in tables.select(lam, "mr", "scl", loss__lam="0.1")] == [
       {"loss.lam": "0.1"}]
-  assert report.select(lam, "mr", "scl", loss__combine=None) == lam  # the field is absent
+  assert tables.select(lam, "mr", "scl", loss__combine=None) == lam  # the field is absent
 
 
 def test_pilots_report_labels_every_pilot():
@@ -425,7 +425,7 @@ def test_report_check_finds_stale_tables(tmp_path):
   assert report.main(args + ["--check"]) == 1
   assert report.main(args) == 0 and "| RTE | 60.00 | — |" in doc.read_text()
   doc.write_text("<!-- table: nosuch -->\n<!-- /table -->\n")
-  with pytest.raises(SystemExit, match="does not know"):
+  with pytest.raises(SystemExit, match="block .nosuch. that no table builds"):
     report.main(args + ["--check"])
 
 

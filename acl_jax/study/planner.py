@@ -382,3 +382,12 @@ def whole_stage1(p: proto.Protocol, states: dict[str, TaskState] | None = None,
               if not (r.method == "ce" and dict(r.settings)["seed"] == "0")]
     second += _comparison_runs(p, s, comps, p.look_seeds[1])
   return first, second
+
+
+def first_stages(p: proto.Protocol) -> dict[str, int]:
+  """Each task's first stage: its lr and budget runs count there."""
+  out = {c.task: 1 for c in p.comparisons}
+  for stage, arms in sorted(p.arms.items()):
+    for arm in arms:
+      out.setdefault(arm.task, stage)
+  return out

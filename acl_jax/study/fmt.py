@@ -1,5 +1,5 @@
-"""How the reports write numbers and tables: one definition for scripts/report.py and the
-modules it renders from (scripts/classes.py, scripts/later_tables.py, scripts/holm.py)."""
+"""How the reports write numbers and tables: one definition for every table of a study's
+reports (acl_jax/study/report.py, tables.py and the project's scripts/report.py)."""
 import numpy as np
 
 

@@ -1,0 +1,292 @@
+"""A study's reports: markdown files whose table blocks are rebuilt from the records and the
+protocol, and the tables any protocol gets from its comparisons and gates.
+
+A table sits in a report between marker lines naming it:
+
+  <!-- table: stage1 -->
+  ...rebuilt from the records...
+  <!-- /table -->
+
+`render(text, tables)` rebuilds every block from `tables` ({name: () -> markdown}); a block
+whose table nothing names is an error. `context(protocol, records)` holds the records and
+the planner's decisions on them (`planner.decisions`), from which every table here is built:
+the comparisons with their verdicts (`stage1_table`), the scores per method and task, the lr
+pick, the budget check, the protocol's tasks and its deviations. A table with nothing
+recorded yet is one "*pending*" line naming what it waits on.
+
+Imports nothing heavy.
+"""
+import collections
+import dataclasses
+import re
+
+from acl_jax.study import planner, protocol as proto
+from acl_jax.study.fmt import mean_sd as fmt_mean, span, table
+from acl_jax.study.tables import label, pts, select
+
+BLOCK = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
+
+
+def render(text: str, tables) -> tuple[str, list[str]]:
+  """(text with every table block rebuilt by `tables[name]()`, names of blocks that
+  changed)."""
+  changed = []
+
+  def fill(m):
+    name = m.group("name")
+    if name not in tables:
+      raise SystemExit(f"a report has a table block {name!r} that no table builds; the "
+                       f"tables: {', '.join(tables)}.")
+    body = tables[name]()
+    if body != m.group("body"):
+      changed.append(name)
+    return m.group(1) + body + m.group(4)
+
+  return BLOCK.sub(fill, text), changed
+
+
+METRIC_NAMES = {"accuracy": "accuracy (%)", "f1": "F1 (%)", "mcc": "MCC x100"}
+
+
+@dataclasses.dataclass
+class Ctx:
+  """The records, stage 1's decisions on them, and the rows by (record, run name)."""
+  p: proto.Protocol
+  rs: dict[str, list[dict]]
+  d: planner.Decisions
+  idx: dict[tuple[str, str], dict]
+
+
+def context(p: proto.Protocol, rs: dict[str, list[dict]]) -> Ctx:
+  return Ctx(p, rs, planner.decisions(p, rs),
+             {(s, r["run"]): r for s, rows in rs.items() for r in rows})
+
+
+
+
+
+
+def _stage1_tasks(p: proto.Protocol) -> tuple[str, ...]:
+  return tuple(dict.fromkeys(c.task for c in p.comparisons))
+
+
+def awaited(p: proto.Protocol, d: planner.Decisions) -> str:
+  """What stage 1's tasks wait on, tasks grouped by it."""
+  groups = {}
+  for t in dict.fromkeys(c.task for c in p.comparisons):
+    if t in d.waiting:
+      groups.setdefault(d.waiting[t], []).append(label(p, t))
+  return "; ".join(f"{', '.join(ts)}: {w}" for w, ts in groups.items())
+
+
+def pending(p: proto.Protocol, what: str, d: planner.Decisions) -> str:
+  """One italic line: what is not recorded yet, and what stage 1's gates wait on."""
+  wait = awaited(p, d)
+  return f"*pending*: {what}." + (f" Awaited: {wait}." if wait else "") + "\n"
+
+
+def progress(ctx: Ctx, c: proto.Comparison, seeds) -> tuple[int, int]:
+  """(runs recorded, runs) of both arms of a comparison at the seeds."""
+  a, b = planner.comparison_rows(ctx.p, ctx.idx, ctx.d.tasks[c.task], c, seeds)
+  return sum(r is not None for r in a + b), len(a + b)
+
+
+def ce_seed0(p: proto.Protocol, st: planner.TaskState) -> tuple[str | None, float | None]:
+  """(lr, CE seed 0's dev score there) at the task's pick, or the grid's pick while CE at
+  LR_HIGH is awaited; (None, None) before the grid is complete."""
+  if st.lr is not None:
+    return st.lr, planner.picked_score(p, st)
+  if len(st.lr_scores) < len(p.lr_grid):
+    return None, None
+  lr = p.pick_lr(st.lr_scores, p.tasks[st.task].unit)
+  return lr, st.lr_scores.get(lr)
+
+
+def shown_verdict(ctx: Ctx, c: proto.Comparison) -> proto.Verdict | None:
+  """A comparison's verdict so far, None while not complete or while its task's anchor gap
+  is unexplained (planner.anchor_withheld)."""
+  return None if c.task in ctx.d.withheld else ctx.d.verdicts.get(c)
+
+
+def not_shown(ctx: Ctx, c: proto.Comparison) -> str:
+  p = ctx.p
+  if c.task in ctx.d.withheld:
+    return f"withheld: {ctx.d.withheld[c.task]}"
+  k, n = progress(ctx, c, p.look_seeds[0])
+  return f"pending ({k} of {n} runs recorded)"
+
+
+def later_budget(ctx: Ctx, task: str) -> str:
+  p = ctx.p
+  st = ctx.d.tasks.get(task)
+  return (f"{label(p, task)} {proto.epochs_text(st.epochs)}, lr {st.lr}" if st and st.epochs else
+          f"{label(p, task)} pending")
+
+
+def later_pending(ctx: Ctx, stage: int, pairs: set[tuple[str, str]]) -> str:
+  """"pending: stage N (k of n runs recorded)": the stage's known runs of these (task,
+  method) pairs, and how many of them are in its record."""
+  p = ctx.p
+  runs = [r for r in planner.later_stage_runs(p, stage, ctx.d.tasks) if (r.task, r.method) in pairs
+          and r.sweep == p.stage_record[stage]]
+  done = sum((r.sweep, r.name) in ctx.idx for r in runs)
+  return f"pending: stage {stage} ({done} of {len(runs)} runs recorded)"
+
+
+def verdict_text(v: proto.Verdict, note: str = "") -> str:
+  return f"{v.mean:+.2f} {span(*v.decide)} ({v.ahead}/{v.n}) {v.word}{note}"
+
+
+def weak_baseline(ctx: Ctx, c: proto.Comparison, v: proto.Verdict) -> str:
+  """A note for a "matches or beats" or "beats" whose baseline is itself below CE: the
+  baseline − CE paired difference on the same seeds, where its DECIDE_LEVEL interval lies
+  wholly below zero; "" otherwise."""
+  p = ctx.p
+  if c.baseline == "ce" or v.word not in ("beats", "matches or beats"):
+    return ""
+  st = ctx.d.tasks[c.task]
+  seeds = p.look_seeds[0] + (p.look_seeds[1] if v.look == 2 else ())
+  against_ce = proto.Comparison(c.claim, c.task, c.baseline, "ce", c.kind)
+  base, ce = planner.comparison_rows(p, ctx.idx, st, against_ce, seeds)
+  if None in base or None in ce:
+    return ""
+  mean, lo, hi = proto.interval(planner.diffs(p, base, ce), p.decide_level)
+  if hi >= 0:
+    return ""
+  return f" (baseline weak: {p.labels[c.baseline]} − CE {mean:+.2f} {span(lo, hi)})"
+
+
+def comparison_label(p, c: proto.Comparison) -> str:
+  return f"{p.labels[c.method]} − {p.labels[c.baseline]}"
+
+
+def protocol_tasks_table(ctx: Ctx) -> str:
+  p = ctx.p
+  del ctx
+  first = planner.first_stages(p)
+  rows = [[t.label, first.get(t.name, "—"), f"`{t.config}:{t.name}`", t.max_length, t.epochs,
+           t.scored, METRIC_NAMES[t.metric], f"{t.margin:g}",
+           f"{label(p, p.lr_from[t.name])}'s" if t.name in p.lr_from else "CE's pick"]
+          for t in p.tasks.values()]
+  return table(["task", "stage", "config", "max length", "epochs", "scored on", "metric",
+                "margin (points)", "lr"], rows)
+
+
+def deviations_table(ctx: Ctx) -> str:
+  p = ctx.p
+  del ctx
+  if not p.deviations:
+    return "None.\n"
+  return table(["what changed", "why"], [list(x) for x in p.deviations])
+
+
+def lr_why(p: proto.Protocol, st: planner.TaskState) -> str:
+  if len(st.lr_scores) < len(p.lr_grid):
+    return f"waits on {st.waiting}"
+  tie = p.lr_tie * p.tasks[st.task].unit
+  if len(p.lr_grid) == 1:
+    why = "the protocol's one rate"
+  else:
+    pick = p.pick_lr(st.lr_scores, p.tasks[st.task].unit)
+    best = st.lr_scores[pick]
+    gap = min(best - st.lr_scores[x] for x in p.lr_grid if x != pick) if best == max(
+        st.lr_scores.values()) else 0.0
+    why = (f"tie (within {tie:g}): {p.lr_preferred}" if gap <= tie else
+           f"{pick} better by {gap:.2f}")
+  if st.anchor_missed:
+    why += f"; CE missed its anchor: {p.lr_high} " + (
+        "awaited" if st.high_score is None else
+        f"better by more than {tie:g}, taken" if st.lr == p.lr_high else
+        f"not better by more than {tie:g}, not taken")
+  return why
+
+
+def lr_table(ctx: Ctx) -> str:
+  p = ctx.p
+  tasks = [t for t in _stage1_tasks(p) if t not in p.lr_from]
+  if not any(ctx.d.tasks[t].lr_scores for t in tasks):
+    return pending(p, "no CE run of the lr grid is recorded yet", ctx.d)
+  rows = [[label(p, t), *(pts(ctx.d.tasks[t].lr_scores.get(lr)) for lr in p.lr_grid),
+           pts(ctx.d.tasks[t].high_score), ctx.d.tasks[t].lr or "—", lr_why(p, ctx.d.tasks[t])]
+          for t in tasks]
+  follow = collections.defaultdict(list)
+  for t, src in p.lr_from.items():
+    follow[src].append(label(p, t))
+  notes = "".join(f"{', '.join(ts)} take {label(p, src)}'s rate. " for src, ts in follow.items())
+  return table(["task", *(f"CE dev, lr {lr}" for lr in p.lr_grid), f"CE dev, lr {p.lr_high}",
+                "pick", "why"], rows) + (
+      f"\nCE seed 0, final weights' dev score, points. {notes}".rstrip() + "\n")
+
+
+def budget_table(ctx: Ctx) -> str:
+  p = ctx.p
+  if not ctx.rs.get(p.budget_record):
+    return pending(p, "no budget-check run is recorded yet", ctx.d)
+  rows = []
+  for t in dict.fromkeys(c.task for c in p.comparisons):
+    st, e = ctx.d.tasks[t], p.tasks[t].epochs
+    base = doubled = None
+    if st.lr:
+      base = ctx.idx.get((p.lr_record, planner.lr_run(p, t, st.lr).name))
+      doubled = ctx.idx.get((p.budget_record, planner.budget_run(p, t, st.lr).name))
+    base, doubled = (p.dev_score(r) if r else None for r in (base, doubled))
+    gain = p.budget_gain * p.tasks[t].unit
+    if st.epochs is None:
+      decision = f"waits on {st.waiting}"
+    else:
+      decision = (f"doubles to {st.epochs} (gain > {gain:g})" if st.epochs != e else
+                  f"keeps {e} (gain ≤ {gain:g})")
+    diff = f"{doubled - base:+.2f}" if base is not None and doubled is not None else "—"
+    rows.append([label(p, t), st.lr or "—", e, pts(base), pts(doubled), diff, decision])
+  return table(["task", "lr", "epochs", "CE seed 0 (dev)", "CE seed 0, twice the epochs",
+                "difference", "epochs from here"], rows)
+
+
+def stage1_table(ctx: Ctx) -> str:
+  """One row per stage-1 comparison: its paired differences' intervals and verdict so far."""
+  p = ctx.p
+  if not any(shown_verdict(ctx, c) for c in p.comparisons):
+    n = len(ctx.rs.get(p.stage_record[1], []))
+    held = "; ".join(f"{label(p, t)} withheld: {why}" for t, why in ctx.d.withheld.items())
+    return pending(p, f"no comparison has a complete first look yet ({n} comparison runs "
+                   "recorded)" + (f". {held}" if held else ""), ctx.d)
+  rows = []
+  for c in sorted(p.comparisons, key=lambda c: _stage1_tasks(p).index(c.task)):
+    test = f"lower end > {-p.tasks[c.task].margin:g}" if c.kind == "noninferior" else (
+        "lower end > 0")
+    v = shown_verdict(ctx, c)
+    if v is None:
+      rows.append([label(p, c.task), comparison_label(p, c), test, *[""] * 6,
+                   not_shown(ctx, c), ""])
+      continue
+    word = v.word
+    if word == "undecided":
+      k, n = progress(ctx, c, p.look_seeds[1])
+      word += f" (second look: {k} of {n} runs recorded)"
+    elif word == "inconclusive":
+      word += f": any effect lies in {span(*v.decide)}"
+    word += weak_baseline(ctx, c, v)
+    rows.append([label(p, c.task), comparison_label(p, c), test, v.n, f"{v.mean:+.2f}",
+                 span(*v.decide), span(*v.describe), f"{v.ahead}/{v.n}", v.look, word,
+                 f"{v.resolvable:.2f}"])
+  return table(["task", "method − baseline", "passes if", "seeds", "mean",
+                f"{100 * p.decide_level:g}% interval", f"{100 * p.describe_level:g}% interval",
+                "ahead", "look", "verdict",
+                f"resolvable ({100 * p.power:g}% power)"], rows)
+
+
+def stage1_scores_table(ctx: Ctx) -> str:
+  p = ctx.p
+  rows = ctx.rs.get(p.stage_record[1], [])
+  if not rows:
+    return pending(p, "no stage-1 comparison run is recorded yet", ctx.d)
+  methods = list(dict.fromkeys(m for c in p.comparisons for m in (c.baseline, c.method)))
+  arms = {(c.task, m) for c in p.comparisons for m in (c.baseline, c.method)}
+  out = []
+  for m in methods:
+    cells = ["" if (t, m) not in arms else "withheld" if t in ctx.d.withheld else
+             fmt_mean([x for x in (p.score(r) for r in select(rows, t, m)) if x is not None])
+             for t in _stage1_tasks(p)]
+    out.append([p.labels[m], *cells])
+  return table(["method", *(f"{label(p, t)} ({p.tasks[t].scored} {p.tasks[t].metric})"
+                            for t in _stage1_tasks(p))], out)
