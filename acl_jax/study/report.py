@@ -20,9 +20,9 @@ import collections
 import dataclasses
 import re
 
-from acl_jax.study import planner, protocol as proto
+from acl_jax.study import later, planner, protocol as proto
 from acl_jax.study.fmt import mean_sd as fmt_mean, span, table
-from acl_jax.study.tables import label, pts, select
+from acl_jax.study.tables import axis_table, label, multi_exit_table, pts, select
 
 BLOCK = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
 
@@ -290,3 +290,41 @@ def stage1_scores_table(ctx: Ctx) -> str:
     out.append([p.labels[m], *cells])
   return table(["method", *(f"{label(p, t)} ({p.tasks[t].scored} {p.tasks[t].metric})"
                             for t in _stage1_tasks(p))], out)
+
+
+def arm_rows(ctx: Ctx, stage: int, arm: proto.Arm, method: str, grid=()) -> list[dict] | None:
+  """The rows of an arm's method (at one grid point) at the first look's seeds, each with the
+  grid point among its overrides (a preset point is the earlier stage's run); None while any
+  is unrecorded."""
+  rows = [later.find(ctx.p, ctx.idx, stage, arm.task, method, s, grid)
+          for s in ctx.p.first_seeds(arm)]
+  if None in rows:
+    return None
+  return [dict(r, overrides={**r.get("overrides", {}), **dict(grid)}) for r in rows]
+
+
+def arm_tables(ctx: Ctx, stage: int) -> str:
+  """Every arm of a later stage, from the protocol: a curve per method over each swept field
+  (the score of the final weights at every value, and its spread), and the score at every
+  exit of multi-exit methods; each once its first look is recorded."""
+  p, out = ctx.p, []
+  for arm in p.arms.get(stage, ()):
+    what = f"{label(p, arm.task)}, {', '.join(p.label(m) for m in arm.methods)}"
+    for field, values in arm.grid:
+      curves = {m: [arm_rows(ctx, stage, arm, m, ((field, v),)) for v in values]
+                for m in arm.methods}
+      if any(None in rs for rs in curves.values()):
+        out.append(f"{what} over `{field}`: *pending* (first look not recorded).\n")
+        continue
+      text, _ = axis_table(p, field, {p.label(m): [r for rs in got for r in rs]
+                                      for m, got in curves.items()}, score=p.score)
+      out.append(f"{what} over `{field}` ({p.tasks[arm.task].scored} "
+                 f"{p.tasks[arm.task].metric}, points):\n\n{text}")
+    exits = [m for m in arm.methods if m in p.multi_exit]
+    if exits and not arm.grid:
+      got = [arm_rows(ctx, stage, arm, m) for m in exits]
+      if None in got:
+        out.append(f"{what}, per exit: *pending* (first look not recorded).\n")
+        continue
+      out.append(multi_exit_table(p, [r for rs in got for r in rs], arm.task))
+  return "\n".join(out) if out else f"*pending*: stage {stage} has no arms.\n"

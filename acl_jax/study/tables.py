@@ -124,9 +124,12 @@ def methods_table(p: proto.Protocol, rows: list[dict], tasks, methods, paper=Tru
   return "\n".join(lines) + f"\n\nBudget: {budget_text(rows)}.\n"
 
 
-def axis_table(p: proto.Protocol, axis: str, curves: dict, which=None) -> tuple[str, dict]:
+def axis_table(p: proto.Protocol, axis: str, curves: dict, which=None,
+               score=None) -> tuple[str, dict]:
   """Per curve (name -> rows), the mean score at every axis value, the spread of the means,
-  and each seed's own spread (best minus worst axis point) as mean, 95% interval."""
+  and each seed's own spread (best minus worst axis point) as mean, 95% interval. `score`:
+  a row's score (default: `pilot_score` of the `which` checkpoint)."""
+  score = score or (lambda r: pilot_score(p, r, which))
   values = sorted({float(r["overrides"][axis]) for rs in curves.values() for r in rs})
   sym = "λ" if axis == "loss.lam" else axis.split(".")[-1]
   lines = ["| curve | " + " | ".join(f"{sym}={v:g}" for v in values)
@@ -136,12 +139,12 @@ def axis_table(p: proto.Protocol, axis: str, curves: dict, which=None) -> tuple[
   for name, rs in curves.items():
     means, at = [], {}
     for v in values:
-      got = [(r["seed"], pilot_score(p, r, which)) for r in rs if float(r["overrides"][axis]) == v]
+      got = [(r["seed"], score(r)) for r in rs if float(r["overrides"][axis]) == v]
       got = [(s, x) for s, x in got if x is not None]
       means.append(np.mean([x for _, x in got]) if got else None)
       for s, x in got:
         at.setdefault(s, {})[v] = x
-    full = {s: max(p.values()) - min(p.values()) for s, p in at.items() if len(p) == len(values)}
+    full = {s: max(v.values()) - min(v.values()) for s, v in at.items() if len(v) == len(values)}
     per_seed[name] = full
     have = [m for m in means if m is not None]
     sp = list(full.values())
