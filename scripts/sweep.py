@@ -78,7 +78,7 @@ import time
 import numpy as np
 
 from acl_jax import provenance  # light: no jax
-from acl_jax.study import executors, planner, protocol as proto
+from acl_jax.study import estimates, executors, planner, protocol as proto
 from acl_jax.study.identity import run_identity
 from scripts import records
 
@@ -216,7 +216,25 @@ def _load(path: str) -> dict | None:
     return None
 
 
+def torch_command(job: Job) -> list[str]:
+  """The HF transformers + PyTorch loop's run (benchmarks/hf_run.py) of a protocol arm with
+  framework "torch": the task's data, length, lr and epochs from the run's overrides."""
+  over = dict(kv.split("=", 1) for kv in job.set)
+  over.update({k: v for k, v in job.settings.items() if k not in ("task", "method")})
+  need = ("task.data_dir", "task.max_length", "optim.lr", "num_epochs")
+  missing = [k for k in need if k not in over]
+  if missing or job.settings.get("method") != "ce":
+    raise ValueError(f"{job.name}: a torch run trains CE with {', '.join(need)} set; it "
+                     f"lacks {', '.join(missing) or 'method=ce'}.")
+  return [sys.executable, "-m", "benchmarks.hf_run", "--workdir", job.workdir,
+          "--task", job.settings.get("task") or task_of(job.config),
+          "--data_dir", over["task.data_dir"], "--max_length", over["task.max_length"],
+          "--lr", over["optim.lr"], "--epochs", over["num_epochs"], "--seed", str(over["seed"])]
+
+
 def _command(job: Job, extra: list[str]) -> list[str]:
+  if job.settings.get("framework", "jax") == "torch":
+    return torch_command(job)
   cmd = [sys.executable, TRAIN, "--config", job.config, "--workdir",
          job.workdir, f"--config.seed={job.settings['seed']}", "--config.progress=False"]
   cmd += [f"--config.{kv}" for kv in job.set]
@@ -624,14 +642,14 @@ def stage_totals(p: proto.Protocol, rows: dict) -> dict[int, StageTotals]:
   est = lambda runs: sum(p.estimate_seconds(r.task, r.method, r.epochs, rates)
                          for r in runs)
   d = planner.decisions(p, rows)
-  first, second = planner.whole_stage1(p, d.tasks)
+  first, second = estimates.whole_stage1(p, d.tasks)
   whole = {1: [("first looks", first, est(first)),
                ("every second look", first + second, est(first + second))]}
   for s in sorted(p.arms):
-    runs = not_reused(planner.later_stage_runs(p, s, d.tasks), rows)
-    more = not_reused(planner.later_stage_runs(p, s, d.tasks, second_looks=True), rows)
+    runs = not_reused(estimates.later_stage_runs(p, s, d.tasks), rows)
+    more = not_reused(estimates.later_stage_runs(p, s, d.tasks, second_looks=True), rows)
     whole[s] = [("first looks", runs, est(runs)), ("every second look", more, est(more))]
-  of_task, out = planner.first_stages(p), {}
+  of_task, out = estimates.first_stages(p), {}
   for stage in p.stages:
     done = [r for name, rs in rows.items() for r in rs
             if stage_of_row(p, name, r, of_task) == stage and not r.get("reused_from")]
@@ -650,8 +668,9 @@ def _hours(seconds: float) -> str:
 
 def status(p: proto.Protocol, rows: dict, show_runs: bool = False) -> str:
   """Markdown: per stage, the runs recorded and their measured machine-hours (of the machine
-  each ran on: `machine_seconds`), the runs known to be left and their estimate from the recorded run times
-  (the protocol's cost model), the whole stage's estimate, and what waits on what."""
+  each ran on: `machine_seconds`), the runs known to be left and their estimate from the
+  recorded run times (the protocol's cost model), the whole stage's estimate, and what waits
+  on what."""
   rates = measured_rates(rows)
   lines = ["| stage | runs recorded | machine-h recorded | runs left (known now) | machine-h left "
            "(estimate) | whole stage, machine-h (estimate) |", "|---|---|---|---|---|---|"]

@@ -44,7 +44,8 @@ The protocol, in order:
    unresolved.
 7. **Reading.** A GLUE task whose CE misses its published anchor by more than the margin has
    its comparisons read only once HF PyTorch at the same settings is recorded
-   (`glue_hf_anchor`; `planner.anchor_withheld` withholds them until then) and RESULTS.md
+   (`glue_hf_anchor`; `planner.anchor_withheld` withholds them until then, and the planner
+   releases that run, `planner.anchor_run`, trained by benchmarks/hf_run.py) and RESULTS.md
    explains the gap (tests/test_records.py checks that each such task has its paragraph).
 
 Stages 2 and 3 are fixed here too (`stages`); each starts when the one before is recorded.

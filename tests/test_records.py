@@ -510,9 +510,13 @@ def _low_mrpc(run):
 
 
 def test_a_task_that_misses_its_anchor_is_read_only_with_its_hf_run():
-  rs = _complete(value=_low_mrpc, withhold=_rte_grad_second_look)
+  rs = _complete(value=_low_mrpc,
+                 withhold=lambda r: _rte_grad_second_look(r) or r.framework == "torch")
   ctx = report.context(p, rs)
   assert set(ctx.d.withheld) == {"mrpc"}
+  # the planner asks for the HF run the reading waits on, as a run of the protocol
+  assert [r.name for r in ctx.d.ready if r.sweep == p.glue_hf_anchor[0]] == [
+      "task=mrpc,method=ce,framework=torch,seed=0"]
   assert "CE at lr 2e-5 (84.50) misses the published 88.9 by more than 1" in (
       ctx.d.withheld["mrpc"])
   rows = {(r[0], r[1]): r for r in _cells(report.stage1_table(ctx))}

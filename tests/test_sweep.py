@@ -314,6 +314,10 @@ def _fake_protocol_train(calls, scores):
     flag = lambda name, default=None: next(
         (c.split("=", 1)[1] for c in cmd if c.startswith(f"--config.{name}=")), default)
     wd = cmd[cmd.index("--workdir") + 1]
+    if "benchmarks.hf_run" in cmd:  # the HF PyTorch loop: --lr, --epochs, --seed
+      opt = lambda name: cmd[cmd.index(f"--{name}") + 1]
+      cmd = [*cmd, "--config", "hf:rte,torch", f"--config.optim.lr={opt('lr')}",
+             f"--config.num_epochs={opt('epochs')}", f"--config.seed={opt('seed')}"]
     method = cmd[cmd.index("--config") + 1].rpartition(",")[2]
     acc = scores(method, flag("optim.lr"), int(flag("num_epochs")), int(flag("seed")))
     os.makedirs(os.path.join(wd, "ckpt", "9"))
@@ -341,7 +345,7 @@ def test_stage_gates_release_runs_in_order(tmp_path, monkeypatch, capsys):
 
   def scores(method, lr, epochs, seed):
     ce = {"2e-5": 55.0, "5e-5": 55.2, "1e-4": 60.0}[lr] + (0.5 if epochs == 6 else 0) + seed
-    return (ce + (noise[seed] if method == "acl" else 0.0)) / 100
+    return (ce + (noise[seed] if method == "acl" else 0.0)) / 100  # torch: CE's
 
   calls = []
   monkeypatch.setattr(sweep.executors, "call", _with_cpu(_fake_protocol_train(calls, scores)))
@@ -350,8 +354,11 @@ def test_stage_gates_release_runs_in_order(tmp_path, monkeypatch, capsys):
   sweep.run_stage(1, args)
   assert calls[:4] == [("ce", "2e-5", "3", "0"), ("ce", "5e-5", "3", "0"),
                        ("ce", "1e-4", "3", "0"), ("ce", "1e-4", "6", "0")]
-  # the first look (ACL seed 0, CE and ACL seeds 1-2), then the second (seeds 3-4)
-  assert calls[4:] == [("acl", "1e-4", "3", s) for s in "0"] + [
+  # the first look (ACL seed 0, CE and ACL seeds 1-2), then the second (seeds 3-4); CE at
+  # 1e-4 (60) misses RTE's published 68.8 by more than 2: HF PyTorch's CE at that lr and
+  # first budget, seed 0, is released as an arm of the protocol (benchmarks/hf_run.py)
+  assert calls.count(("torch", "1e-4", "3", "0")) == 1
+  assert [c for c in calls[4:] if c[0] != "torch"] == [("acl", "1e-4", "3", s) for s in "0"] + [
       (m, "1e-4", "3", s) for s in "12" for m in ("ce", "acl")] + [
       (m, "1e-4", "3", s) for s in "34" for m in ("ce", "acl")]
   rows = records.read_all()
@@ -365,8 +372,15 @@ def test_stage_gates_release_runs_in_order(tmp_path, monkeypatch, capsys):
   assert (st.lr, st.anchor_missed, st.epochs) == ("1e-4", True, 3)
   (v,) = d.verdicts.values()
   assert (v.look, v.n, v.word) == (2, 5, "matches or beats") and not d.ready
-  # CE at 1e-4 (60) misses RTE's published 68.8 by more than 2, and no HF run is recorded
-  assert "misses the published 68.8" in d.withheld["rte"]
+  # the HF run is recorded like any run, and the task's comparisons may be read
+  (hf,) = rows[p.glue_hf_anchor[0]]
+  assert hf["run"] == "task=rte,method=ce,framework=torch,seed=0"
+  assert hf["overrides"] == {"framework": "torch"} and hf["budget"]["num_epochs"] == 3
+  assert not d.withheld
+  without = {k: v for k, v in rows.items() if k != p.glue_hf_anchor[0]}
+  d2 = sweep.planner.decisions(p, without)
+  assert "misses the published 68.8" in d2.withheld["rte"]
+  assert [r.name for r in d2.ready] == ["task=rte,method=ce,framework=torch,seed=0"]
   out = sweep.status(p, rows)
   assert "| 1 | 13 |" in out  # 4 gate runs, 9 comparison runs: CE seed 0 is the lr run
   capsys.readouterr()

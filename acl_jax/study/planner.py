@@ -34,6 +34,10 @@ class Run:
     return dict(self.settings)["method"]
 
   @property
+  def framework(self) -> str:
+    return dict(self.settings).get("framework", "jax")
+
+  @property
   def config(self) -> str:
     return f"{self.config_file},{self.method}"
 
@@ -202,13 +206,23 @@ def anchor_withheld(p: proto.Protocol, st: TaskState, rows: dict[str, list[dict]
   e = p.tasks[st.task].epochs
   for r in rows.get(p.glue_hf_anchor[0], []):
     b = r.get("budget", {})
-    if (r.get("task"), r.get("framework"), r.get("seed")) == (st.task, "torch", 0) and (
+    framework = r.get("framework") or r.get("overrides", {}).get("framework")
+    if (r.get("task"), framework, r.get("seed")) == (st.task, "torch", 0) and (
         proto.same_lr(b.get("lr"), st.lr) and b.get("num_epochs") == e):
       return ""
   return (f"CE at lr {st.lr} ({score:.2f}) misses the published {p.anchors[st.task]:g} by "
           f"more than {p.tasks[st.task].margin:g}; read once HF PyTorch at lr {st.lr}, "
           f"{proto.epochs_text(e)}, seed 0 is recorded (`{p.glue_hf_anchor[0]}`) "
           "and the gap explained")
+
+
+def anchor_run(p: proto.Protocol, st: TaskState) -> Run:
+  """HF PyTorch's CE run at the task's lr and first budget, seed 0 (framework "torch",
+  benchmarks/hf_run.py), into the protocol's `glue_hf_anchor` record: what a task whose CE
+  misses its published anchor waits on."""
+  return _run(p, p.glue_hf_anchor[0], st.task, "ce", 0,
+              (f"optim.lr={st.lr}", f"num_epochs={p.tasks[st.task].epochs}"),
+              (("framework", "torch"),))
 
 
 def _comparison_runs(p: proto.Protocol, st: TaskState, comps, seeds) -> list[Run]:
@@ -261,6 +275,9 @@ def decisions(p: proto.Protocol, rows: dict[str, list[dict]]) -> Decisions:
     planned += runs
     ready += [r for r in runs if (r.sweep, r.name) not in done]
   withheld = {t: why for t, st in states.items() if (why := anchor_withheld(p, st, rows))}
+  anchors = [anchor_run(p, states[t]) for t in withheld if p.glue_hf_anchor[0]]
+  planned += anchors
+  ready += [r for r in anchors if (r.sweep, r.name) not in done]
   return Decisions(states, verdicts, gates + ready, waiting, planned, withheld)
 
 
@@ -269,37 +286,16 @@ def _arm_runs(p: proto.Protocol, stage: int, arm, st: TaskState) -> list[Run]:
   grids, out = [[]], []
   for key, values in arm.grid:
     grids = [g + [(key, v)] for g in grids for v in values]
+  fw = (("framework", arm.framework),) if arm.framework != "jax" else ()
   for seed in p.first_seeds(arm):
     for m in arm.methods:
       for g in grids:
-        early = p.exit_thresholds if m in p.multi_exit else ""
-        out.append(method_run(p, p.stage_record[stage], st, m, seed, arm.extra, tuple(g),
-                              early))
+        early = p.exit_thresholds if m in p.multi_exit and not fw else ""
+        out.append(method_run(p, p.stage_record[stage], st, m, seed, arm.extra,
+                              fw + tuple(g), early))
   return out
 
 
-def later_stage_runs(p: proto.Protocol, stage: int, states: dict[str, TaskState],
-                     second_looks: bool = False) -> list[Run]:
-  """Every run of stage 2 or 3, for the estimate: each task at its picked lr and budget where
-  decided, else at lr_preferred (or its lr_from source's rate) and its first budget, with the
-  lr and budget runs of the tasks new in the stage."""
-  arms = p.arms[stage]
-  out = []
-  for arm in arms:
-    st = states.get(arm.task) or states.get(p.lr_from.get(arm.task, ""))
-    lr = st.lr if st is not None and st.lr else p.lr_preferred
-    epochs = (st.epochs if st is not None and st.task == arm.task and st.epochs
-              else p.tasks[arm.task].epochs)
-    st = TaskState(arm.task, lr=lr, epochs=epochs)
-    out += _arm_runs(p, stage, arm, st)
-    if second_looks:  # every rule's seeds 3-4, as if every first look were undecided
-      out += second_look_runs(p, stage, arm.task, st, {}, every=True)
-  for task in dict.fromkeys(a.task for a in arms):  # lr and budget runs of tasks new here
-    if task not in states:
-      src = states.get(p.lr_from.get(task, ""))
-      lr = src.lr if src is not None and src.lr else p.lr_preferred
-      out = [lr_run(p, task, lr)] + _budget_runs(p, task, lr) + out
-  return list(dict.fromkeys(out))
 
 
 def later_stage_ready(p: proto.Protocol, stage: int, rows: dict[str, list[dict]],
@@ -348,46 +344,12 @@ def second_look_runs(p: proto.Protocol, stage: int, task: str, st: TaskState, id
     for method in later.rule_methods(rule):
       fields = [grid[0]] if grid else []
       arm = next((a for arms in p.arms.values() for a in arms if a.task == task
-                  and method in a.methods and [k for k, _ in a.grid] == fields), None)
+                  and method in a.methods and [k for k, _ in a.grid] == fields
+                  and a.framework == "jax"), None)
       if arm is None:  # a stage-1 method (CE): its seeds 3-4 are stage 1's
         continue
       values = ((grid[0], tuple(v for v in grid[1] if v != p.presets.get((method, grid[0])))),
                 ) if grid else ()
       out += _arm_runs(p, stage, dataclasses.replace(arm, methods=(method,), grid=values,
                                                      seeds=p.look_seeds[1]), st)
-  return out
-
-
-def whole_stage1(p: proto.Protocol, states: dict[str, TaskState] | None = None,
-                 ) -> tuple[list[Run], list[Run]]:
-  """Every run stage 1 can need, for the estimate: (through the first look, the second looks
-  of every comparison). Undecided tasks are taken at lr_preferred, their protocol's budget,
-  with the anchor's extra lr where there is an anchor; CE seed 0 at the budget is the lr
-  grid's run."""
-  states = states or {}
-  first, second = [], []
-  for task in dict.fromkeys(c.task for c in p.comparisons):
-    st = states.get(task)
-    lr = st.lr if st is not None and st.lr else p.lr_preferred
-    epochs = st.epochs if st is not None and st.epochs else p.tasks[task].epochs
-    first += [lr_run(p, task, x) for x in p.lr_grid]
-    if task in p.anchors:
-      first.append(lr_run(p, task, p.lr_high))
-    first += _budget_runs(p, task, lr)
-    s = TaskState(task, lr=lr, epochs=epochs)
-    first += [method_run(p, p.gate_record, s, m, 0, extra_settings=x)
-              for t, m, x in p.diagnostics if t == task]
-    comps = [c for c in p.comparisons if c.task == task]
-    first += [r for r in _comparison_runs(p, s, comps, p.look_seeds[0])
-              if not (r.method == "ce" and dict(r.settings)["seed"] == "0")]
-    second += _comparison_runs(p, s, comps, p.look_seeds[1])
-  return first, second
-
-
-def first_stages(p: proto.Protocol) -> dict[str, int]:
-  """Each task's first stage: its lr and budget runs count there."""
-  out = {c.task: 1 for c in p.comparisons}
-  for stage, arms in sorted(p.arms.items()):
-    for arm in arms:
-      out.setdefault(arm.task, stage)
   return out

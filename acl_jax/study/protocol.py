@@ -22,10 +22,13 @@ import dataclasses
 import math
 from typing import Mapping
 
+from acl_jax.study.stats import Verdict, interval, t_quantile  # pylint: disable=unused-import
+
 LOWER_NOT_SHOWN = "lower; non-inferiority not shown"
 VERDICT_WORDS = ("beats", "matches or beats", "within the margin, lower", "worse",
                  LOWER_NOT_SHOWN, "undecided", "inconclusive")
 MULTI_EXIT = ("jt", "2st", "alt", "kd", "acl_cl")  # methods scored at every exit
+FRAMEWORKS = ("jax", "torch")  # train.py; the HF transformers + PyTorch loop
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,12 +71,15 @@ class Comparison:
 @dataclasses.dataclass(frozen=True)
 class Arm:
   """Later-stage runs: methods x grid x seeds on one task, at its protocol. `seeds` empty:
-  the protocol's first look."""
+  the protocol's first look. `framework` "torch": the HF transformers + PyTorch loop
+  (benchmarks/hf_run.py; CE only, torch installed) at the task's lr and epochs, recorded
+  like any run, e.g. an anchor for CE."""
   task: str
   methods: tuple[str, ...]
   seeds: tuple[int, ...] = ()
   grid: tuple[tuple[str, tuple[str, ...]], ...] = ()
   extra: tuple[str, ...] = ()
+  framework: str = "jax"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,50 +129,6 @@ class StableRule:
   field: str
   values: tuple[str, str]
   preset: str
-
-
-def t_quantile(level: float, df: int) -> float:
-  from scipy import stats  # pylint: disable=import-outside-toplevel
-  return float(stats.t.ppf(0.5 + level / 2, df))
-
-
-def interval(diffs, level: float) -> tuple[float, float, float]:
-  """(mean, low, high) of the paired differences' two-sided t-interval at `level`."""
-  n = len(diffs)
-  mean = sum(diffs) / n
-  if n < 2:
-    return mean, -math.inf, math.inf
-  sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1))
-  half = t_quantile(level, n - 1) * sd / math.sqrt(n)
-  return mean, mean - half, mean + half
-
-
-@dataclasses.dataclass(frozen=True)
-class Verdict:
-  word: str  # one of VERDICT_WORDS
-  mean: float
-  decide: tuple[float, float]  # the deciding interval (at `level`)
-  describe: tuple[float, float]  # the describing interval
-  n: int
-  ahead: int  # seeds on which the method was ahead
-  look: int  # 1 or 2
-  level: float = 0.975  # the deciding interval's level
-  power: float = 0.8  # of the "resolvable" effect
-
-  @property
-  def resolvable(self) -> float:
-    """The smallest true difference these seeds would tell from zero with probability
-    `power`: (t_level + t_power) x the standard error, from the observed spread (inf below 2
-    seeds)."""
-    if self.n < 2:
-      return math.inf
-    t_decide = t_quantile(self.level, self.n - 1)
-    se = (self.decide[1] - self.decide[0]) / 2 / t_decide
-    return (t_decide + t_quantile(2 * self.power - 1, self.n - 1)) * se
-
-  @property
-  def final(self) -> bool:
-    return self.word != "undecided"
 
 
 def same_lr(a, b) -> bool:
@@ -266,6 +228,12 @@ class Protocol:
         if a.task not in self.tasks:
           raise ValueError(f"stage {stage} arm {a} names task {a.task!r}, not one of the "
                            f"protocol's tasks ({', '.join(self.tasks)}).")
+        if a.framework not in FRAMEWORKS:
+          raise ValueError(f"stage {stage} arm {a}: framework {a.framework!r} is not one of "
+                           f"{', '.join(FRAMEWORKS)}.")
+        if a.framework == "torch" and (set(a.methods) != {"ce"} or a.grid):
+          raise ValueError(f"stage {stage} arm {a}: the torch loop trains CE alone, without "
+                           "a grid; give methods=('ce',).")
 
   @property
   def stage_record(self) -> dict[int, str]:

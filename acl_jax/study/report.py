@@ -20,7 +20,7 @@ import collections
 import dataclasses
 import re
 
-from acl_jax.study import later, planner, protocol as proto
+from acl_jax.study import estimates, later, planner, protocol as proto
 from acl_jax.study.fmt import mean_sd as fmt_mean, span, table
 from acl_jax.study.tables import axis_table, label, multi_exit_table, pts, select
 
@@ -127,8 +127,8 @@ def later_pending(ctx: Ctx, stage: int, pairs: set[tuple[str, str]]) -> str:
   """"pending: stage N (k of n runs recorded)": the stage's known runs of these (task,
   method) pairs, and how many of them are in its record."""
   p = ctx.p
-  runs = [r for r in planner.later_stage_runs(p, stage, ctx.d.tasks) if (r.task, r.method) in pairs
-          and r.sweep == p.stage_record[stage]]
+  runs = [r for r in estimates.later_stage_runs(p, stage, ctx.d.tasks)
+          if (r.task, r.method) in pairs and r.sweep == p.stage_record[stage]]
   done = sum((r.sweep, r.name) in ctx.idx for r in runs)
   return f"pending: stage {stage} ({done} of {len(runs)} runs recorded)"
 
@@ -163,7 +163,7 @@ def comparison_label(p, c: proto.Comparison) -> str:
 def protocol_tasks_table(ctx: Ctx) -> str:
   p = ctx.p
   del ctx
-  first = planner.first_stages(p)
+  first = estimates.first_stages(p)
   rows = [[t.label, first.get(t.name, "—"), f"`{t.config}:{t.name}`", t.max_length, t.epochs,
            t.scored, METRIC_NAMES[t.metric], f"{t.margin:g}",
            f"{label(p, p.lr_from[t.name])}'s" if t.name in p.lr_from else "CE's pick"]
