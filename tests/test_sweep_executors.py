@@ -184,14 +184,16 @@ def test_a_killed_driver_started_again_records_each_run_once(kind, request, fake
 @pytest.mark.slow
 def test_a_runlocal_study_through_ray(ray_address, tiny_model_dir, tmp_path):
   """Four runlocal train.py runs (CE and ACL, seeds 0 and 1) through a Ray cluster and here:
-  the same rows. Both see every core (XLA splits its work by the cores it sees, so a run
-  pinned to one core can end a few bits apart). Slow (about two minutes on 2 cores)."""
+  the same rows. Each run sees one core either way: a local slot's, or the one its Ray task
+  asked for (slots.pinned_cores); XLA splits some work by the cores it sees, so runs that see
+  other core counts can end a few bits apart. Slow (about two minutes on 2 cores)."""
   rows = {}
   for kind in ("local", "ray"):
     record = tmp_path / f"{kind}_records" / "s.jsonl"
     argv = ["--root", str(tmp_path / kind), "--config", "configs/quickstart.py:runlocal",
             "--methods", "ce,acl", "--seeds", "0,1", "--set", f"model.name={tiny_model_dir}",
-            "--record", str(record), "--executor", kind, "--address", ray_address]
+            "--record", str(record), "--executor", kind, "--address", ray_address,
+            "--workers", "2"]
     p = helpers.run_py(["-m", "scripts.sweep", *argv], timeout=900)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     rows[kind] = {r["run"]: r for r in records.read(str(record))}
