@@ -11,6 +11,7 @@ import pytest
 from acl_jax.study import protocol as proto
 from scripts import sweep
 from studies.papers import PAPERS
+from tests import helpers
 
 
 def _args(tmp_path, **kw):
@@ -487,3 +488,59 @@ def test_a_preset_grid_point_recorded_in_stage1_is_not_work_left():
   gone = [r.name for r in runs if r not in kept]
   assert gone == ["task=mrpc,method=acl,loss.lam=0.5,seed=1"]
   assert sweep.not_reused(runs, {}) == runs
+
+
+def test_a_protocol_is_loaded_from_a_module_or_a_file(tmp_path):
+  """--protocol: module:NAME, a module's one Protocol, or a .py file; each mistake named."""
+  assert proto.load() is PAPERS and proto.load("studies.papers:PAPERS") is PAPERS
+  assert proto.load("studies.papers") is PAPERS
+  mine = proto.load(os.path.join(helpers.REPO, "studies", "example_csv.py"))
+  assert mine.name == "example_csv" and list(mine.tasks) == ["mine"]
+  named = proto.load(os.path.join(helpers.REPO, "studies", "example_csv.py") + ":STUDY")
+  assert named.name == "example_csv"
+  with pytest.raises(FileNotFoundError, match="no file .*nowhere.py"):
+    proto.load(str(tmp_path / "nowhere.py"))
+  with pytest.raises(FileNotFoundError, match="cannot import studies.nosuch"):
+    proto.load("studies.nosuch")
+  with pytest.raises(ValueError, match="has no Protocol named NOPE"):
+    proto.load("studies.papers:NOPE")
+  with pytest.raises(ValueError, match="has no Protocol named TASKS"):
+    proto.load("studies.papers:TASKS")  # there, but not a Protocol
+  two = tmp_path / "two.py"
+  two.write_text("import dataclasses\nfrom studies.papers import PAPERS\nSAME = PAPERS\n"
+                 "OTHER = dataclasses.replace(PAPERS, name='other')\n")
+  with pytest.raises(ValueError, match="defines 2 Protocol values; name one as module:NAME"):
+    proto.load(str(two))
+  assert proto.load(f"{two}:OTHER").name == "other"
+  none = tmp_path / "none.py"
+  none.write_text("X = 1\n")
+  with pytest.raises(ValueError, match="defines 0 Protocol values"):
+    proto.load(str(none))
+
+
+def test_a_protocol_refuses_what_it_cannot_run():
+  comp = proto.Comparison("c", "nosuch", "acl", "ce", "superior")
+  with pytest.raises(ValueError, match="names task 'nosuch', not one of the protocol's tasks"):
+    dataclasses.replace(PAPERS, comparisons=(comp,))
+  with pytest.raises(ValueError, match="kind 'better' is not 'noninferior' or 'superior'"):
+    dataclasses.replace(PAPERS, comparisons=(
+        proto.Comparison("c", "rte", "acl", "ce", "better"),))
+  with pytest.raises(ValueError, match="stage 2 arm .* names task 'nosuch'"):
+    dataclasses.replace(PAPERS, arms={2: (proto.Arm("nosuch", ("ce",)),)})
+  with pytest.raises(ValueError, match="give the seeds of two looks"):
+    dataclasses.replace(PAPERS, look_seeds=((0, 1, 2),))
+  with pytest.raises(ValueError, match="lr_preferred '3e-5' is not in lr_grid"):
+    dataclasses.replace(PAPERS, lr_preferred="3e-5")
+  one = dataclasses.replace(PAPERS, lr_grid=("5e-5",))
+  assert one.pick_lr({"5e-5": 1.0}) == "5e-5"
+  three = dataclasses.replace(PAPERS, lr_grid=("1e-5", "2e-5", "5e-5"))
+  assert three.pick_lr({"1e-5": 60.0, "2e-5": 59.8, "5e-5": 59.6}) == "5e-5"  # all tie
+  assert three.pick_lr({"1e-5": 61.0, "2e-5": 59.8, "5e-5": 59.6}) == "1e-5"
+  assert not dataclasses.replace(PAPERS, budget_gain=None).budget_doubles(0.0, 100.0)
+  assert PAPERS.label("acl") == "ACL (Embed+Grad)" and PAPERS.label("new") == "new"
+  assert PAPERS.later_claims() == [("exits", 2), ("lambda", 2), ("gamma_keep", 2),
+                                   ("others", 3)]
+  assert PAPERS.stage_record == {1: "stage1", 2: "stage2", 3: "stage3"}
+  assert PAPERS.first_seeds(proto.Arm("mr", ("ce",))) == (0, 1, 2)
+  assert PAPERS.first_seeds(proto.Arm("mr", ("ce",), seeds=(7,))) == (7,)
+  assert PAPERS.tasks["mr"].family == "textgcn" and PAPERS.tasks["rte"].config_task == "rte"

@@ -360,7 +360,7 @@ def load(spec: str = DEFAULT) -> Protocol:
     if not isinstance(got, Protocol):
       raise ValueError(f"--protocol {spec}: {where} has no Protocol named {name}.")
     return got
-  found = [v for v in vars(module).values() if isinstance(v, Protocol)]
+  found = list({id(v): v for v in vars(module).values() if isinstance(v, Protocol)}.values())
   if len(found) != 1:
     raise ValueError(f"--protocol {spec}: {where} defines {len(found)} Protocol values; name "
                      "one as module:NAME.")
