@@ -4,6 +4,7 @@ same run: `check_same_run`, `record_config`); and the atomic write that puts run
 disk, by the process that writes them (`is_main`), and the lock that lets one process at a
 time write a workdir. Imports nothing heavy at import time (the sweep runner uses it)."""
 import contextlib
+import copy
 import fcntl
 import json
 import logging
@@ -105,8 +106,15 @@ def run_config(workdir: str, before_step: int | None = None) -> dict | None:
     return None
   with open(path) as f:
     cfg = json.load(f)
+  return with_history(cfg, read_config_history(workdir), before_step)
+
+
+def with_history(cfg: dict, history: list[dict], before_step: int | None = None) -> dict:
+  """A copy of config.json's dict `cfg` with the changes of its config_history.jsonl entries
+  applied (up to `before_step`, as `run_config`), without its ORIGIN record."""
+  cfg = copy.deepcopy(cfg)
   cfg.pop(ORIGIN, None)
-  for entry in read_config_history(workdir):
+  for entry in history:
     if before_step is not None and entry["step"] >= before_step:
       break
     for field, (_, new) in entry["changes"].items():

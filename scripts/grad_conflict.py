@@ -225,12 +225,12 @@ def main():
     sweep = os.path.splitext(os.path.basename(args.record))[0]
     for method, recs in results.items():
       settings = {"task": args.task, "method": method, "seed": args.seed}
-      records.append(args.record, {
+      records.append(args.record, records.make_row(**{
           "sweep": sweep, "run": records.run_name(settings), **settings, "overrides": {},
           "config": "scripts/grad_conflict.py", "set": [], "command": summary["command"],
           "budget": {"num_steps": args.steps, "batch_size": args.batch_size,
                      "max_length": args.max_length, "lr": args.lr},
-          "steps": recs, "code": [provenance.git_revision()]})
+          "steps": recs, "code": [provenance.git_revision()]}))
   print(json.dumps(summary, indent=2))
 
 

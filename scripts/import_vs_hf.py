@@ -45,7 +45,7 @@ def rows_of(path: str) -> list[dict]:
     row.update({"seconds": round(r["wall_s"], 1), "timed_on": data["machine"]["cpu_model"],
                 "source": os.path.relpath(os.path.abspath(path), records.REPO),
                 "code": [data["machine"]["git"]]})
-    out.append(row)
+    out.append(records.make_row(**row))
   return out
 
 

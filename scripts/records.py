@@ -25,14 +25,21 @@ can rebuild every table (scripts/report.py) and a sweep can tell which runs are 
    "train": {"best_step": 234, "final_step": 234, "gate_on_fraction": 1.0, ...},
    "code": ["<git revision>", ...]}       # the revisions that trained it ("+dirty": edited)
 
-Metrics are fractions (0.8123), as train.py writes them. Imports nothing heavy.
+Metrics are fractions (0.8123), as train.py writes them. Every row is made, and checked, by
+`make_row` (the fields and their types are `Row`'s); `row_from_run` makes a finished run
+folder's, read by acl_jax/study/runs.py. Imports nothing heavy.
 """
 import fcntl
 import json
 import os
+import re
 import time
+import types
+import typing
+from typing import Any, Required, TypedDict
 
 from acl_jax import cpuinfo, provenance  # light: no jax
+from acl_jax.study import runs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -40,15 +47,52 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # commit) at the records of the tree they are committed from.
 RECORDS = os.environ.get("ACL_JAX_RECORDS") or os.path.join(REPO, "results", "records")
 # A run folder's machine time, written by scripts/sweep.py: {"seconds", "attempts", "workers"}.
-RUN_TIME = "sweep_time.json"
+RUN_TIME = runs.TIMING
 
-# The config fields a row's budget states (dotted config path -> budget key).
-BUDGET_FIELDS = (("num_steps", "num_steps"), ("num_epochs", "num_epochs"),
-                 ("batch_size", "batch_size"), ("task.max_length", "max_length"),
-                 ("optim.lr", "lr"), ("optim.head_lr_mult", "head_lr_mult"),
-                 ("early_stop_patience", "early_stop_patience"), ("eval_every", "eval_every"))
 # The settings every row carries as its own columns rather than as overrides.
 OWN = ("task", "method", "seed")
+
+
+class Eval(TypedDict):
+  step: int | None  # None: an imported run's final weights, step unknown
+  dev: dict[str, Any]
+
+
+class Row(TypedDict, total=False):
+  """A record row: the fields it may have and their types (the module docstring says what
+  each holds). A field not named here is refused, so a new one is added here first."""
+  sweep: Required[str]
+  run: Required[str]
+  task: str
+  method: str
+  framework: str  # imported runs (scripts/import_vs_hf.py): jax or torch
+  seed: Required[int]
+  overrides: dict[str, str]
+  config: str
+  set: list[str]
+  command: str  # a script's own command line (scripts/grad_conflict.py)
+  budget: Required[dict[str, Any]]
+  evals: list[Eval]
+  final: dict[str, Any]
+  latest: dict[str, Any]
+  early_exit: dict[str, list]
+  steps: list[dict]  # per-step measurements (scripts/grad_conflict.py)
+  timed_on: str
+  seconds: float
+  cpu_seconds: float
+  workers: int
+  time_spans: list[dict]
+  timing_incomplete: bool
+  source: str  # the file an imported row came from
+  train: dict[str, Any]
+  code: Required[list[str]]
+  reused_from: str  # the record whose row of the same run this one copies
+  rerun_of: str  # scripts/rerun.py: the original's record
+  xla_flags: str
+
+
+# A record's name: its file's name without .jsonl.
+SWEEP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 def path_of(sweep: str) -> str:
@@ -64,57 +108,78 @@ def parse_name(name: str) -> dict:
   return dict(kv.split("=", 1) for kv in name.split(",") if kv)
 
 
-def _load(path: str):
-  try:
-    with open(path) as f:
-      return json.load(f)
-  except (OSError, ValueError):
-    return None
+def _conforms(value, kind) -> bool:
+  """Whether a JSON value has the type `kind` (a `Row` field's annotation)."""
+  origin, args = typing.get_origin(kind), typing.get_args(kind)
+  if kind is Any:
+    return True
+  if isinstance(value, bool) and kind in (int, float):
+    return False
+  if kind is float:
+    return isinstance(value, (int, float))
+  if origin in (types.UnionType, typing.Union):
+    return any(_conforms(value, a) for a in args)
+  if origin is list:
+    return isinstance(value, list) and all(_conforms(v, args[0]) for v in value)
+  if origin is dict:
+    return isinstance(value, dict) and all(
+        _conforms(k, args[0]) and _conforms(v, args[1]) for k, v in value.items())
+  if typing.is_typeddict(kind):
+    return isinstance(value, dict) and not _problems(value, kind)
+  return isinstance(value, kind)
 
 
-def _scores(res: dict) -> dict:
-  """A results dict's per-split metrics without example counts: {split: {metric: value}},
-  with eval.py's per-class recall and support where it wrote them."""
-  out = {}
-  for split, vals in res.items():
-    if isinstance(vals, dict) and split != "train":
-      out[split] = {k: v for k, v in vals.items()
-                    if isinstance(v, (int, float)) and k != "num_examples"}
-      per_class = vals.get("per_class")
-      if isinstance(per_class, dict):  # eval.py's: each class's recall and support
-        out[split]["per_class_recall"] = {c: r["recall"] for c, r in per_class.items()}
-        out[split]["per_class_support"] = {c: r["support"] for c, r in per_class.items()}
+def _problems(row: dict, kind=Row) -> list[str]:
+  hints = typing.get_type_hints(kind)
+  out = [f"lacks {k!r}" for k in sorted(kind.__required_keys__) if k not in row]
+  out += [f"has {k!r}, which is no field of a {kind.__name__} (known: {', '.join(hints)})"
+          for k in row if k not in hints]
+  out += [f"{k!r} is {row[k]!r}, not {_type_name(hints[k])}"
+          for k in row if k in hints and not _conforms(row[k], hints[k])]
   return out
 
 
-def evals_of(workdir: str) -> list[dict]:
-  """Every dev evaluation of metrics.jsonl as {"step": S, "dev": {metric: value}}."""
-  path = os.path.join(workdir, "metrics.jsonl")
-  out = []
-  if not os.path.isfile(path):
-    return out
-  with open(path) as f:
-    for line in f:
-      try:
-        r = json.loads(line)
-      except ValueError:
-        continue  # a line cut by a crash
-      if r.get("kind") in ("dev", "eval"):
-        vals = {k: v for k, v in r.items()
-                if k not in ("step", "kind", "num_examples") and isinstance(v, (int, float))}
-        out.append({"step": int(r["step"]), "dev": vals})
-  return out
+def _type_name(kind) -> str:
+  if typing.get_origin(kind) is None and isinstance(kind, type):
+    return kind.__name__
+  return re.sub(r"[\w.]+\.(\w+)", r"\1", str(kind))  # typing.Any -> Any
 
 
-def budget_of(config: dict | None, results: dict) -> dict:
-  flat = provenance.flatten(config or {})
-  out = {key: flat[path] for path, key in BUDGET_FIELDS if path in flat}
-  train = results.get("train", {})
-  if "final_step" in train:
-    out["steps_run"] = train["final_step"]
-  if "early_stopped_at" in train:
-    out["early_stopped_at"] = train["early_stopped_at"]
-  return out
+def check_row(row: dict) -> None:
+  """Raises ValueError, naming every problem, unless `row` is a well-formed record row: `Row`'s
+  fields and types, a record name, and a run name that spells its settings (`key=value`,
+  comma-separated), which agree with the row's task, method, seed and overrides."""
+  if not isinstance(row, dict):
+    raise ValueError(f"A record row is a dict, not {type(row).__name__}: {row!r}")
+  problems = _problems(row)
+  if isinstance(row.get("sweep"), str) and not SWEEP_NAME.fullmatch(row["sweep"]):
+    problems.append(f"sweep {row['sweep']!r} is not a record name (letters, digits, _ . -)")
+  name = row.get("run")
+  if isinstance(name, str):
+    parts = name.split(",")
+    if not name or not all(re.fullmatch(r"[^=,\s]+=[^,]+", kv) for kv in parts):
+      problems.append(f"run {name!r} is not a run name (key=value,key=value,...)")
+    else:
+      settings = parse_name(name)
+      if len(settings) != len(parts):
+        problems.append(f"run {name!r} names a setting twice")
+      for k in OWN:
+        if k in settings and k in row and settings[k] != str(row[k]):
+          problems.append(f"run {name!r} says {k}={settings[k]}, the row {k}={row[k]!r}")
+      extra = {k: v for k, v in settings.items() if k not in OWN}
+      if isinstance(row.get("overrides"), dict) and row["overrides"] != extra:
+        problems.append(f"overrides {row['overrides']!r} are not the run's settings beyond "
+                        f"{'/'.join(OWN)}: {extra!r}")
+  if problems:
+    raise ValueError(f"Not a record row ({row.get('sweep')!r}, {name!r}): "
+                     + "; ".join(problems) + ".")
+
+
+def make_row(**fields) -> Row:
+  """The record row of `fields`, in their order, once `check_row` accepts it. Every row of a
+  record is made here; `append` checks it again."""
+  check_row(fields)
+  return Row(**fields)
 
 
 def machine() -> str:
@@ -124,18 +189,16 @@ def machine() -> str:
 
 
 def row_from_run(workdir: str, sweep: str, settings: dict, config: str = "",
-                 set_args: list[str] | None = None, config_json: dict | None = None) -> dict:
+                 set_args: list[str] | None = None) -> Row:
   """The record row of a finished run folder written by train.py (and eval.py).
 
   settings: the run's settings in order, `task`, `method`, grid fields and `seed`.
-  config_json: the run's config when config.json is not in the folder.
   """
-  res = _load(os.path.join(workdir, "results.json"))
-  if not res or "train" not in res:
+  run = runs.read(workdir)
+  if not run.finished:
     raise ValueError(f"{workdir} is not a finished run (no results.json with its train "
                      "record); train it first.")
-  cfg = config_json if config_json is not None else _load(os.path.join(workdir, "config.json"))
-  train = dict(res["train"])
+  res, train = run.results, run.train
   code = train.pop("code_versions", [])
   row = {"sweep": sweep, "run": run_name(settings)}
   for k in OWN:
@@ -144,23 +207,16 @@ def row_from_run(workdir: str, sweep: str, settings: dict, config: str = "",
   row["overrides"] = {k: v for k, v in settings.items() if k not in OWN}
   row["config"] = config
   row["set"] = sorted(set_args or [])
-  row["budget"] = budget_of(cfg, res)
-  row["evals"] = evals_of(workdir)
-  row["final"] = {"checkpoint_step": res.get("checkpoint_step"), **_scores(res)}
-  latest = _load(os.path.join(workdir, "results_latest.json"))
-  if latest:
-    row["latest"] = {"checkpoint_step": latest.get("checkpoint_step"), **_scores(latest)}
-  early = {}
-  for name in sorted(os.listdir(workdir)):
-    if name.startswith("early_exit_") and name.endswith("_dev.json"):
-      sweep_rows = (_load(os.path.join(workdir, name)) or {}).get("rows", [])
-      early[name[len("early_exit_"):-len("_dev.json")]] = sweep_rows
-  if early:
-    row["early_exit"] = early
+  row["budget"] = run.budget
+  row["evals"] = run.evals
+  row["final"] = {"checkpoint_step": res.get("checkpoint_step"), **runs.scores(res)}
+  if run.latest:
+    row["latest"] = {"checkpoint_step": run.latest.get("checkpoint_step"),
+                     **runs.scores(run.latest)}
+  if run.early_exit:
+    row["early_exit"] = run.early_exit
     row["timed_on"] = machine()  # the sweep runs eval.py's timed passes here
-  spent = _load(os.path.join(workdir, RUN_TIME))
-  if spent and spent.get("run", _folder(workdir)) != _folder(workdir):
-    spent = None  # another run's times (a copied folder): this run is untimed
+  spent = run.timing  # None where untimed, or timed for another folder (a copied run)
   if spent:  # wall seconds of train.py and the post steps, all attempts; on this machine
     row["seconds"] = round(spent["seconds"], 1)
     # CPU time only where every attempt measured it, and training was among them (a folder
@@ -175,19 +231,16 @@ def row_from_run(workdir: str, sweep: str, settings: dict, config: str = "",
     row["timed_on"] = machine()
   row["train"] = train
   row["code"] = code
-  return row
-
-
-def _folder(workdir: str) -> str:
-  return os.path.basename(os.path.normpath(workdir))
+  return make_row(**row)
 
 
 def add_time(workdir: str, seconds: float, workers: int = 1, attempt: bool = False,
              cpu: float | None = None) -> None:
-  """Adds `seconds` of wall time (and `cpu` CPU seconds) to the run folder's RUN_TIME."""
+  """Adds `seconds` of wall time (and `cpu` CPU seconds) to the run folder's RUN_TIME (one
+  written for another folder, copied with its run, is not added to: this run's starts anew)."""
   path = os.path.join(workdir, RUN_TIME)
-  spent = _load(path) or {"seconds": 0.0, "attempts": 0}
-  spent["run"] = _folder(workdir)
+  spent = runs.read_timing(workdir) or {"seconds": 0.0, "attempts": 0}
+  spent["run"] = runs.folder_name(workdir)
   spent.setdefault("spans", []).append({"end": round(time.time(), 1),
                                         "seconds": round(seconds, 1)})
   spent["seconds"] += seconds
@@ -205,48 +258,76 @@ def begin_attempt(workdir: str) -> None:
   """Marks a train.py attempt as started; one still open when the next begins was stopped
   with its runner before its time was added (`lost`), so the run's time is incomplete."""
   path = os.path.join(workdir, RUN_TIME)
-  spent = _load(path) or {"seconds": 0.0, "attempts": 0}
-  spent["run"] = _folder(workdir)
+  spent = runs.read_timing(workdir) or {"seconds": 0.0, "attempts": 0}
+  spent["run"] = runs.folder_name(workdir)
   if spent.get("open"):
     spent["lost"] = spent.get("lost", 0) + 1
   spent["open"] = True
   provenance.write_atomic(path, json.dumps(spent))
 
 
+def _torn(line: bytes) -> bool:
+  """Whether the last line of a record file, without its newline, is a row cut short by a
+  crash mid-write (not one whose newline alone is missing)."""
+  try:
+    json.loads(line)
+  except ValueError:
+    return True
+  return False
+
+
 def read(path: str) -> list[dict]:
   """The rows of a record file in order; a later row with an already seen `run` is dropped
-  (two hosts of one job may both append a run)."""
+  (two hosts of one job may both append a run), and so is a last line cut short by a crash
+  mid-write (`append` drops it from the file)."""
   if not os.path.isfile(path):
     return []
   rows, seen = [], set()
-  with open(path) as f:
-    for i, line in enumerate(f, 1):
-      if not line.strip():
-        continue
-      try:
-        row = json.loads(line)
-      except ValueError as e:
-        raise ValueError(f"{path}:{i} is not a JSON row ({e}); fix or remove that line.") from e
-      if row.get("run") in seen:
-        continue
-      seen.add(row.get("run"))
-      rows.append(row)
+  with open(path, "rb") as f:
+    lines = f.read().split(b"\n")
+  for i, line in enumerate(lines, 1):
+    if not line.strip() or (i == len(lines) and _torn(line)):
+      continue
+    try:
+      row = json.loads(line)
+    except ValueError as e:
+      raise ValueError(f"{path}:{i} is not a JSON row ({e}); fix or remove that line.") from e
+    if row.get("run") in seen:
+      continue
+    seen.add(row.get("run"))
+    rows.append(row)
   return rows
 
 
 def append(path: str, row: dict) -> bool:
-  """Appends `row` unless the file already has its run; returns whether it wrote. The read
-  and the write happen under an exclusive lock, so concurrent sweeps do not duplicate rows."""
+  """Appends `row` unless the file already has its run; returns whether it wrote.
+
+  The row is checked first (`check_row`, and its sweep must be the file's name). The read and
+  the write happen under an exclusive lock, so concurrent sweeps do not duplicate rows, and
+  collecting a run twice writes it once. A last line cut short by a writer that crashed
+  mid-write is a row never recorded: it is cut from the file here, and its run, unrecorded,
+  is collected again from its folder.
+  """
+  check_row(row)
+  name = os.path.basename(path).removesuffix(".jsonl")
+  if row["sweep"] != name:
+    raise ValueError(f"{row['run']} is a row of {row['sweep']!r}, not of {path}'s {name!r}.")
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  with open(path, "a+") as f:
+  with open(path, "a+b") as f:
     fcntl.flock(f, fcntl.LOCK_EX)
     try:
       f.seek(0)
-      for line in f:
+      body = f.read()
+      *lines, tail = body.split(b"\n")
+      if tail and _torn(tail):
+        f.truncate(len(body) - len(tail))
+      elif tail:  # a whole last row, its newline lost (e.g. by an editor)
+        lines.append(tail)
+        f.write(b"\n")
+      for line in lines:
         if line.strip() and json.loads(line).get("run") == row["run"]:
           return False
-      f.seek(0, os.SEEK_END)
-      f.write(json.dumps(row, sort_keys=False) + "\n")
+      f.write(json.dumps(row, sort_keys=False).encode() + b"\n")
       f.flush()
       os.fsync(f.fileno())
       return True

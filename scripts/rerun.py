@@ -50,6 +50,7 @@ def collect(of: str, run: str, workdir: str, tag: str) -> dict:
   row = records.row_from_run(workdir, record_of(tag), settings, old["config"], old["set"])
   row.setdefault("timed_on", records.machine())  # trained here, by this command
   row.update(rerun_of=of, xla_flags=os.environ.get("XLA_FLAGS", ""))
+  row = records.make_row(**row)
   records.append(records.path_of(record_of(tag)), row)
   return row
 

@@ -78,10 +78,9 @@ import time
 import numpy as np
 
 from acl_jax import provenance  # light: no jax
-from acl_jax.study import estimates, executors, planner, protocol as proto
+from acl_jax.study import estimates, executors, planner, protocol as proto, runs
 from acl_jax.study.identity import run_identity
 from scripts import records
-
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN, EVAL = os.path.join(REPO, "train.py"), os.path.join(REPO, "eval.py")
@@ -182,7 +181,7 @@ def job_of(run: planner.Run, root: str) -> Job:
 
 # Each run's record of what the sweep asked of it beyond its name (config and --set flags),
 # so a rerun with other flags cannot skip or resume it under settings it was not started with.
-RUN_ARGS = "sweep_args.json"
+RUN_ARGS = runs.SWEEP_ARGS
 
 
 def run_args(args, settings: dict) -> dict:
@@ -192,11 +191,8 @@ def run_args(args, settings: dict) -> dict:
 def changed_args(workdir: str, want: dict) -> str | None:
   """How the run's recorded sweep arguments differ from `want`; None if equal or unrecorded
   (runs started before the record existed)."""
-  path = os.path.join(workdir, RUN_ARGS)
-  if not os.path.isfile(path):
-    return None
-  have = json.load(open(path))
-  if have == want:
+  have = runs.read_sweep_args(workdir)
+  if have is None or have == want:
     return None
   parts = []
   if have.get("config") != want["config"]:
@@ -206,14 +202,6 @@ def changed_args(workdir: str, want: dict) -> str | None:
   if gone or new:
     parts.append(f"--set {' '.join(gone) or '(none)'} (now {' '.join(new) or '(none)'})")
   return "; ".join(parts)
-
-
-def _load(path: str) -> dict | None:
-  try:
-    with open(path) as f:
-      return json.load(f)
-  except (OSError, ValueError):
-    return None
 
 
 def torch_command(job: Job) -> list[str]:
@@ -454,10 +442,10 @@ def prepare(job: Job, args, record: str | None, done: set, elsewhere: dict,
   if same is not None:
     print(f"{tag} done (the same run is in {same['sweep']}'s record): {job.name}", flush=True)
     if not args.dry_run:
-      records.append(record, {
+      records.append(record, records.make_row(**{
           **same, "sweep": job.sweep, "run": job.name, "set": sorted(job.set),
           "overrides": {k: v for k, v in job.record_settings.items() if k not in records.OWN},
-          "reused_from": same["sweep"]})
+          "reused_from": same["sweep"]}))
     return None
   spec = run_spec(job, args, record, keep_checkpoints)
   print(f"{tag} run: {' '.join(spec.argv)}", flush=True)
@@ -550,13 +538,13 @@ def run_all(args) -> None:
 
 
 def _read(root: str, results: str = "results.json") -> list[tuple[dict, dict]]:
-  """(settings, results) of every finished run under root (see `provenance.run_finished`)."""
+  """(settings, results) of every finished run under root (`runs.RunFolder.finished`);
+  `results` is results.json or results_latest.json."""
   out = []
   for name in sorted(os.listdir(root)):
-    run = os.path.join(root, name)
-    base = _load(os.path.join(run, "results.json"))
-    res = base if results == "results.json" else _load(os.path.join(run, results))
-    if base is not None and provenance.run_finished(run, base) and res is not None:
+    run = runs.read(os.path.join(root, name))
+    res = {runs.RESULTS: run.results, runs.LATEST: run.latest}[results]
+    if run.finished and res is not None:
       out.append((parse_name(name), res))
   return out
 
@@ -766,13 +754,7 @@ def flat_config(workdir: str) -> dict:
   """The run's config (config.json with its config_history.jsonl applied: e.g. the num_steps
   a resume extended it to) flattened to dotted keys, without the fields that differ run to run
   anyway."""
-  try:
-    cfg = provenance.run_config(workdir)
-  except (OSError, ValueError, KeyError, TypeError):
-    return {}
-  if cfg is None:
-    return {}
-  out = provenance.flatten(cfg)
+  out = dict(runs.read_config(workdir)[0] or {})
   for k in ("seed", "workdir"):
     out.pop(k, None)
   return out

@@ -22,5 +22,9 @@ a GCS-fuse mount. Claims are taken by exclusive create (O_CREAT | O_EXCL), atomi
 storage, where flock is not: the workdir's flock (`acl_jax.provenance.workdir_lock`) guards a
 run within one host, as the second line. The hosts' clocks must agree to well within the lease.
 
+A finished run is read back from its folder by `runs.read(workdir)` (a `RunFolder`: its config,
+scores, dev evaluations, budget and machine time), the one reader of those files that the
+study's records are made from (scripts/records.py).
+
 Nothing here imports jax; `ray` is imported by RayExecutor alone.
 """
