@@ -204,6 +204,8 @@ def row_from_run(workdir: str, sweep: str, settings: dict, config: str = "",
   for k in OWN:
     if k in settings:
       row[k] = int(settings[k]) if k == "seed" else settings[k]
+  if "framework" in settings:  # a column of its own, as the imported anchor rows have it
+    row["framework"] = settings["framework"]
   row["overrides"] = {k: v for k, v in settings.items() if k not in OWN}
   row["config"] = config
   row["set"] = sorted(set_args or [])

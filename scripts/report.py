@@ -141,7 +141,7 @@ def claims_table(ctx: Ctx) -> str:
     for c in comps:  # each comparison named by what tells it from the claim's others
       name = " ".join(([label(p, c.task)] if len(tasks) > 1 else [])
                       + ([comparison_label(p, c)] if len(methods) > 1 else
-                         [f"vs {p.labels[c.baseline]}"] if len(bases) > 1 else []))
+                         [f"vs {p.label(c.baseline)}"] if len(bases) > 1 else []))
       v = shown_verdict(ctx, c)
       if v is None:
         cells.append(f"{name} {not_shown(ctx, c)}")
@@ -179,7 +179,7 @@ def claims_table(ctx: Ctx) -> str:
     tally = collections.Counter(w for w, _ in got)
     rows.append([p.claims[key], paper,
                  "; ".join(f"{label(p, r.task)} "
-                           + (f"{p.labels[r.method]} " if isinstance(r, proto.Comparison) else "")
+                           + (f"{p.label(r.method)} " if isinstance(r, proto.Comparison) else "")
                            + cell for r, (_, cell) in zip(mine, got)),
                  ", ".join(f"{w} {n}" for w, n in tally.items()),
                  "; ".join(dict.fromkeys(later_budget(ctx, r.task) for r in mine))])
@@ -204,7 +204,7 @@ def stage_hours_table(ctx: Ctx) -> str:
 
 
 def mr_anchor(p: proto.Protocol, rows: list[dict]) -> str:
-  """Our CE against HF PyTorch on MR, paired by seed (the HF_ANCHOR record)."""
+  """Our CE against HF PyTorch on MR, paired by seed (the protocol's hf_anchor record)."""
   name, what = p.hf_anchor
   ours = {r["seed"]: p.score(r) for r in rows if r.get("framework") == "jax"}
   ref = {r["seed"]: p.score(r) for r in rows if r.get("framework") == "torch"}
@@ -287,7 +287,8 @@ def _our_ce(ctx: Ctx, task: str, lr: float, epochs, seed: int) -> dict | None:
 
 
 def glue_hf_anchor(ctx: Ctx) -> str:
-  """Our CE against HF PyTorch on GLUE tasks at the same settings (GLUE_HF_ANCHOR). Our side
+  """Our CE against HF PyTorch on GLUE tasks at the same settings (the protocol's
+  glue_hf_anchor record). Our side
   is the benchmark's own run, or else the protocol's recorded CE run at those settings."""
   p = ctx.p
   name, what = p.glue_hf_anchor
@@ -336,7 +337,7 @@ def gate_table(ctx: Ctx) -> str:
   out = []
   for (task, method, angle, rec), runs in groups.items():
     fracs = [r.get("train", {}).get("gate_on_fraction") for r in runs]
-    out.append([label(p, task), p.labels[method], angle, f"`{rec}`",
+    out.append([label(p, task), p.label(method), angle, f"`{rec}`",
                 ", ".join(str(r["seed"]) for r in runs),
                 ", ".join("—" if f is None else f"{100 * f:.1f}%" for f in fracs)])
   return table(["task", "method", "angle over", "record", "seeds", "gate on (steps), per seed"],
@@ -367,7 +368,7 @@ def gate_angles_table(ctx: Ctx) -> str:
     st = r["steps"]
     share = lambda k: "—" if (a := measured(st, k)) is None else f"{100 * np.median(a):.0f}%"
     for k, name in (("acl", "CE vs ACL-Embed"), ("scl", "CE vs SCL")):
-      out.append([label(p, r["task"]), p.labels[r["method"]], name, cell(st, k),
+      out.append([label(p, r["task"]), p.label(r["method"]), name, cell(st, k),
                   cell(st, f"{k}_encoder"), cell(st, f"{k}_top"),
                   cell(st, "acl_classifier") if k == "acl" else "— (SCL does not train them)",
                   f"CE {share('ce_classifier_share')}, ACL-Embed {share('acl_classifier_share')}"
@@ -445,7 +446,7 @@ def grad_conflict_table(p: proto.Protocol, rows: list[dict]) -> str:
       a = np.array([s[k] for s in r["steps"]])
       top = np.array([s[k + "_top"] for s in r["steps"]])
       lines.append(
-          f"| {label(p, r['task'])} | {p.labels[r['method']]} | {name} | "
+          f"| {label(p, r['task'])} | {p.label(r['method'])} | {name} | "
           f"{100 * (a > 90).mean():.0f}% | {np.median(a):.1f}° | "
           f"{np.percentile(a, 10):.1f}–{np.percentile(a, 90):.1f}° | "
           f"{100 * ((a <= 90) == (top <= 90)).mean():.0f}% |")
@@ -599,7 +600,7 @@ def per_exit_figure(p: proto.Protocol, rows, path, title):
       ys = [list(by_seed(select(rs, t, meth), lambda r, m=m: exit_score(p, r, m, split)).values())
             for m in exits]
       if all(ys):
-        _errorbar(ax, exits, ys, p.labels[meth], capsize=2)
+        _errorbar(ax, exits, ys, p.label(meth), capsize=2)
     ax.set_title(f"{label(p, t)} ({split})", fontsize=10)
     ax.set_xlabel("exit (layer)")
   _task_panels(p, rows, path, title, draw)
@@ -613,7 +614,7 @@ def quality_speed_figure(p: proto.Protocol, rows, path, title):
       if thr:
         ax.plot([np.mean([e["layer_speedup"] for e in es if e["threshold"] == x]) for x in thr],
                 [np.mean([100 * e["metric"] for e in es if e["threshold"] == x]) for x in thr],
-                marker="o", label=p.labels[meth])
+                marker="o", label=p.label(meth))
     ax.set_title(f"{label(p, t)} dev, entropy policy", fontsize=10)
     ax.set_xlabel("layer speed-up (6 / mean layers)")
   _task_panels(p, rows, path, title, draw)
@@ -627,7 +628,7 @@ def angles_figure(p: proto.Protocol, rows, path):
     for k, name in (("scl", "CE vs SCL"), ("acl", "CE vs ACL-Embed")):
       ax.hist([s[k] for s in r["steps"]], bins=bins, alpha=0.6, label=name)
     ax.axvline(90, color="k", lw=0.8, ls="--")
-    ax.set_title(f"{label(p, r['task'])}: training with {p.labels[r['method']]}", fontsize=9)
+    ax.set_title(f"{label(p, r['task'])}: training with {p.label(r['method'])}", fontsize=9)
     ax.set_xlabel("gradient angle (degrees)")
   _save(fig, axes, path, grid=False, legend=7)
 
@@ -684,7 +685,9 @@ def main(argv=None):
                   help="a report whose table blocks to rebuild (repeatable); default: this "
                   "project's REPORTS, with its own protocol")
   ap.add_argument("--pilots", default=PILOTS_MD, help="the pilots' report, written whole")
-  ap.add_argument("--records", default=records.RECORDS)
+  ap.add_argument("--records", default="",
+                  help="the records folder (default: this project's results/records, with "
+                  "its own protocol)")
   ap.add_argument("--check", action="store_true",
                   help="only compare; exit 1 naming the tables that differ from the records")
   ap.add_argument("--no_figures", action="store_true")
@@ -694,11 +697,11 @@ def main(argv=None):
   except (FileNotFoundError, ValueError) as e:
     raise SystemExit(str(e)) from e
   own = a.protocol == proto.DEFAULT
-  if not (a.file or own):
-    raise SystemExit(f"--protocol {a.protocol}: name the report(s) to fill with --file (a "
-                     "markdown file with <!-- table: NAME --> blocks; README, \"Your own "
-                     "study\").")
-  rs = records.read_all(a.records)
+  if not (own or (a.file and a.records)):
+    raise SystemExit(f"--protocol {a.protocol}: name its records folder (--records) and the "
+                     "report(s) to fill (--file: a markdown file with <!-- table: NAME --> "
+                     "blocks; README, \"Your own study\").")
+  rs = records.read_all(a.records or records.RECORDS)
   changed, rewritten = [], {}
   for path in a.file or REPORTS:
     if not os.path.isfile(path):

@@ -174,7 +174,7 @@ def jobs_of_args(args) -> list[Job]:
 
 
 def job_of(run: planner.Run, root: str) -> Job:
-  """The Job of a protocol run (scripts/planner.py), its workdir under root/<record>/."""
+  """The Job of a protocol run (acl_jax/study/planner.py), its workdir under root/<record>/."""
   return Job(dict(run.settings), run.config, list(run.sets),
              os.path.join(root, run.sweep, run.name), run.sweep, run.early_exit, run.latest)
 
@@ -601,8 +601,6 @@ def not_reused(runs: list, rows: dict) -> list:
   return out
 
 
-
-
 def stage_of_row(p: proto.Protocol, record: str, row: dict, first: dict[str, int]) -> int | None:
   """The stage a recorded run belongs to: its record's, or for lr and budget runs its task's."""
   if record in (p.lr_record, p.budget_record):
@@ -646,7 +644,7 @@ def stage_totals(p: proto.Protocol, rows: dict) -> dict[int, StageTotals]:
     out[stage] = StageTotals(done, sum(machine_seconds(r) for r in done),
                              sum("seconds" not in r or bool(r.get("timing_incomplete"))
                                  for r in done), left, est(left),
-                             whole[stage], waiting)
+                             whole.get(stage, []), waiting)
   return out
 
 
@@ -856,8 +854,6 @@ def check_splits(root: str, runs: list[tuple[dict, dict]], splits: list[str]) ->
     raise SystemExit(f"--splits: no run under {root} has {unknown}; the runs have {have}.")
 
 
-
-#CHECKS
 # train.py flags after `--` that would override what the sweep sets per run (and names the
 # run's workdir after) or records in sweep_args.json.
 _SWEEP_OWNED = ("--config", "--workdir")
@@ -880,8 +876,6 @@ def log_name(extra: list[str]) -> str:
   if any(x.split("=", 1)[0] in ("--distributed", "--coordinator") for x in extra):
     return f"console.{socket.gethostname()}.log"
   return "console.log"
-
-
 
 
 def main(argv=None):
@@ -936,6 +930,11 @@ def main(argv=None):
   args.extra = extra
   if args.records:
     records.RECORDS = os.path.abspath(args.records)
+  elif (args.stage or args.status) and args.protocol != proto.DEFAULT and not os.environ.get(
+      "ACL_JAX_RECORDS"):
+    raise SystemExit(f"--protocol {args.protocol}: give its records folder with --records "
+                     "(e.g. runs/my_study/records); results/records holds this project's "
+                     "study, whose record names yours would share.")
   try:
     args.study = proto.load(args.protocol)
   except (FileNotFoundError, ValueError) as e:

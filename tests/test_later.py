@@ -1,4 +1,4 @@
-"""Stages 2 and 3 read from records under their rules (scripts/later.py), on synthetic rows
+"""Stages 2 and 3 read from records under their rules (acl_jax/study/later.py), on synthetic rows
 whose answers are known."""
 import pytest
 

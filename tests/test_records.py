@@ -59,7 +59,7 @@ def test_committed_records_are_whole():
 
 
 def test_protocol_prose_states_the_protocol():
-  """RESULTS.md's protocol section says in words what scripts/sweeps.py fixes as data."""
+  """RESULTS.md's protocol section says in words what studies/papers.py fixes as data."""
   text = " ".join(open(RESULTS).read().split())
   for lr in (*p.lr_grid, p.lr_high):
     assert lr in text

@@ -1,4 +1,4 @@
-"""Stages 2 and 3's decision rules (scripts/rules.py) on numbers whose answer is known."""
+"""Stages 2 and 3's decision rules (acl_jax/study/rules.py) on numbers whose answer is known."""
 import math
 
 import pytest

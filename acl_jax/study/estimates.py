@@ -9,7 +9,7 @@ def later_stage_runs(p: proto.Protocol, stage: int, states: dict[str, planner.Ta
   """Every run of stage 2 or 3, for the estimate: each task at its picked lr and budget where
   decided, else at lr_preferred (or its lr_from source's rate) and its first budget, with the
   lr and budget runs of the tasks new in the stage."""
-  arms = p.arms[stage]
+  arms = p.arms.get(stage, ())
   out = []
   for arm in arms:
     st = states.get(arm.task) or states.get(p.lr_from.get(arm.task, ""))

@@ -1,8 +1,9 @@
 """Later stages read from the records under their rules (the protocol's `rules`; the
 statistics in acl_jax/study/rules.py).
 
-Each rule is read at the look its seeds allow: the first (seeds 0-2) when all are recorded,
-the second (seeds 0-4) when the first left it undecided and seeds 3-4 are recorded too.
+Each rule is read at the look its seeds allow: the first (the protocol's look_seeds[0]) when
+all are recorded, the second (both looks' seeds) when the first left it undecided and the
+second look's seeds are recorded too.
 """
 import dataclasses
 
@@ -74,8 +75,8 @@ class ExitResult:
   look: int
   contrast: proto.Verdict  # shallow minus deep gain, superiority
   matched: proto.Verdict | None  # accuracy at rule.layers mean layers, superiority
-  described: dict  # layers -> (mean, lo, hi) at DESCRIBE_LEVEL, or None where not reached
-  per_exit: dict  # exit -> (mean, lo, hi) at DESCRIBE_LEVEL
+  described: dict  # layers -> (mean, lo, hi) at the describing level, or None where not reached
+  per_exit: dict  # exit -> (mean, lo, hi) at the describing level
 
 
 def _at(rows_a, rows_b, layers):
@@ -194,9 +195,11 @@ def claim_word(p: proto.Protocol, idx: dict, stage: int, rule) -> tuple[str, str
     if got is None:
       return None
     word, r, s, v = got[1]
-    return word, (f"range of seed means ACL {r.range:.2f} (floor {r.floor:.2f}), CE+SCL "
-                  f"{s.range:.2f} (floor {s.floor:.2f}); per-seed range CE+SCL − ACL "
-                  f"{v.mean:+.2f} [{v.decide[0]:+.2f}, {v.decide[1]:+.2f}]: {word}")
+    robust, sensitive = p.label(rule.robust), p.label(rule.sensitive)
+    return word, (f"range of seed means {robust} {r.range:.2f} (floor {r.floor:.2f}), "
+                  f"{sensitive} {s.range:.2f} (floor {s.floor:.2f}); per-seed range "
+                  f"{sensitive} − {robust} {v.mean:+.2f} [{v.decide[0]:+.2f}, "
+                  f"{v.decide[1]:+.2f}]: {word}")
   if isinstance(rule, proto.StableRule):
     got = stable_result(p, idx, stage, rule)
     if got is None:

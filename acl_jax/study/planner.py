@@ -67,7 +67,9 @@ class TaskState:
 def _run(p: proto.Protocol, sweep, task, method, seed, sets, extra_settings=()) -> Run:
   t = p.tasks[task]
   settings = (("task", task), ("method", method), *extra_settings, ("seed", str(seed)))
-  return Run(sweep, settings, tuple(sorted(t.sets + tuple(sets))),
+  length = () if any(s.startswith("task.max_length=") for s in t.sets) else (
+      f"task.max_length={t.max_length}",)
+  return Run(sweep, settings, tuple(sorted(t.sets + length + tuple(sets))),
              latest=t.scored if t.scored != "dev" else "",
              config_file=f"{t.config}:{t.config_task}", task_epochs=t.epochs)
 
@@ -84,6 +86,11 @@ def lr_run(p: proto.Protocol, task: str, lr: str) -> Run:
 def budget_run(p: proto.Protocol, task: str, lr: str) -> Run:
   return _run(p, p.budget_record, task, "ce", 0, (f"optim.lr={lr}",),
               (("num_epochs", str(2 * p.tasks[task].epochs)),))
+
+
+def _sources_first(p: proto.Protocol, tasks) -> list[str]:
+  """The tasks, those that take another task's lr (lr_from) after the others."""
+  return [t for t in tasks if t not in p.lr_from] + [t for t in tasks if t in p.lr_from]
 
 
 def _budget_runs(p: proto.Protocol, task: str, lr: str) -> list[Run]:
@@ -201,7 +208,7 @@ def anchor_withheld(p: proto.Protocol, st: TaskState, rows: dict[str, list[dict]
   misses the published anchor by more than the margin and HF PyTorch at the same lr, first
   budget and seed 0 is not recorded (the protocol's reading step)."""
   score = picked_score(p, st)
-  if score is None or not p.misses_anchor(st.task, score):
+  if score is None or not p.glue_hf_anchor[0] or not p.misses_anchor(st.task, score):
     return ""
   e = p.tasks[st.task].epochs
   for r in rows.get(p.glue_hf_anchor[0], []):
@@ -242,7 +249,7 @@ def decisions(p: proto.Protocol, rows: dict[str, list[dict]]) -> Decisions:
   # The gates' runs (lr, anchor, budget) of every task come first: they are cheap and each
   # decides a task's whole stage; then the comparisons, task by task.
   states, gates, ready, waiting, planned, verdicts = {}, [], [], {}, [], {}
-  order = list(dict.fromkeys([c.task for c in p.comparisons]))
+  order = _sources_first(p, dict.fromkeys([c.task for c in p.comparisons]))
   for task in order:
     st, need = task_state(p, task, idx, states)
     states[task] = st
@@ -307,10 +314,11 @@ def later_stage_ready(p: proto.Protocol, stage: int, rows: dict[str, list[dict]]
   the source's lr, then its own budget check."""
   d = d or decisions(p, rows)
   idx, states = _index(rows), dict(d.tasks)
-  arms = p.arms[stage]
-  tasks = dict.fromkeys(a.task for a in arms)
-  left, unsettled = (d.ready, d.waiting) if stage == 2 else (
-      later_stage_ready(p, stage - 1, rows, d))
+  arms = p.arms.get(stage, ())
+  tasks = _sources_first(p, dict.fromkeys(a.task for a in arms))
+  before = max(s for s in p.stages if s < stage)
+  left, unsettled = (d.ready, d.waiting) if before == 1 else (
+      later_stage_ready(p, before, rows, d))
   if left or unsettled:
     why = (f"stage {stage - 1} to finish ({len(left)} runs ready there now, "
            f"{len(unsettled)} tasks waiting on its gates)")

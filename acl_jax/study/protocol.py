@@ -209,6 +209,18 @@ class Protocol:
   gate_record: str = "gate_diagnostic"
 
   def __post_init__(self):
+    if 1 not in self.stages:
+      raise ValueError(f"stages {sorted(self.stages)}: stage 1 (the comparisons and the gates "
+                       "every task passes first) must be one of them.")
+    for name, per_stage in (("arms", self.arms), ("rules", self.rules)):
+      if set(per_stage) - set(self.stages) or 1 in per_stage:
+        raise ValueError(f"{name} of stages {sorted(per_stage)}: give later stages' {name}, "
+                         f"of stages named in `stages` ({sorted(self.stages)}), not stage 1.")
+    if not self.look_seeds or not self.look_seeds[0]:
+      raise ValueError("look_seeds[0], the first look's seeds, is empty.")
+    if self.anchors and not self.glue_hf_anchor[0]:
+      raise ValueError("anchors need glue_hf_anchor's record: a task whose CE misses its "
+                       "anchor is read once HF PyTorch's run there is recorded.")
     for c in self.comparisons:
       if c.task not in self.tasks:
         raise ValueError(f"comparison {c} names task {c.task!r}, not one of the protocol's "
@@ -234,6 +246,10 @@ class Protocol:
         if a.framework == "torch" and (set(a.methods) != {"ce"} or a.grid):
           raise ValueError(f"stage {stage} arm {a}: the torch loop trains CE alone, without "
                            "a grid; give methods=('ce',).")
+        if a.framework == "torch" and not any(s.startswith("task.data_dir=")
+                                              for s in self.tasks[a.task].sets):
+          raise ValueError(f"stage {stage} arm {a}: the torch loop reads task "
+                           f"{a.task!r} from its task.data_dir; set it in the task's `sets`.")
 
   @property
   def stage_record(self) -> dict[int, str]:

@@ -93,7 +93,7 @@ def progress(ctx: Ctx, c: proto.Comparison, seeds) -> tuple[int, int]:
 
 def ce_seed0(p: proto.Protocol, st: planner.TaskState) -> tuple[str | None, float | None]:
   """(lr, CE seed 0's dev score there) at the task's pick, or the grid's pick while CE at
-  LR_HIGH is awaited; (None, None) before the grid is complete."""
+  lr_high is awaited; (None, None) before the grid is complete."""
   if st.lr is not None:
     return st.lr, planner.picked_score(p, st)
   if len(st.lr_scores) < len(p.lr_grid):
@@ -139,7 +139,7 @@ def verdict_text(v: proto.Verdict, note: str = "") -> str:
 
 def weak_baseline(ctx: Ctx, c: proto.Comparison, v: proto.Verdict) -> str:
   """A note for a "matches or beats" or "beats" whose baseline is itself below CE: the
-  baseline − CE paired difference on the same seeds, where its DECIDE_LEVEL interval lies
+  baseline − CE paired difference on the same seeds, where its deciding interval lies
   wholly below zero; "" otherwise."""
   p = ctx.p
   if c.baseline == "ce" or v.word not in ("beats", "matches or beats"):
@@ -153,19 +153,20 @@ def weak_baseline(ctx: Ctx, c: proto.Comparison, v: proto.Verdict) -> str:
   mean, lo, hi = proto.interval(planner.diffs(p, base, ce), p.decide_level)
   if hi >= 0:
     return ""
-  return f" (baseline weak: {p.labels[c.baseline]} − CE {mean:+.2f} {span(lo, hi)})"
+  return f" (baseline weak: {p.label(c.baseline)} − CE {mean:+.2f} {span(lo, hi)})"
 
 
 def comparison_label(p, c: proto.Comparison) -> str:
-  return f"{p.labels[c.method]} − {p.labels[c.baseline]}"
+  return f"{p.label(c.method)} − {p.label(c.baseline)}"
 
 
 def protocol_tasks_table(ctx: Ctx) -> str:
   p = ctx.p
   del ctx
   first = estimates.first_stages(p)
-  rows = [[t.label, first.get(t.name, "—"), f"`{t.config}:{t.name}`", t.max_length, t.epochs,
-           t.scored, METRIC_NAMES[t.metric], f"{t.margin:g}",
+  rows = [[t.label, first.get(t.name, "—"), f"`{t.config}:{t.config_task}`", t.max_length,
+           t.epochs,
+           t.scored, METRIC_NAMES.get(t.metric, t.metric), f"{t.margin:g}",
            f"{label(p, p.lr_from[t.name])}'s" if t.name in p.lr_from else "CE's pick"]
           for t in p.tasks.values()]
   return table(["task", "stage", "config", "max length", "epochs", "scored on", "metric",
@@ -220,6 +221,8 @@ def lr_table(ctx: Ctx) -> str:
 
 def budget_table(ctx: Ctx) -> str:
   p = ctx.p
+  if p.budget_gain is None:
+    return "The protocol has no budget check: each task trains its own epochs.\n"
   if not ctx.rs.get(p.budget_record):
     return pending(p, "no budget-check run is recorded yet", ctx.d)
   rows = []
@@ -287,7 +290,7 @@ def stage1_scores_table(ctx: Ctx) -> str:
     cells = ["" if (t, m) not in arms else "withheld" if t in ctx.d.withheld else
              fmt_mean([x for x in (p.score(r) for r in select(rows, t, m)) if x is not None])
              for t in _stage1_tasks(p)]
-    out.append([p.labels[m], *cells])
+    out.append([p.label(m), *cells])
   return table(["method", *(f"{label(p, t)} ({p.tasks[t].scored} {p.tasks[t].metric})"
                             for t in _stage1_tasks(p))], out)
 
@@ -296,7 +299,8 @@ def arm_rows(ctx: Ctx, stage: int, arm: proto.Arm, method: str, grid=()) -> list
   """The rows of an arm's method (at one grid point) at the first look's seeds, each with the
   grid point among its overrides (a preset point is the earlier stage's run); None while any
   is unrecorded."""
-  rows = [later.find(ctx.p, ctx.idx, stage, arm.task, method, s, grid)
+  fw = (("framework", arm.framework),) if arm.framework != "jax" else ()
+  rows = [later.find(ctx.p, ctx.idx, stage, arm.task, method, s, fw + tuple(grid))
           for s in ctx.p.first_seeds(arm)]
   if None in rows:
     return None
@@ -305,11 +309,14 @@ def arm_rows(ctx: Ctx, stage: int, arm: proto.Arm, method: str, grid=()) -> list
 
 def arm_tables(ctx: Ctx, stage: int) -> str:
   """Every arm of a later stage, from the protocol: a curve per method over each swept field
-  (the score of the final weights at every value, and its spread), and the score at every
-  exit of multi-exit methods; each once its first look is recorded."""
-  p, out = ctx.p, []
+  (the score of the final weights at every value, and its spread), the score at every exit
+  of multi-exit methods, and each other method's score (HF PyTorch's, for a torch arm);
+  each once its first look is recorded."""
+  p, out, plain = ctx.p, [], []
   for arm in p.arms.get(stage, ()):
     what = f"{label(p, arm.task)}, {', '.join(p.label(m) for m in arm.methods)}"
+    if arm.framework != "jax":
+      what += f" ({arm.framework})"
     for field, values in arm.grid:
       curves = {m: [arm_rows(ctx, stage, arm, m, ((field, v),)) for v in values]
                 for m in arm.methods}
@@ -320,11 +327,20 @@ def arm_tables(ctx: Ctx, stage: int) -> str:
                                       for m, got in curves.items()}, score=p.score)
       out.append(f"{what} over `{field}` ({p.tasks[arm.task].scored} "
                  f"{p.tasks[arm.task].metric}, points):\n\n{text}")
-    exits = [m for m in arm.methods if m in p.multi_exit]
+    exits = [m for m in arm.methods if m in p.multi_exit and arm.framework == "jax"]
+    for m in [] if arm.grid else [m for m in arm.methods if m not in exits]:
+      got = arm_rows(ctx, stage, arm, m)
+      task = p.tasks[arm.task]
+      plain.append([label(p, arm.task), p.label(m) + ("" if arm.framework == "jax" else
+                                                      f" ({arm.framework})"),
+                    f"{task.scored} {task.metric}", "*pending*" if got is None else
+                    fmt_mean([p.score(r) for r in got if p.score(r) is not None])])
     if exits and not arm.grid:
       got = [arm_rows(ctx, stage, arm, m) for m in exits]
       if None in got:
         out.append(f"{what}, per exit: *pending* (first look not recorded).\n")
         continue
       out.append(multi_exit_table(p, [r for rs in got for r in rs], arm.task))
+  if plain:
+    out.append(table(["task", "method", "scored", "final weights, points"], plain))
   return "\n".join(out) if out else f"*pending*: stage {stage} has no arms.\n"

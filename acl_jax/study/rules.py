@@ -104,7 +104,7 @@ def range_claim(p: proto.Protocol, robust: list[list[float]], sensitive: list[li
 
 # ---- StableRule ---------------------------------------------------------------------------
 def stable_verdict(p: proto.Protocol, diffs, margin: float, look: int) -> tuple[str, proto.Verdict]:
-  """Equivalence of the range's two ends: the DECIDE_LEVEL interval of the paired difference
+  """Equivalence of the range's two ends: the deciding interval of the paired difference
   within ± margin is "stable", wholly outside it "unstable"."""
   v = p.verdict(diffs, "superior", 0.0, look)
   lo, hi = v.decide

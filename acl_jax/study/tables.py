@@ -176,7 +176,7 @@ def multi_exit_table(p: proto.Protocol, rows: list[dict], task: str) -> str:
   lines = [f"{label(p, task)}, {split} {p.tasks[task].metric} per exit (%):", "", head,
            "|---|" + "---|" * len(exits)]
   for meth in methods:
-    lines.append(f"| {p.labels[meth]} | " + " | ".join(
+    lines.append(f"| {p.label(meth)} | " + " | ".join(
         fmt_mean(list(by_seed(select(rs, task, meth),
                               lambda r, m=m: exit_score(p, r, m, split)).values())) for m in exits)
         + " |")
@@ -184,7 +184,7 @@ def multi_exit_table(p: proto.Protocol, rows: list[dict], task: str) -> str:
             head, "|---|" + "---|" * len(exits)]
   for meth in methods:
     if meth != "jt":
-      lines.append(f"| {p.labels[meth]} | " + " | ".join(
+      lines.append(f"| {p.label(meth)} | " + " | ".join(
           fmt_paired(paired_diffs(select(rs, task, meth), select(rs, task, "jt"),
                                   lambda r, m=m: exit_score(p, r, m, split))) for m in exits)
           + " |")
@@ -212,7 +212,7 @@ def early_exit_table(p: proto.Protocol, rows: list[dict], max_drop: float = 1.0)
       best = max(ok, key=lambda t: np.mean([x[2] for x in per_thr[t]]))
       got = per_thr[best]
       timed = [x[3] for x in got if x[0] == 0 and x[3] is not None]
-      lines.append(f"| {label(p, task)} | {p.labels[meth]} | {best:g} | "
+      lines.append(f"| {label(p, task)} | {p.label(meth)} | {best:g} | "
                    f"{fmt_mean([x[1] for x in got])} | {np.mean([x[2] for x in got]):.2f}x | "
                    + (f"{timed[0]:.2f}x" if timed else "—") + f" | {len(got)} |")
   timed = sorted({r.get("timed_on", "not recorded") for r in rows if r.get("early_exit")})
