@@ -202,6 +202,11 @@ DEVIATIONS = (
      "the plain comparisons.",
      "Stage 2 began training under its arms alone. The rules were written after 19 stage-2 "
      "runs had been recorded, and before any of them was rendered or read."),
+    ("The shallow-exit claim reads \"undecided\" while any baseline's contrast awaits its "
+     "second look; it read \"inconclusive\" as soon as one baseline's second look was in.",
+     "A fix, not a new rule: the rule decides each baseline at its own looks, and the "
+     "earlier reading would have stopped the planner from asking for KD's seeds 3-4 once "
+     "JT's were recorded. Fixed then, before KD's seeds 3-4 were trained."),
 )
 
 # Earlier runs at 200-300 steps, kept as records (RESULTS.md labels them short-budget pilots).

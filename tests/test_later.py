@@ -201,3 +201,24 @@ def test_stage2_detail_tables_render_the_rules():
                     lambda v, s: 82 + 0.1 * s + 0.05 * float(v), metric="accuracy")
   text = later_tables.stable_table(p, _idx(flat), gamma, p.labels, ("0.3", "0.5", "0.9"))
   assert "**stable**" in text and "| 0.7 (preset) |" in text and "| 0.3 |" in text
+
+
+def test_an_exit_rule_keeps_asking_for_a_baselines_second_look():
+  """The shallow-exit rule with JT's second look recorded (the contrast still open:
+  inconclusive there) and KD's undecided at its first: the claim waits, and the planner still
+  asks for KD's seeds 3-4."""
+  from acl_jax.study import planner  # pylint: disable=import-outside-toplevel
+  wobble = {0: 0.6, 1: -0.5, 2: 0.1, 3: -0.4, 4: 0.3}  # the contrast's sign varies by seed
+  rows = []
+  for s in SEEDS + p.look_seeds[1]:
+    rows.append(_multi_exit_row("acl_cl", s, {k: v * wobble[s] for k, v in SHALLOW.items()}))
+    rows.append(_multi_exit_row("jt", s, {}))
+  rows += [_multi_exit_row("kd", s, {}) for s in SEEDS]
+  idx = _idx(rows)
+  jt, kd = (later.exit_result(p, idx, 2, RULE, b) for b in ("jt", "kd"))
+  assert (jt.look, jt.contrast.word) == (2, "inconclusive")
+  assert (kd.look, kd.contrast.word) == (1, "undecided")
+  assert later.claim_word(p, idx, 2, RULE)[0] == "undecided"
+  st = planner.TaskState("sst2", lr="5e-5", epochs=1)
+  runs = planner.second_look_runs(p, 2, "sst2", st, idx)
+  assert {"task=sst2,method=kd,seed=3", "task=sst2,method=kd,seed=4"} <= {r.name for r in runs}

@@ -31,6 +31,12 @@ def test_exit_claim_holds_fails_and_waits():
   assert rules.exit_claim([rules.exit_verdict(p, [2.0, -1.0, 0.5, 1.0, -0.5], 2)]) == \
       "inconclusive"
   assert rules.exit_claim([]) == "undecided"  # no baseline recorded yet
+  # One baseline's second look in (inconclusive), another's still to come (undecided at its
+  # first look): the claim waits, so that the planner still asks for the second seeds.
+  second = rules.exit_verdict(p, [2.0, -1.0, 0.5, 1.0, -0.5], 2)
+  assert rules.exit_claim([second, open_]) == "undecided"
+  assert rules.exit_claim([second, second]) == "inconclusive"
+  assert rules.exit_claim([second, holds]) == "inconclusive"
 
 
 def test_score_at_layers_interpolates_and_refuses_outside():

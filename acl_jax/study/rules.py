@@ -47,12 +47,13 @@ def exit_verdict(p: proto.Protocol, contrasts, look: int) -> proto.Verdict:
 
 def exit_claim(verdicts: list[proto.Verdict]) -> str:
   """Over the baselines: holds when it holds against every one, fails when it fails against
-  any; else undecided (look 1) or inconclusive."""
+  any; else undecided while any baseline's comparison is (its second look still to come),
+  and inconclusive once none is."""
   if any(v.word == "worse" for v in verdicts):
     return "fails"
   if verdicts and all(v.word == "beats" for v in verdicts):
     return "holds"
-  return _open(max((v.look for v in verdicts), default=1))
+  return "undecided" if not verdicts or any(not v.final for v in verdicts) else "inconclusive"
 
 
 # ---- RangeRule ----------------------------------------------------------------------------
