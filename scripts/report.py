@@ -596,7 +596,7 @@ def per_exit_figure(p: proto.Protocol, rows, path, title):
   def draw(ax, t):
     rs = select(rows, t)
     split, exits = split_of(rs), exits_of(rs[0])
-    for meth in proto.MULTI_EXIT:
+    for meth in p.multi_exit:
       ys = [list(by_seed(select(rs, t, meth), lambda r, m=m: exit_score(p, r, m, split)).values())
             for m in exits]
       if all(ys):
@@ -608,7 +608,7 @@ def per_exit_figure(p: proto.Protocol, rows, path, title):
 
 def quality_speed_figure(p: proto.Protocol, rows, path, title):
   def draw(ax, t):
-    for meth in proto.MULTI_EXIT:
+    for meth in p.multi_exit:
       es = [e for r in select(rows, t, meth) for e in r.get("early_exit", {}).get("entropy", [])]
       thr = sorted({e["threshold"] for e in es})
       if thr:

@@ -171,7 +171,7 @@ def multi_exit_table(p: proto.Protocol, rows: list[dict], task: str) -> str:
   if not rs:
     return ""
   split, exits = split_of(rs), exits_of(rs[0])
-  methods = [m for m in proto.MULTI_EXIT if select(rs, task, m)]
+  methods = [m for m in p.multi_exit if select(rs, task, m)]
   head = "| strategy | " + " | ".join(f"exit {m}" for m in exits) + " |"
   lines = [f"{label(p, task)}, {split} {p.tasks[task].metric} per exit (%):", "", head,
            "|---|" + "---|" * len(exits)]
@@ -198,7 +198,7 @@ def early_exit_table(p: proto.Protocol, rows: list[dict], max_drop: float = 1.0)
   lines = ["| task | strategy | threshold | change (points) | layer speed-up | measured "
            "speed-up (seed 0) | seeds |", "|---|---|---|---|---|---|---|"]
   for task in ("sst2", "mr"):
-    for meth in proto.MULTI_EXIT:
+    for meth in p.multi_exit:
       rs = [r for r in select(rows, task, meth) if r.get("early_exit", {}).get("entropy")]
       per_thr = {}
       for r in rs:
