@@ -529,6 +529,24 @@ def test_a_protocol_refuses_what_it_cannot_run():
     dataclasses.replace(PAPERS, arms={2: (proto.Arm("nosuch", ("ce",)),)})
   with pytest.raises(ValueError, match="give the seeds of two looks"):
     dataclasses.replace(PAPERS, look_seeds=((0, 1, 2),))
+  with pytest.raises(ValueError, match=r"look_seeds\[0\], the first look's seeds, is empty"):
+    dataclasses.replace(PAPERS, look_seeds=((), (3, 4)))
+  with pytest.raises(ValueError, match=r"stages \[2, 3\]: stage 1 .* must be one of them"):
+    dataclasses.replace(PAPERS, stages={2: "x", 3: "y"})
+  with pytest.raises(ValueError, match=r"arms of stages \[2, 3, 4\]: give later stages. arms"):
+    dataclasses.replace(PAPERS, arms={**PAPERS.arms, 4: ()})
+  with pytest.raises(ValueError, match=r"rules of stages \[1, 2, 3\]: .*not stage 1"):
+    dataclasses.replace(PAPERS, rules={**PAPERS.rules, 1: ()})
+  with pytest.raises(ValueError, match="anchors need glue_hf_anchor's record"):
+    dataclasses.replace(PAPERS, glue_hf_anchor=("", ""))
+  no_data = dataclasses.replace(PAPERS.tasks["mr"], sets=("eval_every=0",))
+  with pytest.raises(ValueError, match="reads task 'mr' from its task.data_dir"):
+    dataclasses.replace(PAPERS, tasks={**PAPERS.tasks, "mr": no_data},
+                        arms={2: (proto.Arm("mr", ("ce",), framework="torch"),)})
+  # stages 1 and 3 alone: the stage before 3 is 1, and a stage without arms plans nothing
+  gap = dataclasses.replace(PAPERS, stages={1: "a", 3: "c"}, arms={3: PAPERS.arms[3]},
+                            rules={3: PAPERS.rules[3]})
+  assert sweep.planner.later_stage_ready(gap, 3, {})[0] == []
   with pytest.raises(ValueError, match="lr_preferred '3e-5' is not in lr_grid"):
     dataclasses.replace(PAPERS, lr_preferred="3e-5")
   one = dataclasses.replace(PAPERS, lr_grid=("5e-5",))
