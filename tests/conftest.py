@@ -6,6 +6,11 @@ import tempfile
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# One thread per OpenMP runtime (scikit-learn's t-SNE, torch, OpenBLAS), here and in the
+# tools the tests start: pytest runs one worker per core, so a second thread has no core of
+# its own and each parallel region waits at its barrier for the one the other worker holds
+# (the t-SNE plot test's gradient steps took 25 s instead of 0.25 s beside a busy worker).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # The suite's models are tiny, so it spends most of its time in XLA:CPU's compiler, and most
 # of that in LLVM. At optimisation level 0 with LLVM's expensive passes off it compiles much
 # faster (BENCHMARKS.md, "The test suite's duration"), and the slower code costs little at
