@@ -276,13 +276,17 @@ def test_gloss_floor_share_predicts_a_zero_gradient():
   """At sigma 0.01 every edge but the strongest is below the weight floor and G-Loss has no
   gradient; at the SPEC's 0.667 no edge is there and it has one."""
   import jax
+  import jax.numpy as jnp
   import numpy as np
   from acl_jax.losses import gloss
   from acl_jax.losses.graph import gloss_floor_share
   rng = np.random.default_rng(0)
   x = rng.normal(size=(16, 32)).astype(np.float32)
   y = rng.integers(0, 2, 16)
-  grad = lambda s: np.abs(jax.grad(lambda f: gloss(f, y, jax.random.key(0), 2, s)[0])(x)).max()
+  # Jitted per sigma (static, as the loss gets it from the config): op by op it compiles more.
+  grad_at = jax.jit(jax.grad(lambda f, s: gloss(f, jnp.asarray(y), jax.random.key(0), 2, s)[0]),
+                    static_argnums=1)
+  grad = lambda s: np.abs(grad_at(x, s)).max()
   assert gloss_floor_share(x, 0.01, 16) == 1.0  # all but the strongest pair
   assert grad(0.01) <= 1e-7
   assert gloss_floor_share(x, 0.667, 16) == 0.0 and grad(0.667) > 1e-3
