@@ -114,6 +114,11 @@ def test_resume_with_another_method_is_refused_before_loading(tiny_model_dir, ce
   assert open(os.path.join(wd, "config.json")).read() == before
 
 
+# A resume of the shared CE run to 9 steps at another learning rate (both fields resumable); the
+# tests that resume it use this one config, so its train steps compile once.
+LONGER = {"num_steps": 9, "optim.lr": 1e-4}
+
+
 def test_resume_with_a_longer_schedule_appends_to_the_config_history(tiny_model_dir, ce_run,
                                                                      tmp_path):
   """Allowed changes (here num_steps and lr) keep config.json as the run started and append
@@ -127,7 +132,7 @@ def test_resume_with_a_longer_schedule_appends_to_the_config_history(tiny_model_
   before = open(os.path.join(wd, "config.json")).read()
   hist = os.path.join(wd, provenance.CONFIG_HISTORY)
   assert not os.path.exists(hist)
-  longer = helpers.tiny_config(tiny_model_dir, **{"num_steps": 9, "optim.lr": 1e-4})
+  longer = helpers.tiny_config(tiny_model_dir, **LONGER)
   res = loop.train_and_evaluate(longer, wd)
   assert res["train"]["final_step"] == 9
   entry = {"step": 6, "changes": {"num_steps": [6, 9], "optim.lr": [5e-5, 1e-4]}}
@@ -329,7 +334,7 @@ def test_a_failed_save_is_one_message_and_orbax_thread_tracebacks_are_dropped(
   with pytest.raises(OSError, match=r"Saving the checkpoint of step 9 in .*ckpt failed \(ValueE"
                      r"rror: RESOURCE_EXHAUSTED.*No space left on device\)\. The earlier "
                      r"checkpoints are intact.*resume from step 6"):
-    loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir, num_steps=9), wd)
+    loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir, **LONGER), wd)
   assert ckpt_lib  # the error is raised by Checkpoints.save
   last = open(os.path.join(wd, "train.log")).read().splitlines()[-1]  # what ended the run
   assert "Stopped: Saving the checkpoint of step 9" in last and "resume from step 6" in last
