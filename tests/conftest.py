@@ -1,4 +1,5 @@
 """Shared pytest set-up: offline hub, CPU only, slow tests opt-in, shared data optional."""
+import contextlib
 import os
 import shutil
 import tempfile
@@ -6,6 +7,11 @@ import tempfile
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# One thread per OpenMP runtime (scikit-learn's t-SNE, torch, OpenBLAS), here and in the
+# tools the tests start: pytest runs one worker per core, so a second thread has no core of
+# its own and each parallel region waits at its barrier for the one the other worker holds
+# (the t-SNE plot test's gradient steps took 25 s instead of 0.25 s beside a busy worker).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 # The suite's models are tiny, so it spends most of its time in XLA:CPU's compiler, and most
 # of that in LLVM. At optimisation level 0 with LLVM's expensive passes off it compiles much
 # faster (BENCHMARKS.md, "The test suite's duration"), and the slower code costs little at
@@ -80,16 +86,61 @@ def make_tiny_model_dir(folder, **overrides):
   return str(folder)
 
 
+def built_once(tmp_path_factory, name, build):
+  """The folder `name`, built by `build(path)` once per pytest run and shared by its xdist
+  workers: the first worker to ask builds it under a lock, the others wait and reuse it.
+
+  Tests read it in place; a test that changes it works on a copy (shutil.copytree). The
+  fixtures that hand it out check, after each test, that it is as it was.
+  """
+  import fcntl  # pylint: disable=import-outside-toplevel
+  root = tmp_path_factory.getbasetemp()
+  if os.environ.get("PYTEST_XDIST_WORKER"):
+    root = root.parent  # the run's folder, above each worker's own
+  path, done = root / name, root / f"{name}.done"
+  with open(root / f"{name}.lock", "w") as lock:
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    if not done.exists():
+      shutil.rmtree(path, ignore_errors=True)
+      build(path)
+      done.touch()
+  return str(path)
+
+
+def _snapshot(folder):
+  """Every file and folder under `folder`, with its size and modification time."""
+  out = {}
+  for root, dirs, files in os.walk(folder):
+    for name in dirs + files:
+      st = os.stat(os.path.join(root, name))
+      out[os.path.relpath(os.path.join(root, name), folder)] = (st.st_size, st.st_mtime_ns)
+  return out
+
+
+@contextlib.contextmanager
+def unchanged(folder):
+  """Fails the test if it changed `folder` (a shared fixture's) instead of a copy."""
+  before = _snapshot(folder)
+  yield folder
+  assert _snapshot(folder) == before, (
+      f"the test changed the shared folder {folder}: copy it (shutil.copytree) first")
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
-  return make_tiny_model_dir(tmp_path_factory.mktemp("tiny_bert"))
+  return built_once(tmp_path_factory, "tiny_bert", make_tiny_model_dir)
 
 
-@pytest.fixture(scope="module")
-def ce_run(tiny_model_dir, tmp_path_factory):
-  """A finished 6-step CE run of the tiny quickstart config (ckpt/ keeps steps 3 and 6);
-  tests that change it work on a copy."""
+@pytest.fixture(scope="session")
+def _ce_run(tiny_model_dir, tmp_path_factory):
   from acl_jax.train import loop  # pylint: disable=import-outside-toplevel
-  wd = str(tmp_path_factory.mktemp("ce_run") / "run")
-  loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir), wd)
-  return wd
+  return built_once(tmp_path_factory, "ce_run", lambda path: loop.train_and_evaluate(
+      helpers.tiny_config(tiny_model_dir), str(path)))
+
+
+@pytest.fixture
+def ce_run(_ce_run):
+  """A finished 6-step CE run of the tiny quickstart config (ckpt/ keeps steps 3 and 6),
+  trained once for the whole suite; tests that change it work on a copy."""
+  with unchanged(_ce_run):
+    yield _ce_run

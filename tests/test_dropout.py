@@ -1,4 +1,6 @@
 """Dropout keyed by what an element belongs to: (key, example id, position, layer, site)."""
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -18,16 +20,23 @@ def _drop(x, counters, rate=0.1, key=KEY):
   return Dropout(rate).apply({}, x, counters, False, rngs={"dropout": key})
 
 
+@functools.partial(jax.jit, static_argnames="train")
+def _forward(params, ids, mask, eids, key, train):
+  """The model's logits, jitted: op by op, the forward costs hundreds of tiny compiles. Eval
+  mode gets no dropout key (it must need none)."""
+  return Classifier(CFG).apply({"params": params}, ids, mask, train=train,
+                               rngs={"dropout": key} if train else None, example_ids=eids)[0]
+
+
 def _model_setup():
   params = init_params(CFG, jax.random.key(0))
   ids = jax.random.randint(jax.random.key(1), (6, 10), 1, 100)
-  return Classifier(CFG), params, ids, jnp.ones_like(ids), jnp.arange(100, 106)
+  return params, ids, jnp.ones_like(ids), jnp.arange(100, 106)
 
 
 def test_an_examples_masks_do_not_depend_on_its_row_batch_or_padding():
-  model, params, ids, mask, eids = _model_setup()
-  fwd = lambda i, m, e: model.apply({"params": params}, i, m, train=True,
-                                    rngs={"dropout": KEY}, example_ids=e)[0]
+  params, ids, mask, eids = _model_setup()
+  fwd = lambda i, m, e, key=KEY: _forward(params, i, m, e, key, True)
   ref = np.asarray(fwd(ids, mask, eids))
   rows = jnp.array([3, 0, 5, 1, 4, 2])
   pad = lambda a: jnp.concatenate([a, jnp.zeros((a.shape[0], 6), a.dtype)], 1)
@@ -40,10 +49,7 @@ def test_an_examples_masks_do_not_depend_on_its_row_batch_or_padding():
                              atol=1e-6)
   # ...but it does depend on the example id and the key.
   assert not np.allclose(np.asarray(fwd(ids, mask, eids + 1)), ref, atol=1e-3)
-  assert not np.allclose(
-      np.asarray(model.apply({"params": params}, ids, mask, train=True,
-                             rngs={"dropout": jax.random.key(6)}, example_ids=eids)[0]),
-      ref, atol=1e-3)
+  assert not np.allclose(np.asarray(fwd(ids, mask, eids, jax.random.key(6))), ref, atol=1e-3)
 
 
 def test_a_packed_row_draws_the_unpacked_masks():
@@ -91,12 +97,11 @@ def test_rate_scale_and_independence_across_sites():
 
 
 def test_eval_mode_is_deterministic_and_train_mode_drops():
-  model, params, ids, mask, eids = _model_setup()
-  eval_a = model.apply({"params": params}, ids, mask)[0]
-  eval_b = model.apply({"params": params}, ids, mask, example_ids=eids + 3)[0]
+  params, ids, mask, eids = _model_setup()
+  eval_a = _forward(params, ids, mask, None, None, False)
+  eval_b = _forward(params, ids, mask, eids + 3, None, False)
   np.testing.assert_array_equal(np.asarray(eval_a), np.asarray(eval_b))
-  train = model.apply({"params": params}, ids, mask, train=True, rngs={"dropout": KEY},
-                      example_ids=eids)[0]
+  train = _forward(params, ids, mask, eids, KEY, True)
   assert not np.allclose(np.asarray(train), np.asarray(eval_a), atol=1e-3)
 
 

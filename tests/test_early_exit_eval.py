@@ -35,7 +35,7 @@ def test_per_exit_metrics_and_sweep(jt_workdir, tmp_path):
   assert os.path.getsize(png) > 0
 
 
-def test_early_exit_input_errors(jt_workdir, tmp_path, tiny_model_dir):
+def test_early_exit_input_errors(jt_workdir, ce_run):
   p = helpers.run_py(["eval.py", "--workdir", jt_workdir, "--exit_policy", "patience",
                       "--thresholds", "1.5"])
   assert p.returncode != 0 and "patience" in p.stderr
@@ -45,13 +45,9 @@ def test_early_exit_input_errors(jt_workdir, tmp_path, tiny_model_dir):
   p = helpers.run_py(["eval.py", "--workdir", jt_workdir, "--exit_policy", "entropy",
                       "--thresholds", "0.1", "--split", "dev,test"])
   assert p.returncode != 0 and "give a single --split" in p.stderr
-  from acl_jax.train import loop
   from acl_jax.exits.workdir import early_exit_workdir
-  one = str(tmp_path / "one")
-  cfg = helpers.tiny_config(tiny_model_dir, **{"num_steps": 2, "eval_every": 2})
-  loop.train_and_evaluate(cfg, one)
-  with pytest.raises(ValueError, match="exits='all'"):
-    early_exit_workdir(one, "dev", "entropy", [0.1])
+  with pytest.raises(ValueError, match="exits='all'"):  # a single-exit run
+    early_exit_workdir(ce_run, "dev", "entropy", [0.1])
 
 
 def test_untimed_sweep(jt_workdir, tmp_path):

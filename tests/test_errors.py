@@ -337,9 +337,10 @@ def test_a_busy_workdir_is_one_message_naming_the_holder(tmp_path):
 # ---- the tools that read a finished run: eval.py and export.py ---------------------------
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def trained(ce_run):
-  """A finished 6-step quickstart run of the tiny model (ckpt/ kept: steps 3 and 6)."""
+  """A finished 6-step quickstart run of the tiny model (ckpt/ kept: steps 3 and 6), shared:
+  the tools that write into a run get a copy."""
   return ce_run
 
 

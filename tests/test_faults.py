@@ -114,6 +114,11 @@ def test_resume_with_another_method_is_refused_before_loading(tiny_model_dir, ce
   assert open(os.path.join(wd, "config.json")).read() == before
 
 
+# A resume of the shared CE run to 9 steps at another learning rate (both fields resumable); the
+# tests that resume it use this one config, so its train steps compile once.
+LONGER = {"num_steps": 9, "optim.lr": 1e-4}
+
+
 def test_resume_with_a_longer_schedule_appends_to_the_config_history(tiny_model_dir, ce_run,
                                                                      tmp_path):
   """Allowed changes (here num_steps and lr) keep config.json as the run started and append
@@ -127,7 +132,7 @@ def test_resume_with_a_longer_schedule_appends_to_the_config_history(tiny_model_
   before = open(os.path.join(wd, "config.json")).read()
   hist = os.path.join(wd, provenance.CONFIG_HISTORY)
   assert not os.path.exists(hist)
-  longer = helpers.tiny_config(tiny_model_dir, **{"num_steps": 9, "optim.lr": 1e-4})
+  longer = helpers.tiny_config(tiny_model_dir, **LONGER)
   res = loop.train_and_evaluate(longer, wd)
   assert res["train"]["final_step"] == 9
   entry = {"step": 6, "changes": {"num_steps": [6, 9], "optim.lr": [5e-5, 1e-4]}}
@@ -276,13 +281,17 @@ def test_gloss_floor_share_predicts_a_zero_gradient():
   """At sigma 0.01 every edge but the strongest is below the weight floor and G-Loss has no
   gradient; at the SPEC's 0.667 no edge is there and it has one."""
   import jax
+  import jax.numpy as jnp
   import numpy as np
   from acl_jax.losses import gloss
   from acl_jax.losses.graph import gloss_floor_share
   rng = np.random.default_rng(0)
   x = rng.normal(size=(16, 32)).astype(np.float32)
   y = rng.integers(0, 2, 16)
-  grad = lambda s: np.abs(jax.grad(lambda f: gloss(f, y, jax.random.key(0), 2, s)[0])(x)).max()
+  # Jitted per sigma (static, as the loss gets it from the config): op by op it compiles more.
+  grad_at = jax.jit(jax.grad(lambda f, s: gloss(f, jnp.asarray(y), jax.random.key(0), 2, s)[0]),
+                    static_argnums=1)
+  grad = lambda s: np.abs(grad_at(x, s)).max()
   assert gloss_floor_share(x, 0.01, 16) == 1.0  # all but the strongest pair
   assert grad(0.01) <= 1e-7
   assert gloss_floor_share(x, 0.667, 16) == 0.0 and grad(0.667) > 1e-3
@@ -325,7 +334,7 @@ def test_a_failed_save_is_one_message_and_orbax_thread_tracebacks_are_dropped(
   with pytest.raises(OSError, match=r"Saving the checkpoint of step 9 in .*ckpt failed \(ValueE"
                      r"rror: RESOURCE_EXHAUSTED.*No space left on device\)\. The earlier "
                      r"checkpoints are intact.*resume from step 6"):
-    loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir, num_steps=9), wd)
+    loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir, **LONGER), wd)
   assert ckpt_lib  # the error is raised by Checkpoints.save
   last = open(os.path.join(wd, "train.log")).read().splitlines()[-1]  # what ended the run
   assert "Stopped: Saving the checkpoint of step 9" in last and "resume from step 6" in last

@@ -29,8 +29,20 @@ def _cfg(strategy, **me):
   return c
 
 
+_RUNS = {}
+
+
 def _run(setup, strategy, steps, **me):
-  """Runs `steps` steps of a strategy; returns the params before each step and metrics."""
+  """Runs `steps` steps of a strategy; returns the params before each step and metrics.
+
+  Cached: two tests read the same 2ST run (each distinct run costs a compile)."""
+  key = (id(setup), strategy, steps, tuple(sorted(me.items())))
+  if key not in _RUNS:
+    _RUNS[key] = _run_uncached(setup, strategy, steps, **me)
+  return _RUNS[key]
+
+
+def _run_uncached(setup, strategy, steps, **me):
   model, params, (batch,) = setup
   c = _cfg(strategy, **me)
   c.optim.update(lr=1e-2, warmup_ratio=0.0)
@@ -85,7 +97,7 @@ def test_2st_stage2_clips_on_the_lower_heads_alone(setup):
       return obj.terms(p, logits, aux, b, jax.random.PRNGKey(0), s)[0].main
     return jax.vmap(one, axis_name=step_lib.AXIS)(jax.tree.map(lambda x: x[None], batch))[0]
 
-  g = jax.grad(stage2_loss)(h[s])
+  g = jax.jit(jax.grad(stage2_loss))(h[s])  # one compile, not one per op
   lower = float(optax.global_norm({k: g[k] for k in ("exit_1", "exit_2")}))
   assert float(optax.global_norm(g)) > 1.01 * lower  # the backbone gradient is not zero
   np.testing.assert_allclose(float(ms[s]["grad_norm"]), lower, rtol=1e-4)
@@ -102,29 +114,39 @@ def test_jt_weights(setup, kind, want):
 
 def test_kd_and_acl_cl_losses_match_their_formulas(setup):
   model, params, (batch,) = setup
-  logits, aux = model.apply({"params": params}, batch["input_ids"], batch["attention_mask"])
   y = jnp.asarray(batch["labels"])
   w = np.full(3, 1 / 3)
-  ce = [float(losses.cross_entropy(lg, y)) for lg in logits]
-  # KD on lower exits, CE on the last: "add" (default, SPEC's JT plus KL) is
-  # CE_m + a T^2 KL(p_M^T || p_m^T); "convex" is (1-a) CE_m + a T^2 KL.
-  pt = jax.nn.softmax(logits[-1] / 2.0)
-  kl = [float(4.0 * jnp.mean(jnp.sum(pt * (jnp.log(pt) - jax.nn.log_softmax(lg / 2.0)), -1)))
-        for lg in logits[:2]]
+
+  @jax.jit  # the formulas in one compile, not one per op
+  def reference(params, ids, mask, y):
+    logits, aux = model.apply({"params": params}, ids, mask)
+    ce = [losses.cross_entropy(lg, y) for lg in logits]
+    # KD on lower exits, CE on the last: "add" (default, SPEC's JT plus KL) is
+    # CE_m + a T^2 KL(p_M^T || p_m^T); "convex" is (1-a) CE_m + a T^2 KL.
+    pt = jax.nn.softmax(logits[-1] / 2.0)
+    kl = [4.0 * jnp.mean(jnp.sum(pt * (jnp.log(pt) - jax.nn.log_softmax(lg / 2.0)), -1))
+          for lg in logits[:2]]
+    f = aux["feats"]
+    cl = [losses.acl_cl_loss(f[i], label_embeddings(params, i + 1), f[2],
+                             label_embeddings(params, 3), y, 0.3) for i in range(2)]
+    acl = losses.acl_embed_loss(f[2], y, label_embeddings(params, 3), 0.3)
+    return ce, kl, cl, acl
+
+  ce, kl, cl, acl = jax.tree.map(float, reference(params, batch["input_ids"],
+                                                  batch["attention_mask"], y))
   for form, ce_share in (("add", 1.0), ("convex", 0.7)):
     _, ms, _ = _run(setup, "kd", 1, kd_temperature=2.0, kd_alpha=0.3, kd_form=form)
     want = sum(w[i] * (ce_share * ce[i] + 0.3 * kl[i]) for i in range(2)) + w[2] * ce[2]
     np.testing.assert_allclose(ms[0]["loss/main"], want, rtol=1e-4, err_msg=form)
   # ACL-CL: lower exits CE + lambda_cl * L_CL against the top exit; last exit CE + lam ACL.
-  _, ms, _ = _run(setup, "acl_cl", 1, lambda_cl=0.5)
-  f = aux["feats"]
-  cl = [float(losses.acl_cl_loss(f[i], label_embeddings(params, i + 1), f[2],
-                                 label_embeddings(params, 3), y, 0.3)) for i in range(2)]
+  # The ungated step the gate tests below compare against (the metrics are the loss before
+  # the update, whatever the optimizer), at lambda_cl's default.
+  assert _cfg("acl_cl").multi_exit.lambda_cl == 0.5
+  _, m = _acl_cl_step(setup, gate=False)
   want = sum(w[i] * (ce[i] + 0.5 * cl[i]) for i in range(2)) + w[2] * ce[2]
-  np.testing.assert_allclose(ms[0]["loss/main"], want, rtol=1e-4)
-  acl = float(losses.acl_embed_loss(f[2], y, label_embeddings(params, 3), 0.3))
-  np.testing.assert_allclose(ms[0]["loss/aux"], w[2] * acl, rtol=1e-4)
-  np.testing.assert_allclose(ms[0]["loss"], want + 0.5 * w[2] * acl, rtol=1e-4)
+  np.testing.assert_allclose(m["loss/main"], want, rtol=1e-4)
+  np.testing.assert_allclose(m["loss/aux"], w[2] * acl, rtol=1e-4)
+  np.testing.assert_allclose(m["loss"], want + 0.5 * w[2] * acl, rtol=1e-4)
 
 
 def test_kd_and_train_acc_skip_padding_examples(setup):
@@ -135,6 +157,7 @@ def test_kd_and_train_acc_skip_padding_examples(setup):
   multi = strategies.multi_exit_from_config(c.multi_exit, (1, 2, 3), TOTAL)
   obj = objectives.build_objective(c.loss, num_labels=3, last_exit=3, multi_exit=multi)
 
+  @jax.jit  # one compile per batch shape, not one per op
   def terms(b):
     def one(b):
       logits, aux = model.apply({"params": params}, b["input_ids"], b["attention_mask"],

@@ -32,10 +32,18 @@ def _final_params(workdir):
   return steps[-1], np.concatenate([np.ravel(x) for x in jax.tree.leaves(tree["params"])])
 
 
-def test_train_eval_end_to_end(tiny_model_dir, tmp_path):
-  from acl_jax.train import loop
-  wd = str(tmp_path / "run")
-  res = loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir), wd)
+def _copy(run, tmp_path, name):
+  """A copy of the shared run `run` to change, and its results.json (what training returned)."""
+  import shutil
+  wd = shutil.copytree(run, str(tmp_path / name))
+  with open(os.path.join(wd, "results.json")) as f:
+    return wd, json.load(f)
+
+
+def test_train_eval_end_to_end(ce_run, tmp_path):
+  """The tiny quickstart run (the `ce_run` fixture: loop.train_and_evaluate), evaluated again
+  by eval.py."""
+  wd, res = _copy(ce_run, tmp_path, "run")
   assert res["train"]["final_step"] == 6
   from acl_jax import provenance
   assert res["train"]["code_versions"] == [provenance.git_revision()]  # which code trained it
@@ -166,16 +174,17 @@ def test_resume_after_sigkill_is_exact(tiny_model_dir, tmp_path):
   assert steps == sorted(set(steps))
 
 
-def test_crash_between_checkpoint_saves_is_mended(tiny_model_dir, tmp_path, caplog):
+def test_crash_between_checkpoint_saves_is_mended(tiny_model_dir, ce_run, tmp_path, caplog):
   """A crash after the latest save of an improving eval but before its best save: the resume
   writes the best checkpoint from the restored state. A best checkpoint ahead of the latest
   (`ckpt/` was deleted) is moved to `best_stale/`, not
-  deleted, and selection restarts. Both end as a straight run does, with the best checkpoint
-  at results.json's best_step."""
+  deleted, and selection restarts. Both end as a straight run (`ce_run`, the same config)
+  does, with the best checkpoint at results.json's best_step."""
   import shutil
   from acl_jax.train import loop
   cfg = lambda: helpers.tiny_config(tiny_model_dir)
-  straight = loop.train_and_evaluate(cfg(), str(tmp_path / "straight"))
+  with open(os.path.join(ce_run, "results.json")) as f:
+    straight = json.load(f)
 
   def best_dir_step(wd):
     return max(int(d) for d in os.listdir(os.path.join(wd, "best")) if d.isdigit())
@@ -188,26 +197,25 @@ def test_crash_between_checkpoint_saves_is_mended(tiny_model_dir, tmp_path, capl
   mended = loop.train_and_evaluate(cfg(), wd)
 
   ahead = str(tmp_path / "ahead")
-  shutil.copytree(str(tmp_path / "straight"), ahead)
+  shutil.copytree(ce_run, ahead)
   shutil.rmtree(os.path.join(ahead, "ckpt"))  # only the best checkpoint is left
   os.remove(os.path.join(ahead, "results.json"))  # else a finished run refuses to retrain
   with caplog.at_level("WARNING"):
     restarted = loop.train_and_evaluate(cfg(), ahead)
   assert "selection restarts from step 0" in caplog.text
-  old_best = best_dir_step(str(tmp_path / "straight"))
+  old_best = best_dir_step(ce_run)
   assert os.listdir(os.path.join(ahead, "best_stale")) == [str(old_best)]
   for res, d in ((mended, wd), (restarted, ahead)):
     assert res["dev"] == straight["dev"]
     assert res["train"]["best_step"] == straight["train"]["best_step"] == best_dir_step(d)
 
 
-def test_changed_optimizer_fails_resume_clearly_but_evaluates(tiny_model_dir, tmp_path):
+def test_changed_optimizer_fails_resume_clearly_but_evaluates(tiny_model_dir, ce_run, tmp_path):
   """A workdir whose optimizer state this config no longer builds (head_lr_mult switches to
   parameter groups): resuming names the problem; evaluation reads the params alone."""
   from acl_jax.train import loop
   from acl_jax import evaluate
-  wd = str(tmp_path / "run")
-  first = loop.train_and_evaluate(helpers.tiny_config(tiny_model_dir), wd)
+  wd, first = _copy(ce_run, tmp_path, "run")
   changed = helpers.tiny_config(tiny_model_dir, **{"optim.head_lr_mult": 2.0, "num_steps": 9})
   with pytest.raises(ValueError, match="not this optimizer's state.*new --workdir"):
     loop.train_and_evaluate(changed, wd)
@@ -355,8 +363,8 @@ def test_eval_split_with_one_class_skips_only_the_silhouette(tiny_model_dir, tmp
   """A split too small for a silhouette (one class) still finishes the run and reports its
   other metrics."""
   from acl_jax.train import loop
-  cfg = helpers.tiny_config(tiny_model_dir, **{"num_steps": 2, "eval_every": 2,
-                                               "task.max_eval_examples": 1})
+  # The other tiny runs' steps and data (their compiled train steps serve), one dev example.
+  cfg = helpers.tiny_config(tiny_model_dir, **{"task.max_eval_examples": 1})
   with caplog.at_level("WARNING"):
     res = loop.train_and_evaluate(cfg, str(tmp_path / "run"))
   assert "accuracy" in res["dev"] and "silhouette_macro" not in res["dev"]

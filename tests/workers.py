@@ -74,8 +74,8 @@ def device_invariance(model_dir, num_devices, out, tags=",".join(INVARIANT_OBJEC
                                           with_tokenizer=False, hidden_dropout=DROPOUT,
                                           attention_dropout=DROPOUT)
     if tag == "ce":  # the first batch's loss without dropout, to show that dropout is on
-      logits, _ = model.apply({"params": params}, batches[0]["input_ids"],
-                              batches[0]["attention_mask"])
+      logits, _ = jax.jit(model.apply)({"params": params}, batches[0]["input_ids"],
+                                       batches[0]["attention_mask"])  # not op by op
       results["ce/loss_without_dropout"] = np.asarray(
           optax.softmax_cross_entropy_with_integer_labels(logits[-1], batches[0]["labels"]).mean())
     tr = setup_lib.make_trainer(cfg, model, params, mesh, num_labels=3, total_steps=10,
