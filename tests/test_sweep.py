@@ -562,3 +562,5 @@ def test_a_protocol_refuses_what_it_cannot_run():
   assert PAPERS.first_seeds(proto.Arm("mr", ("ce",))) == (0, 1, 2)
   assert PAPERS.first_seeds(proto.Arm("mr", ("ce",), seeds=(7,))) == (7,)
   assert PAPERS.tasks["mr"].family == "textgcn" and PAPERS.tasks["rte"].config_task == "rte"
+  # a task without a prior costs its start-up alone until a run of it is recorded
+  assert dataclasses.replace(PAPERS, prior_epoch_s={}).estimate_seconds("rte", "ce", 3) == 60.0
