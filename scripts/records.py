@@ -348,11 +348,4 @@ def read_all(records_dir: str | None = None) -> dict[str, list[dict]]:
   return out
 
 
-def scores(row: dict, which: str = "final") -> dict:
-  """{"split/metric": value} of a row's final (selected checkpoint), latest (final weights)
-  or last (the last dev evaluation) scores."""
-  if which == "last":
-    return {f"dev/{k}": v for k, v in (row["evals"][-1]["dev"] if row["evals"] else {}).items()}
-  src = row.get(which) or {}
-  return {f"{s}/{k}": v for s, vals in src.items() if isinstance(vals, dict)
-          for k, v in vals.items() if isinstance(v, (int, float))}
+scores = runs.row_scores  # a row's {"split/metric": value} (final, latest or last)

@@ -2,8 +2,10 @@
 import collections
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -49,6 +51,23 @@ def count_traces():
     yield counts
   finally:
     jax.monitoring.unregister_event_duration_listener(listener)
+
+
+@contextlib.contextmanager
+def local_ray():
+  """A Ray cluster of this machine on loopback (2 CPUs), started and stopped here; yields
+  its address. Skips the test where ray is not installed."""
+  ray = pytest.importorskip("ray")
+  # A short folder: Ray's socket paths under it must stay within the OS's length limit.
+  temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+  ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+           _node_ip_address="127.0.0.1", _temp_dir=temp, object_store_memory=100 * 2**20,
+           runtime_env={"env_vars": {"PYTHONPATH": REPO}})
+  try:
+    yield ray.get_runtime_context().gcs_address
+  finally:
+    ray.shutdown()
+    shutil.rmtree(temp, ignore_errors=True)
 
 
 def env(**extra):

@@ -4,10 +4,8 @@ With --executor ray (a real local Ray cluster), the same study records the same 
 import csv
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
 import pytest
 
@@ -125,19 +123,10 @@ def test_own_study_runs_reports_and_resumes(study_file, local_study):
 @pytest.mark.slow
 def test_own_study_through_ray_records_the_same_rows(study_file, local_study,
                                                      tmp_path_factory):
-  ray = pytest.importorskip("ray")
-  temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
-  ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-           _node_ip_address="127.0.0.1", _temp_dir=temp, object_store_memory=100 * 2**20,
-           runtime_env={"env_vars": {"PYTHONPATH": helpers.REPO}})
-  try:
-    address = ray.get_runtime_context().gcs_address
-    root = tmp_path_factory.mktemp("ray")
+  root = tmp_path_factory.mktemp("ray")
+  with helpers.local_ray() as address:
     _sweep("--protocol", study_file, "--stage", "1", "--root", str(root / "runs"),
            "--records", str(root / "records"), "--executor", "ray", "--address", address)
-  finally:
-    ray.shutdown()
-    shutil.rmtree(temp, ignore_errors=True)
   got = records.read_all(str(root / "records"))
   want = records.read_all(str(local_study[1]))
   for name in ("lr", "stage1"):

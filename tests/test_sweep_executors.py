@@ -4,11 +4,9 @@ a driver killed midway and started again."""
 import collections
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import pytest
@@ -51,17 +49,8 @@ DRIVER = "import sys; from scripts import sweep; sweep.TRAIN = sys.argv[1]; swee
 
 @pytest.fixture(scope="module")
 def ray_address():
-  ray = pytest.importorskip("ray")
-  # A short folder: Ray's socket paths under it must stay within the OS's length limit.
-  temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
-  ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-           _node_ip_address="127.0.0.1", _temp_dir=temp, object_store_memory=100 * 2**20,
-           runtime_env={"env_vars": {"PYTHONPATH": helpers.REPO}})
-  try:
-    yield ray.get_runtime_context().gcs_address
-  finally:
-    ray.shutdown()
-    shutil.rmtree(temp, ignore_errors=True)
+  with helpers.local_ray() as address:
+    yield address
 
 
 @pytest.fixture

@@ -182,3 +182,12 @@ def read(workdir: str) -> RunFolder:
                    latest=_json(os.path.join(workdir, LATEST)), evals=_evals(workdir),
                    early_exit=_early_exit(workdir), timing=read_timing(workdir),
                    sweep_args=read_sweep_args(workdir))
+
+def row_scores(row: dict, which: str = "final") -> dict:
+  """{"split/metric": value} of a row's final (selected checkpoint), latest (final weights)
+  or last (the last dev evaluation) scores."""
+  if which == "last":
+    return {f"dev/{k}": v for k, v in (row["evals"][-1]["dev"] if row["evals"] else {}).items()}
+  src = row.get(which) or {}
+  return {f"{s}/{k}": v for s, vals in src.items() if isinstance(vals, dict)
+          for k, v in vals.items() if isinstance(v, (int, float))}

@@ -12,6 +12,7 @@ import numpy as np
 
 from acl_jax.study import protocol as proto
 from acl_jax.study.fmt import mean_sd as fmt_mean, span
+from acl_jax.study.runs import row_scores as scores
 
 def label(p: proto.Protocol, task: str) -> str:
   return p.tasks[task].label
@@ -21,14 +22,6 @@ def pts(x) -> str:
   return "—" if x is None else f"{x:.2f}"
 
 
-def scores(row: dict, which: str = "final") -> dict:
-  """{"split/metric": value} of a row's final (selected checkpoint), latest (final weights)
-  or last (the last dev evaluation) scores."""
-  if which == "last":
-    return {f"dev/{k}": v for k, v in (row["evals"][-1]["dev"] if row["evals"] else {}).items()}
-  src = row.get(which) or {}
-  return {f"{s}/{k}": v for s, vals in src.items() if isinstance(vals, dict)
-          for k, v in vals.items() if isinstance(v, (int, float))}
 
 
 PILOT_LEVEL = 0.95  # the pilot tables' intervals
