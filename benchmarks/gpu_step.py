@@ -36,7 +36,6 @@ acl-jax call sits in `build_step`, so this runs on the JAX of a preinstalled acc
 import argparse
 import dataclasses
 import gc
-import json
 import os
 import platform
 import time

@@ -11,7 +11,6 @@ times to --out. Needs ../shared/data/glue, and a machine with nothing else runni
 sweep first (kill -STOP, then kill -CONT).
 """
 import argparse
-import json
 import os
 import shutil
 import subprocess

@@ -24,7 +24,7 @@ function (`losses.angle`) measures the angles. Per step, in the JSONL rows and -
 
 Writes per-step JSONL, `summary.json` (fraction of steps above 90 degrees, quantiles) and
 `angles.png` (histograms) to --out. Resumes: finished runs are skipped. With --record, each
-run's per-step angles also become a row of that record (scripts/records.py), which
+run's per-step angles also become a row of that record (acl_jax/study/records.py), which
 scripts/report.py tabulates:
 
   python -m scripts.grad_conflict --task rte --data_dir ../shared/data/glue --steps 100 \
@@ -220,7 +220,7 @@ def main():
     json.dump(summary, f, indent=2)
   plot(results, os.path.join(args.out, "angles.png"), args.task)
   if args.record:
-    from scripts import records  # pylint: disable=import-outside-toplevel
+    from acl_jax.study import records  # pylint: disable=import-outside-toplevel
     from acl_jax import provenance  # pylint: disable=import-outside-toplevel
     sweep = os.path.splitext(os.path.basename(args.record))[0]
     for method, recs in results.items():

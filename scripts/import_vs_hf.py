@@ -11,7 +11,7 @@ import argparse
 import json
 import os
 
-from scripts import records
+from acl_jax.study import records
 
 SWEEP, GLUE_SWEEP = "anchor_mr_hf", "anchor_glue_hf"
 

@@ -7,7 +7,6 @@ measured wall-clock speed-up; right panel: metric against the layer speed-up M /
       --labels JT ACL-CL --out quality_speed.png
 """
 import argparse
-import os
 import sys
 from typing import Optional, Sequence
 

@@ -24,7 +24,8 @@ import sys
 
 import numpy as np
 
-from acl_jax.study import later, planner, protocol as proto, report as lib
+from acl_jax.study import later, planner, protocol as proto, records, report as lib
+from acl_jax.study import status as study_status
 from acl_jax.study.fmt import mean_sd as fmt_mean, span, table
 from acl_jax.study.report import (Ctx, _stage1_tasks, budget_table, ce_seed0,
                                   comparison_label, context, deviations_table, later_budget,
@@ -35,7 +36,7 @@ from acl_jax.study.tables import (axis_table, budget_text, by_seed, early_exit_t
                                   exit_score, exits_of, fmt_paired, label, methods_table,
                                   multi_exit_table, pilot_score, pts, select,
                                   split_of)
-from scripts import classes, holm, later_tables, records, sweep as runner
+from scripts import classes, holm, later_tables
 
 REPO = records.REPO
 FIGURES = os.path.join(REPO, "results", "figures")
@@ -192,7 +193,7 @@ def stage_hours_table(ctx: Ctx) -> str:
   """Per stage: runs recorded (a reused row once), their measured machine-hours, the whole
   stage's estimate (the protocol's cost model at the measured rates) and the machine."""
   rows = []
-  for stage, t in runner.stage_totals(ctx.p, ctx.rs).items():
+  for stage, t in study_status.stage_totals(ctx.p, ctx.rs, REPO).items():
     hours = f"{t.seconds / 3600:.1f}" + (
         f" ({t.untimed} untimed or partly timed)" if t.untimed else "")
     whole = "; ".join(f"{len(runs)} runs, {sec / 3600:.1f} h" + (

@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 from acl_jax.study import protocol as proto
-from scripts import records
+from acl_jax.study import records
 
 PREFIX = "rerun_"  # the record of tag T is rerun_T
 

@@ -1,5 +1,5 @@
 r"""Resumable sweeps over methods, config fields and seeds; each finished run becomes a row of
-the sweep's record (results/records/<sweep>.jsonl, scripts/records.py).
+the sweep's record (results/records/<sweep>.jsonl, acl_jax/study/records.py).
 
 The protocol behind RESULTS.md is fixed in studies/papers.py, its stages run by --stage:
 
@@ -68,31 +68,21 @@ import dataclasses
 import itertools
 import json
 import os
-import re
 import shutil
 import socket
 import subprocess
 import sys
 import time
 
-import numpy as np
-
 from acl_jax import provenance  # light: no jax
-from acl_jax.study import estimates, executors, planner, protocol as proto, runs
-from acl_jax.study.identity import run_identity
-from scripts import records
+from acl_jax.study import (aggregate, executors, identity as ident, planner, protocol as proto,
+                           records, runs, status as study_status)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN, EVAL = os.path.join(REPO, "train.py"), os.path.join(REPO, "eval.py")
 
 run_name = records.run_name
 parse_name = records.parse_name
-
-
-def mean_std(values, signed: bool = False) -> str:
-  """`mean ± std` (sample std) of values already in display units; one value has no spread."""
-  mean = f"{np.mean(values):+.2f}" if signed else f"{np.mean(values):.2f}"
-  return mean + (f" ± {np.std(values, ddof=1):.2f}" if len(values) > 1 else "")
 
 
 def check_grid(key: str, values: list[str]) -> None:
@@ -245,27 +235,6 @@ def child_env(args) -> dict:
     return {}
   return {"JAX_COMPILATION_CACHE_DIR": os.environ.get("JAX_COMPILATION_CACHE_DIR")
           or os.path.abspath(cache)}
-
-
-def identity(config: str, sets, settings: dict) -> str:
-  """What a run trains, whatever sweep it is in: the hash of the config train.py resolves
-  from its --config, every override and its seed (`acl_jax.study.identity`). A grid value
-  that is the method's preset is the preset run."""
-  over = [*sets, *(f"{k}={v}" for k, v in settings.items() if k not in ("task", "method"))]
-  return run_identity(config, over, REPO)
-
-
-def recorded_elsewhere(sweep: str, rows: dict | None = None) -> dict[str, dict]:
-  """{identity: row} of every row of the other records (for runs two sweeps share)."""
-  out = {}
-  for name, rows in (records.read_all() if rows is None else rows).items():
-    if name == sweep:
-      continue
-    for r in rows:
-      if "config" in r and "seed" in r:
-        out.setdefault(identity(r["config"], r.get("set", []),
-                                {**r.get("overrides", {}), "seed": r["seed"]}), r)
-  return out
 
 
 def has_weights(workdir: str) -> bool:
@@ -438,7 +407,7 @@ def prepare(job: Job, args, record: str | None, done: set, elsewhere: dict,
     if args.dry_run or not (record or job.early_exit or job.latest):
       return None
     return run_spec(job, args, record, keep_checkpoints)  # its post steps and row
-  same = elsewhere.get(identity(job.config, job.set, job.settings))
+  same = elsewhere.get(ident.settings_identity(job.config, job.set, job.settings, REPO))
   if same is not None:
     print(f"{tag} done (the same run is in {same['sweep']}'s record): {job.name}", flush=True)
     if not args.dry_run:
@@ -515,7 +484,8 @@ def run_jobs(jobs: list[Job], args, record: str | None = None,
   part-trained one, on the executor `args` names (`make_executor`)."""
   os.makedirs(args.root, exist_ok=True)
   done = {r["run"] for r in records.read(record)} if record else set()
-  elsewhere = recorded_elsewhere(jobs[0].sweep) if record and jobs and jobs[0].sweep else {}
+  elsewhere = (ident.recorded_elsewhere(jobs[0].sweep, records.read_all(), REPO)
+               if record and jobs and jobs[0].sweep else {})
   specs = [prepare(job, args, record, done, elsewhere, keep_checkpoints,
                    f"[{i + 1}/{len(jobs)}]") for i, job in enumerate(jobs)]
   specs = [s for s in specs if s is not None]
@@ -535,148 +505,6 @@ def run_jobs(jobs: list[Job], args, record: str | None = None,
 def run_all(args) -> None:
   """An ad-hoc sweep (--root, --config, --methods, --grid, --seeds)."""
   run_jobs(jobs_of_args(args), args, getattr(args, "record", None))
-
-
-def _read(root: str, results: str = "results.json") -> list[tuple[dict, dict]]:
-  """(settings, results) of every finished run under root (`runs.RunFolder.finished`);
-  `results` is results.json or results_latest.json."""
-  out = []
-  for name in sorted(os.listdir(root)):
-    run = runs.read(os.path.join(root, name))
-    res = {runs.RESULTS: run.results, runs.LATEST: run.latest}[results]
-    if run.finished and res is not None:
-      out.append((parse_name(name), res))
-  return out
-
-
-def cores_of(row: dict) -> int | None:
-  """The core count of the machine a row was timed on (its `timed_on`: "..., N cores")."""
-  m = re.search(r"(\d+) (?:CPU )?cores", row.get("timed_on") or "")
-  return int(m.group(1)) if m else None
-
-
-def machine_seconds(row: dict) -> float:
-  """A recorded run's seconds of the whole machine it ran on: its CPU seconds over that
-  machine's cores (from the row's `timed_on`), where both are recorded, else its wall time
-  over the runs that shared the machine (`--workers`). Wall time also counts the waits
-  behind other work on the machine; CPU time does not."""
-  cores = cores_of(row)
-  if "cpu_seconds" in row and cores:
-    return row["cpu_seconds"] / cores
-  return row.get("seconds", 0.0) / row.get("workers", 1)
-
-
-def measured_rates(rows: dict[str, list[dict]]) -> dict[tuple[str, str], float]:
-  """{(task, method): mean machine seconds per epoch} over the recorded runs that measured
-  their time (a reused row is the same run, counted once)."""
-  acc = {}
-  for rs in rows.values():
-    for r in rs:
-      epochs = r.get("budget", {}).get("num_epochs")
-      # (an anchor's rows time other programs: HF PyTorch, a benchmark's child)
-      if ("seconds" in r and not r.get("reused_from") and epochs and "framework" not in r
-          and not r.get("timing_incomplete")):
-        acc.setdefault((r["task"], r["method"]), []).append(machine_seconds(r) / epochs)
-  return {k: float(np.mean(v)) for k, v in acc.items()}
-
-
-def stage_runs(p: proto.Protocol, stage: int, rows: dict) -> tuple[list[planner.Run], dict]:
-  """(the stage's runs still to train, known now; what each task waits on)."""
-  d = planner.decisions(p, rows)
-  if stage == 1:
-    return d.ready, d.waiting
-  return planner.later_stage_ready(p, stage, rows, d)
-
-
-def not_reused(runs: list, rows: dict) -> list:
-  """The runs that will train: those whose identity no other record holds (a run there, such
-  as a λ grid's preset point, is taken from its row instead: `run_jobs`)."""
-  elsewhere, out = {}, []
-  for run in runs:
-    if run.sweep not in elsewhere:
-      elsewhere[run.sweep] = recorded_elsewhere(run.sweep, rows)
-    job = job_of(run, "")
-    if identity(job.config, job.set, job.settings) not in elsewhere[run.sweep]:
-      out.append(run)
-  return out
-
-
-def stage_of_row(p: proto.Protocol, record: str, row: dict, first: dict[str, int]) -> int | None:
-  """The stage a recorded run belongs to: its record's, or for lr and budget runs its task's."""
-  if record in (p.lr_record, p.budget_record):
-    return first.get(row.get("task"))
-  if record == p.gate_record:
-    return 1
-  return next((s for s, name in p.stage_record.items() if name == record), None)
-
-
-@dataclasses.dataclass
-class StageTotals:
-  """A stage's recorded runs (each once), their machine seconds, the runs known to be left
-  and the whole stage's runs (stage 1: through the first looks, and with every second look)."""
-  recorded: list
-  seconds: float
-  untimed: int
-  left: list
-  left_s: float
-  whole: list  # [(what, runs, machine seconds)]
-  waiting: dict
-
-
-def stage_totals(p: proto.Protocol, rows: dict) -> dict[int, StageTotals]:
-  rates = measured_rates(rows)
-  est = lambda runs: sum(p.estimate_seconds(r.task, r.method, r.epochs, rates)
-                         for r in runs)
-  d = planner.decisions(p, rows)
-  first, second = estimates.whole_stage1(p, d.tasks)
-  whole = {1: [("first looks", first, est(first)),
-               ("every second look", first + second, est(first + second))]}
-  for s in sorted(p.arms):
-    runs = not_reused(estimates.later_stage_runs(p, s, d.tasks), rows)
-    more = not_reused(estimates.later_stage_runs(p, s, d.tasks, second_looks=True), rows)
-    whole[s] = [("first looks", runs, est(runs)), ("every second look", more, est(more))]
-  of_task, out = estimates.first_stages(p), {}
-  for stage in p.stages:
-    done = [r for name, rs in rows.items() for r in rs
-            if stage_of_row(p, name, r, of_task) == stage and not r.get("reused_from")]
-    left, waiting = stage_runs(p, stage, rows)
-    left = not_reused(left, rows)
-    out[stage] = StageTotals(done, sum(machine_seconds(r) for r in done),
-                             sum("seconds" not in r or bool(r.get("timing_incomplete"))
-                                 for r in done), left, est(left),
-                             whole.get(stage, []), waiting)
-  return out
-
-
-def _hours(seconds: float) -> str:
-  return f"{seconds / 3600:.1f}"
-
-
-def status(p: proto.Protocol, rows: dict, show_runs: bool = False) -> str:
-  """Markdown: per stage, the runs recorded and their measured machine-hours (of the machine
-  each ran on: `machine_seconds`), the runs known to be left and their estimate from the
-  recorded run times (the protocol's cost model), the whole stage's estimate, and what waits
-  on what."""
-  rates = measured_rates(rows)
-  lines = ["| stage | runs recorded | machine-h recorded | runs left (known now) | machine-h left "
-           "(estimate) | whole stage, machine-h (estimate) |", "|---|---|---|---|---|---|"]
-  out_runs, notes = [], []
-  for stage, t in stage_totals(p, rows).items():
-    whole = ", ".join(f"{_hours(sec)} ({what})" for what, _, sec in t.whole)
-    lines.append(f"| {stage} | {len(t.recorded)} | {_hours(t.seconds)} | {len(t.left)} | "
-                 f"{_hours(t.left_s)} | {whole} |")
-    if show_runs:
-      out_runs += [f"- stage {stage}, {r.sweep}: {r.name} "
-                   f"(~{p.estimate_seconds(r.task, r.method, r.epochs, rates) / 60:.0f}"
-                   " machine-min)" for r in t.left]
-    notes += [f"- stage {stage}, {task}: waits on {w}" for task, w in t.waiting.items()]
-  out = "\n".join(lines) + "\n"
-  if notes:
-    out += ("\nRuns that gates have not yet asked for (a task's comparisons wait on its lr, "
-            "anchor and budget checks; second looks on the first):\n" + "\n".join(notes) + "\n")
-  if out_runs:
-    out += "\nStill to train, in order:\n" + "\n".join(out_runs) + "\n"
-  return out
 
 
 def parse_until(text: str) -> float | None:
@@ -701,8 +529,8 @@ def run_stage(stage: int, args) -> None:
   root = args.root = os.path.abspath(args.root or os.path.join(REPO, "runs", "sweeps"))
   if args.dry_run:
     rows = records.read_all()
-    ready, waiting = stage_runs(p, stage, rows)
-    rates = measured_rates(rows)
+    ready, waiting = study_status.stage_runs(p, stage, rows)
+    rates = study_status.measured_rates(rows)
     for run in ready:
       est = args.workers * p.estimate_seconds(run.task, run.method, run.epochs, rates)
       print(f"{run.sweep}: {run.name} (~{est / 60:.0f} min): {' '.join(run.sets)}")
@@ -716,10 +544,10 @@ def run_stage(stage: int, args) -> None:
     skip = skip | declined
     while True:
       rows = records.read_all()
-      ready, _ = stage_runs(p, stage, rows)
+      ready, _ = study_status.stage_runs(p, stage, rows)
       # Part-trained runs first: a stop between runs should leave as little half-done.
       ready.sort(key=lambda r: not provenance.checkpoint_steps(job_of(r, root).workdir))
-      rates = measured_rates(rows)
+      rates = study_status.measured_rates(rows)
       for run in ready:
         job = job_of(run, root)
         if job.name in skip:
@@ -731,7 +559,7 @@ def run_stage(stage: int, args) -> None:
         try:
           spec = prepare(job, args, records.path_of(job.sweep),
                          {r["run"] for r in rows.get(job.sweep, [])},
-                         recorded_elsewhere(job.sweep, rows),
+                         ident.recorded_elsewhere(job.sweep, rows, REPO),
                          args.keep_checkpoints,
                          f"[{job.sweep}, ~{est / 60:.0f} min]")
         except SystemExit:
@@ -745,113 +573,7 @@ def run_stage(stage: int, args) -> None:
         return None
 
   drive(make_executor(args), next_spec, keep_going=True)
-  print(status(p, records.read_all()), flush=True)
-
-
-def flat_config(workdir: str) -> dict:
-  """The run's config (config.json with its config_history.jsonl applied: e.g. the num_steps
-  a resume extended it to) flattened to dotted keys, without the fields that differ run to run
-  anyway."""
-  out = dict(runs.read_config(workdir)[0] or {})
-  for k in ("seed", "workdir"):
-    out.pop(k, None)
-  return out
-
-
-def config_differences(configs: list[dict]) -> tuple[list[str], list[str]]:
-  """(fields set to different values, fields some configs lack) over the configs.
-
-  A field that some configs lack was usually added to the config after those runs; whether its
-  absence meant the same as its value now is for the reader to check (the field's comment in
-  configs/common.py says).
-  """
-  configs = [c for c in configs if c]
-  keys = sorted({k for c in configs for k in c})
-  differ = [k for k in keys if len({json.dumps(c[k]) for c in configs if k in c}) > 1]
-  missing = [k for k in keys if k not in differ and any(k not in c for c in configs)]
-  return differ, missing
-
-
-def fmt_cell(values: np.ndarray, seeds: int = 0) -> str:
-  """Mean ± std in percent; a single value has no spread to show. The count is shown when it
-  is 1 or below the row's `seeds` (some runs lack the metric)."""
-  n = len(values)
-  cell = f"{100 * values.mean():.2f}" + (f" ± {100 * values.std(ddof=1):.2f}" if n > 1 else "")
-  return cell + (f" (n={n})" if n < max(2, seeds) else "")
-
-
-def aggregate(root: str, splits=None, results: str = "results.json",
-              runs: list[tuple[dict, dict]] | None = None) -> tuple[str, dict]:
-  """Mean +- std over seeds of every metric, grouped by the other settings.
-
-  `results` names the per-run file: results.json (the checkpoint model selection kept), or
-  e.g. results_latest.json (`eval.py --checkpoint latest`), summarised to summary_latest.*.
-
-  The seeds of a group should differ in the seed alone. Fields of their config.json files set
-  to different values ("config_differs") or missing from some of them ("config_missing": a run
-  trained before the field was added) are listed under the table and in summary.json, so a
-  reader can judge whether the group is sound. `runs` (from `_read`) saves reading them again.
-  """
-  groups: dict[str, dict] = {}
-  for settings, res in _read(root, results) if runs is None else runs:
-    key = run_name({k: v for k, v in settings.items() if k != "seed"})
-    g = groups.setdefault(key, {"seeds": [], "values": {}, "configs": []})
-    g["seeds"].append(settings.get("seed"))
-    g["configs"].append(flat_config(os.path.join(root, run_name(settings))))
-    for split, vals in res.items():
-      if not isinstance(vals, dict) or split in ("train",) or (splits and split not in splits):
-        continue
-      for m, v in vals.items():
-        if isinstance(v, (int, float)) and m != "num_examples":
-          g["values"].setdefault(f"{split}/{m}", []).append(float(v))
-    if "gate_on_fraction" in res.get("train", {}):
-      g["values"].setdefault("train/gate_on_fraction", []).append(res["train"]["gate_on_fraction"])
-  cols = sorted({c for g in groups.values() for c in g["values"]})
-  summary = {}
-  lines = ["| run | seeds | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols)]
-  notes = []
-  for key, g in groups.items():
-    row = {}
-    cells = []
-    for c in cols:
-      v = np.asarray(g["values"].get(c, []), float)
-      if len(v):
-        row[c] = {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0,
-                  "n": int(len(v))}
-        cells.append(fmt_cell(v, len(g["seeds"])))
-      else:
-        cells.append("")
-    summary[key] = {"seeds": g["seeds"], "metrics": row}
-    differ, missing = config_differences(g["configs"])
-    if differ:
-      summary[key]["config_differs"] = differ
-    if missing:
-      summary[key]["config_missing"] = missing
-    if differ or missing:
-      notes.append(f"- {key or '(all)'}: " + "; ".join(
-          ([f"set differently: {', '.join(differ)}"] if differ else [])
-          + ([f"missing from some runs' config.json: {', '.join(missing)}"] if missing else [])))
-    lines.append(f"| {key or '(all)'} | {len(g['seeds'])} | " + " | ".join(cells) + " |")
-  table = ("Values are mean ± std over seeds, in percent.\n\n" + "\n".join(lines) + "\n")
-  if notes:
-    table += "\nConfig fields that differ between the seeds of a row:\n" + "\n".join(notes) + "\n"
-  stem = "summary" + os.path.splitext(results)[0].removeprefix("results")
-  provenance.write_atomic(os.path.join(root, f"{stem}.md"), table)
-  provenance.write_atomic(os.path.join(root, f"{stem}.json"), json.dumps(summary, indent=2))
-  return table, summary
-
-
-def check_splits(root: str, runs: list[tuple[dict, dict]], splits: list[str]) -> None:
-  """Fails, naming what exists, when root has no finished run (`runs`, from `_read`) or
-  they lack a requested split."""
-  if not runs:
-    raise SystemExit(f"No finished run under {root} (one is finished once train.py has "
-                     "written its results.json): nothing to aggregate.")
-  have = sorted({k for _, res in runs for k, v in res.items()
-                 if isinstance(v, dict) and k != "train"})
-  unknown = [x for x in splits if x not in have]
-  if unknown:
-    raise SystemExit(f"--splits: no run under {root} has {unknown}; the runs have {have}.")
+  print(study_status.status(p, records.read_all(), REPO), flush=True)
 
 
 # train.py flags after `--` that would override what the sweep sets per run (and names the
@@ -943,7 +665,7 @@ def main(argv=None):
     raise SystemExit(f"--stage {args.stage}: the protocol {args.study.name!r} has stages "
                      f"{', '.join(map(str, sorted(args.study.stages)))}.")
   if args.status:
-    print(status(args.study, records.read_all(), show_runs=args.runs))
+    print(study_status.status(args.study, records.read_all(), REPO, show_runs=args.runs))
     return
   if args.stage:
     run_stage(args.stage, args)
@@ -962,11 +684,11 @@ def main(argv=None):
   if not os.path.isdir(args.root):
     raise SystemExit(f"--root {args.root} does not exist: nothing to aggregate.")
   splits = [s for s in args.splits.split(",") if s]
-  runs = _read(args.root)
+  runs = aggregate.finished(args.root)
   if args.dry_run and not runs:
     return
-  check_splits(args.root, runs, splits)
-  table, _ = aggregate(args.root, splits, runs=runs)
+  aggregate.check_splits(args.root, runs, splits)
+  table, _ = aggregate.aggregate(args.root, splits, runs=runs)
   print(table)
 
 

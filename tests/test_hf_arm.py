@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from acl_jax.study import estimates, planner, protocol as proto
-from scripts import records, sweep
+from acl_jax.study import estimates, identity as ident, planner, protocol as proto, records
+from scripts import sweep
 from studies.papers import PAPERS
 from tests import helpers
 
@@ -38,8 +38,8 @@ def test_a_torch_arm_is_planned_and_commanded_like_any_run():
   assert sweep._command(job, []) == cmd  # pylint: disable=protected-access
   # the torch and jax runs of one seed are other runs
   jax_job = sweep.job_of(next(r for r in runs if r.framework == "jax"), "/runs")
-  assert sweep.identity(jax_job.config, jax_job.set, jax_job.settings) != sweep.identity(
-      job.config, job.set, job.settings)
+  assert ident.settings_identity(jax_job.config, jax_job.set, jax_job.settings, sweep.REPO) \
+      != ident.settings_identity(job.config, job.set, job.settings, sweep.REPO)
 
 
 def test_a_torch_arm_trains_ce_alone():

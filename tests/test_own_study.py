@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from acl_jax.study import planner, protocol as proto
-from scripts import records
+from acl_jax.study import records
 from tests import helpers
 
 REPORT = """# My study

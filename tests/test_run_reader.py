@@ -1,4 +1,4 @@
-"""The run-folder reader (acl_jax/study/runs.py) and the rows made from it (scripts/records.py):
+"""The run-folder reader (acl_jax/study/runs.py) and the rows made from it (acl_jax/study/records.py):
 every file present, files missing or cut short, rows checked when made, and collecting a run
 twice or after a crash. Fast: no training."""
 import dataclasses
@@ -7,8 +7,7 @@ import os
 
 import pytest
 
-from acl_jax.study import runs
-from scripts import records, sweep
+from acl_jax.study import aggregate, records, runs
 from tests import helpers
 
 NAME = "task=rte,method=acl,loss.lam=0.5,seed=1"
@@ -119,13 +118,13 @@ def test_files_cut_short_read_as_absent(tmp_path):
   assert run.results is None and not run.finished
   with pytest.raises(ValueError, match="not a finished run"):
     records.row_from_run(wd, "s", SETTINGS)
-  assert sweep._read(str(tmp_path / "runs")) == []  # pylint: disable=protected-access
+  assert aggregate.finished(str(tmp_path / "runs")) == []
   _write(wd, {"results.json": RESULTS, "config.json": json.dumps(CONFIG)[:30],
               "results_latest.json": '{"checkpoint', "sweep_time.json": ""})
   row = records.row_from_run(wd, "s", SETTINGS)
   assert row["budget"] == {"steps_run": 234, "early_stopped_at": 200}
   assert "latest" not in row and "seconds" not in row
-  assert sweep.flat_config(wd) == {}
+  assert aggregate.flat_config(wd) == {}
   # a history line that is not a change record: the config as trained is unknown
   _write(wd, {"config.json": CONFIG, "config_history.jsonl": '{"step": 1, "changes": {"a": 5}}\n'})
   assert runs.read(wd).config is None and runs.read(wd).started["num_steps"] == 0
@@ -226,7 +225,7 @@ def test_a_collector_that_crashed_mid_write_loses_nothing(tmp_path):
 
 
 def test_the_reader_imports_nothing_heavy():
-  p = helpers.run_py(["-c", "import sys; from acl_jax.study import runs; from scripts import "
-                      "records; print(sorted({m.split('.')[0] for m in sys.modules} & "
+  p = helpers.run_py(["-c", "import sys; from acl_jax.study import runs, records; "
+                      "print(sorted({m.split('.')[0] for m in sys.modules} & "
                       "{'jax', 'flax', 'numpy', 'transformers', 'ml_collections'}))"])
   assert p.returncode == 0 and p.stdout.strip() == "[]", p.stderr

@@ -8,7 +8,7 @@ import socket
 import numpy as np
 import pytest
 
-from acl_jax.study import protocol as proto
+from acl_jax.study import aggregate, identity as ident, protocol as proto, status as study_status
 from scripts import sweep
 from studies.papers import PAPERS
 from tests import helpers
@@ -39,7 +39,7 @@ def test_aggregate_mean_std_and_skip(tmp_path, capsys):
     wd.mkdir()
     (wd / "results.json").write_text(json.dumps(
         {"dev": {"accuracy": acc, "num_examples": 10}, "train": {"gate_on_fraction": 0.5}}))
-  table, summary = sweep.aggregate(str(tmp_path))
+  table, summary = aggregate.aggregate(str(tmp_path))
   ce = summary["method=ce"]["metrics"]["dev/accuracy"]
   assert ce["n"] == 2 and ce["mean"] == pytest.approx(0.82)
   assert ce["std"] == pytest.approx(np.std([0.80, 0.84], ddof=1))
@@ -56,7 +56,7 @@ def test_cells_missing_seeds_show_their_count_and_bad_splits_fail(tmp_path):
     wd = tmp_path / f"method=ce,seed={s}"
     wd.mkdir()
     (wd / "results.json").write_text(json.dumps({"train": {}, **res}))
-  table, _ = sweep.aggregate(str(tmp_path))
+  table, _ = aggregate.aggregate(str(tmp_path))
   assert "| method=ce | 3 | 80.00 ± 10.00 | 65.00 ± 7.07 (n=2) |" in table
   assert not [f for f in os.listdir(tmp_path) if ".tmp" in f]
   with pytest.raises(SystemExit, match=r"no run under .* has \['tset'\]; the runs have "
@@ -97,7 +97,7 @@ def test_aggregate_flags_seeds_whose_configs_differ(tmp_path):
   wd = tmp_path / "method=ce,seed=0"
   wd.mkdir()
   (wd / "results.json").write_text(json.dumps({"train": {}, "dev": {"accuracy": 0.7}}))
-  table, summary = sweep.aggregate(str(tmp_path))
+  table, summary = aggregate.aggregate(str(tmp_path))
   assert summary["method=scl"]["config_differs"] == ["loss.lam"]  # not the seed
   assert summary["method=scl"]["config_missing"] == ["model.pool"]  # added after seed 0 ran
   assert "config_differs" not in summary["method=ce"]
@@ -173,7 +173,7 @@ def test_eval_only_results_do_not_finish_a_run(tmp_path, capsys):
   (wd / "results.json").write_text(json.dumps({"dev": {"accuracy": 0.5}}))
   sweep.run_all(_args(tmp_path, methods="ce", seeds="0"))
   assert "run:" in capsys.readouterr().out
-  _, summary = sweep.aggregate(str(tmp_path))
+  _, summary = aggregate.aggregate(str(tmp_path))
   assert summary == {}
 
 
@@ -193,8 +193,8 @@ def test_aggregate_another_results_file(tmp_path):
     wd.mkdir()
     (wd / "results.json").write_text(json.dumps({"train": {}, "test": {"accuracy": best}}))
     (wd / "results_latest.json").write_text(json.dumps({"test": {"accuracy": last}}))
-  _, best = sweep.aggregate(str(tmp_path))
-  _, last = sweep.aggregate(str(tmp_path), results="results_latest.json")
+  _, best = aggregate.aggregate(str(tmp_path))
+  _, last = aggregate.aggregate(str(tmp_path), results="results_latest.json")
   assert best["method=ce"]["metrics"]["test/accuracy"]["mean"] == pytest.approx(0.81)
   assert last["method=ce"]["metrics"]["test/accuracy"]["mean"] == pytest.approx(0.81)
   assert last["method=ce"]["metrics"]["test/accuracy"]["std"] == pytest.approx(
@@ -366,8 +366,8 @@ def test_stage_gates_release_runs_in_order(tmp_path, monkeypatch, capsys):
   assert [r.get("reused_from") for r in rows["stage1"]][0] == "lr"
   assert all(r["seconds"] >= 0 and r["timed_on"] for r in rows["lr"])
   assert all(r["cpu_seconds"] == 1.5 for r in rows["lr"])  # machine time: CPU over cores
-  assert sweep.machine_seconds(rows["lr"][0]) == 1.5 / os.cpu_count()  # over its cores
-  assert sweep.cores_of({"timed_on": "Intel(R) Xeon(R) Processor, 8 cores"}) == 8
+  assert study_status.machine_seconds(rows["lr"][0]) == 1.5 / os.cpu_count()  # over its cores
+  assert study_status.cores_of({"timed_on": "Intel(R) Xeon(R) Processor, 8 cores"}) == 8
   d = sweep.planner.decisions(p, rows)
   st = d.tasks["rte"]
   assert (st.lr, st.anchor_missed, st.epochs) == ("1e-4", True, 3)
@@ -382,7 +382,7 @@ def test_stage_gates_release_runs_in_order(tmp_path, monkeypatch, capsys):
   d2 = sweep.planner.decisions(p, without)
   assert "misses the published 68.8" in d2.withheld["rte"]
   assert [r.name for r in d2.ready] == ["task=rte,method=ce,framework=torch,seed=0"]
-  out = sweep.status(p, rows)
+  out = study_status.status(p, rows, sweep.REPO)
   assert "| 1 | 13 |" in out  # 4 gate runs, 9 comparison runs: CE seed 0 is the lr run
   capsys.readouterr()
 
@@ -418,21 +418,23 @@ def test_preset_grid_points_are_the_presets():
       assert have == pytest.approx(float(value)), (method, field)
   # A run's identity is the config train.py resolves: CE+SCL at λ 0.9 is its preset run,
   # however the flags spell the values; another λ, seed or length is another run.
+  identity = lambda config, sets, settings: ident.settings_identity(config, sets, settings,
+                                                                    sweep.REPO)
   sets = ["task.max_length=64"]
-  a = sweep.identity("configs/textgcn.py:mr,scl", sets, {"loss.lam": "0.9", "seed": "0"})
-  assert a == sweep.identity("configs/textgcn.py:mr,scl", sets, {"seed": "0"})
-  assert a == sweep.identity("configs/textgcn.py:mr,scl", ["task.max_length=64"],
-                             {"task": "mr", "method": "scl", "loss.lam": "0.90", "seed": "0"})
-  assert a != sweep.identity("configs/textgcn.py:mr,scl", sets, {"loss.lam": "0.5",
-                                                                 "seed": "0"})
-  assert a != sweep.identity("configs/textgcn.py:mr,scl", sets, {"seed": "1"})
-  assert a != sweep.identity("configs/textgcn.py:mr,scl", ["task.max_length=128"],
-                             {"seed": "0"})
-  assert a != sweep.identity("configs/textgcn.py:mr,acl", sets, {"seed": "0"})
+  a = identity("configs/textgcn.py:mr,scl", sets, {"loss.lam": "0.9", "seed": "0"})
+  assert a == identity("configs/textgcn.py:mr,scl", sets, {"seed": "0"})
+  assert a == identity("configs/textgcn.py:mr,scl", ["task.max_length=64"],
+                       {"task": "mr", "method": "scl", "loss.lam": "0.90", "seed": "0"})
+  assert a != identity("configs/textgcn.py:mr,scl", sets, {"loss.lam": "0.5",
+                                                           "seed": "0"})
+  assert a != identity("configs/textgcn.py:mr,scl", sets, {"seed": "1"})
+  assert a != identity("configs/textgcn.py:mr,scl", ["task.max_length=128"],
+                       {"seed": "0"})
+  assert a != identity("configs/textgcn.py:mr,acl", sets, {"seed": "0"})
   # a field train.py does not know: named as written, never equal to a resolved run
-  odd = sweep.identity("configs/textgcn.py:mr,scl", sets + ["no_such_field=1"], {"seed": "0"})
-  assert odd == sweep.identity("configs/textgcn.py:mr,scl", ["no_such_field=1", *sets],
-                               {"seed": "0"}) and odd != a
+  odd = identity("configs/textgcn.py:mr,scl", sets + ["no_such_field=1"], {"seed": "0"})
+  assert odd == identity("configs/textgcn.py:mr,scl", ["no_such_field=1", *sets],
+                         {"seed": "0"}) and odd != a
 
 
 def test_only_process_0_of_a_multi_host_job_records_and_prunes(tmp_path, monkeypatch):
@@ -472,7 +474,7 @@ def test_an_attempt_stopped_with_its_runner_marks_the_timing_incomplete(tmp_path
                                                                       "w"))
   row = records.row_from_run(wd, "s", {"task": "rte", "method": "ce", "seed": "0"})
   assert row["timing_incomplete"] and row["seconds"] == 15.0
-  assert sweep.measured_rates({"s": [{**row, "budget": {"num_epochs": 3}}]}) == {}
+  assert study_status.measured_rates({"s": [{**row, "budget": {"num_epochs": 3}}]}) == {}
 
 
 def test_a_preset_grid_point_recorded_in_stage1_is_not_work_left():
@@ -484,10 +486,10 @@ def test_a_preset_grid_point_recorded_in_stage1_is_not_work_left():
   job = sweep.job_of(planner.method_run(p, p.stage_record[1], st, "acl", 1), "")
   rows = {p.stage_record[1]: [{"config": job.config, "set": job.set, "overrides": {},
                                "seed": 1}]}
-  kept = sweep.not_reused(runs, rows)
+  kept = ident.not_reused(runs, rows, sweep.REPO)
   gone = [r.name for r in runs if r not in kept]
   assert gone == ["task=mrpc,method=acl,loss.lam=0.5,seed=1"]
-  assert sweep.not_reused(runs, {}) == runs
+  assert ident.not_reused(runs, {}, sweep.REPO) == runs
 
 
 def test_a_protocol_is_loaded_from_a_module_or_a_file(tmp_path):

@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from scripts import records, sweep
+from acl_jax.study import records
+from scripts import sweep
 from tests import helpers
 
 # Stands in for train.py, as a real process (Ray runs it): after --config.fake_sleep seconds,

@@ -24,7 +24,9 @@ run within one host, as the second line. The hosts' clocks must agree to well wi
 
 A finished run is read back from its folder by `runs.read(workdir)` (a `RunFolder`: its config,
 scores, dev evaluations, budget and machine time), the one reader of those files that the
-study's records are made from (scripts/records.py).
+study's records are made from (`records`: one typed row per finished run, one JSONL file per
+record). `status` gives what the recorded runs cost in machine-hours and what is left, per
+stage; `aggregate` summarises an ad-hoc sweep's runs over their seeds.
 
 Nothing here imports jax; `ray` is imported by RayExecutor alone.
 """

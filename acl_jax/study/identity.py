@@ -63,3 +63,40 @@ def run_identity(config: str, overrides, cwd: str) -> str:
   except Exception:  # pylint: disable=broad-except  # absl, ml_collections and the file's own
     text = json.dumps({"unresolved": [config, *over]})
   return hashlib.sha256(text.encode()).hexdigest()
+
+
+def settings_identity(config: str, sets, settings: dict, checkout: str) -> str:
+  """The identity of a sweep's run: its --config, its --set overrides and its settings (grid
+  fields and seed; task and method are in the config argument). A grid value that is the
+  method's preset is the preset run."""
+  over = [*sets, *(f"{k}={v}" for k, v in settings.items() if k not in ("task", "method"))]
+  return run_identity(config, over, checkout)
+
+
+def recorded_elsewhere(sweep: str, rows: dict[str, list[dict]],
+                       checkout: str) -> dict[str, dict]:
+  """{identity: row} of every row of the records other than `sweep` (a run two sweeps share
+  is trained once, and taken from the other's row)."""
+  out = {}
+  for name, rs in rows.items():
+    if name == sweep:
+      continue
+    for r in rs:
+      if "config" in r and "seed" in r:
+        out.setdefault(settings_identity(r["config"], r.get("set", []),
+                                         {**r.get("overrides", {}), "seed": r["seed"]},
+                                         checkout), r)
+  return out
+
+
+def not_reused(runs: list, rows: dict[str, list[dict]], checkout: str) -> list:
+  """The planned runs (planner.Run) that will train: those whose identity no other record
+  holds (a run there, such as a λ grid's preset point, is taken from its row instead)."""
+  elsewhere, out = {}, []
+  for run in runs:
+    if run.sweep not in elsewhere:
+      elsewhere[run.sweep] = recorded_elsewhere(run.sweep, rows, checkout)
+    if settings_identity(run.config, run.sets, dict(run.settings), checkout) \
+        not in elsewhere[run.sweep]:
+      out.append(run)
+  return out

@@ -16,7 +16,7 @@ The study's scripts read these files here and nowhere else (but for the test of 
 run that training and the executors share, `provenance.run_finished`). A file that is
 missing, or cut short (a line of metrics.jsonl cut by a crash, a results.json copied in
 half), reads as absent: the folder is then not a finished run, or its row lacks that part.
-Writers stay with their owners (train.py, eval.py, scripts/records.py).
+Writers stay with their owners (train.py, eval.py, acl_jax/study/records.py).
 
 Imports nothing heavy: no jax, no numpy.
 """

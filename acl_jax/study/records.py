@@ -41,7 +41,7 @@ from typing import Any, Required, TypedDict
 from acl_jax import cpuinfo, provenance  # light: no jax
 from acl_jax.study import runs
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # ACL_JAX_RECORDS points a sweep running from another checkout (a worktree pinned to a
 # commit) at the records of the tree they are committed from.

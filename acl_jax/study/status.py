@@ -1,0 +1,134 @@
+"""What a study has cost and has left, in the machine's own units: each recorded run's
+machine seconds (its CPU seconds over the cores of the machine it ran on, from the row), the
+rates per epoch they give, and per stage the runs recorded, the runs known to be left and the
+whole stage's estimate (the protocol's cost model, `Protocol.estimate_seconds`).
+
+`status` is `scripts/sweep.py --status`; the report's compute table reads `stage_totals`.
+Imports nothing heavy.
+"""
+import dataclasses
+import re
+
+import numpy as np
+
+from acl_jax.study import estimates, identity, planner, protocol as proto
+
+
+def cores_of(row: dict) -> int | None:
+  """The core count of the machine a row was timed on (its `timed_on`: "..., N cores")."""
+  m = re.search(r"(\d+) (?:CPU )?cores", row.get("timed_on") or "")
+  return int(m.group(1)) if m else None
+
+
+def machine_seconds(row: dict) -> float:
+  """A recorded run's seconds of the whole machine it ran on: its CPU seconds over that
+  machine's cores (from the row's `timed_on`), where both are recorded, else its wall time
+  over the runs that shared the machine (`--workers`). Wall time also counts the waits
+  behind other work on the machine; CPU time does not."""
+  cores = cores_of(row)
+  if "cpu_seconds" in row and cores:
+    return row["cpu_seconds"] / cores
+  return row.get("seconds", 0.0) / row.get("workers", 1)
+
+
+def measured_rates(rows: dict[str, list[dict]]) -> dict[tuple[str, str], float]:
+  """{(task, method): mean machine seconds per epoch} over the recorded runs that measured
+  their time (a reused row is the same run, counted once)."""
+  acc = {}
+  for rs in rows.values():
+    for r in rs:
+      epochs = r.get("budget", {}).get("num_epochs")
+      # (an anchor's rows time other programs: HF PyTorch, a benchmark's child)
+      if ("seconds" in r and not r.get("reused_from") and epochs and "framework" not in r
+          and not r.get("timing_incomplete")):
+        acc.setdefault((r["task"], r["method"]), []).append(machine_seconds(r) / epochs)
+  return {k: float(np.mean(v)) for k, v in acc.items()}
+
+
+def stage_runs(p: proto.Protocol, stage: int, rows: dict) -> tuple[list[planner.Run], dict]:
+  """(the stage's runs still to train, known now; what each task waits on)."""
+  d = planner.decisions(p, rows)
+  if stage == 1:
+    return d.ready, d.waiting
+  return planner.later_stage_ready(p, stage, rows, d)
+
+
+def stage_of_row(p: proto.Protocol, record: str, row: dict, first: dict[str, int]) -> int | None:
+  """The stage a recorded run belongs to: its record's, or for lr and budget runs its task's."""
+  if record in (p.lr_record, p.budget_record):
+    return first.get(row.get("task"))
+  if record == p.gate_record:
+    return 1
+  return next((s for s, name in p.stage_record.items() if name == record), None)
+
+
+@dataclasses.dataclass
+class StageTotals:
+  """A stage's recorded runs (each once), their machine seconds, the runs known to be left
+  and the whole stage's runs (stage 1: through the first looks, and with every second look)."""
+  recorded: list
+  seconds: float
+  untimed: int
+  left: list
+  left_s: float
+  whole: list  # [(what, runs, machine seconds)]
+  waiting: dict
+
+
+def stage_totals(p: proto.Protocol, rows: dict, checkout: str) -> dict[int, StageTotals]:
+  """Per stage: `StageTotals`. `checkout`: where the protocol's configs resolve (a run
+  recorded under another record is counted there, once: `identity.not_reused`)."""
+  rates = measured_rates(rows)
+  est = lambda runs: sum(p.estimate_seconds(r.task, r.method, r.epochs, rates)
+                         for r in runs)
+  d = planner.decisions(p, rows)
+  first, second = estimates.whole_stage1(p, d.tasks)
+  whole = {1: [("first looks", first, est(first)),
+               ("every second look", first + second, est(first + second))]}
+  for s in sorted(p.arms):
+    runs = identity.not_reused(estimates.later_stage_runs(p, s, d.tasks), rows, checkout)
+    more = identity.not_reused(
+        estimates.later_stage_runs(p, s, d.tasks, second_looks=True), rows, checkout)
+    whole[s] = [("first looks", runs, est(runs)), ("every second look", more, est(more))]
+  of_task, out = estimates.first_stages(p), {}
+  for stage in p.stages:
+    done = [r for name, rs in rows.items() for r in rs
+            if stage_of_row(p, name, r, of_task) == stage and not r.get("reused_from")]
+    left, waiting = stage_runs(p, stage, rows)
+    left = identity.not_reused(left, rows, checkout)
+    out[stage] = StageTotals(done, sum(machine_seconds(r) for r in done),
+                             sum("seconds" not in r or bool(r.get("timing_incomplete"))
+                                 for r in done), left, est(left),
+                             whole.get(stage, []), waiting)
+  return out
+
+
+def _hours(seconds: float) -> str:
+  return f"{seconds / 3600:.1f}"
+
+
+def status(p: proto.Protocol, rows: dict, checkout: str, show_runs: bool = False) -> str:
+  """Markdown: per stage, the runs recorded and their measured machine-hours (of the machine
+  each ran on: `machine_seconds`), the runs known to be left and their estimate from the
+  recorded run times (the protocol's cost model), the whole stage's estimate, and what waits
+  on what."""
+  rates = measured_rates(rows)
+  lines = ["| stage | runs recorded | machine-h recorded | runs left (known now) | machine-h left "
+           "(estimate) | whole stage, machine-h (estimate) |", "|---|---|---|---|---|---|"]
+  out_runs, notes = [], []
+  for stage, t in stage_totals(p, rows, checkout).items():
+    whole = ", ".join(f"{_hours(sec)} ({what})" for what, _, sec in t.whole)
+    lines.append(f"| {stage} | {len(t.recorded)} | {_hours(t.seconds)} | {len(t.left)} | "
+                 f"{_hours(t.left_s)} | {whole} |")
+    if show_runs:
+      out_runs += [f"- stage {stage}, {r.sweep}: {r.name} "
+                   f"(~{p.estimate_seconds(r.task, r.method, r.epochs, rates) / 60:.0f}"
+                   " machine-min)" for r in t.left]
+    notes += [f"- stage {stage}, {task}: waits on {w}" for task, w in t.waiting.items()]
+  out = "\n".join(lines) + "\n"
+  if notes:
+    out += ("\nRuns that gates have not yet asked for (a task's comparisons wait on its lr, "
+            "anchor and budget checks; second looks on the first):\n" + "\n".join(notes) + "\n")
+  if out_runs:
+    out += "\nStill to train, in order:\n" + "\n".join(out_runs) + "\n"
+  return out
