@@ -222,3 +222,34 @@ def test_an_exit_rule_keeps_asking_for_a_baselines_second_look():
   st = planner.TaskState("sst2", lr="5e-5", epochs=1)
   runs = planner.second_look_runs(p, 2, "sst2", st, idx)
   assert {"task=sst2,method=kd,seed=3", "task=sst2,method=kd,seed=4"} <= {r.name for r in runs}
+
+
+def test_a_baselines_missing_second_look_seeds_train_in_the_later_stage():
+  """A stage-3 comparison against CE left undecided at seeds 0-2, on a task whose stage-1
+  comparisons ended at their first look (CE seeds 3-4 never trained): CE's seeds 3-4 are
+  released into stage 3's record beside the method's, and only the method's once stage 1
+  holds them."""
+  from acl_jax.study import planner  # pylint: disable=import-outside-toplevel
+  S3 = p.stage_record[3]
+  rule = p.rules[3][0]  # RTE, ACL-Embed against CE, non-inferiority
+  st = planner.TaskState(rule.task, lr="5e-5", epochs=3)
+  def rows(method, offsets):
+    return [{"run": later.run_name(rule.task, method, s), "task": rule.task, "method": method,
+             "seed": s, "evals": [{"step": 1, "dev": {"accuracy": (70 + o) / 100}}]}
+            for s, o in enumerate(offsets)]
+  ce3, ce5 = rows("ce", [0.0, 1.0, -1.0]), rows("ce", [0.0, 1.0, -1.0, 0.5, -0.5])
+  method = rows(rule.method, [-3.0, 2.0, -0.5])
+  idx = {**_idx(ce3, S1), **_idx(method, S3)}
+  assert later.comparison_result(p, idx, 3, rule).word == "undecided"
+  runs = planner.second_look_runs(p, 3, rule.task, st, idx)
+  assert {r.sweep for r in runs} == {S3}
+  assert sorted(r.name for r in runs) == [
+      f"task=rte,method={rule.method},seed=3", f"task=rte,method={rule.method},seed=4",
+      "task=rte,method=ce,seed=3", "task=rte,method=ce,seed=4"]
+  runs = planner.second_look_runs(p, 3, rule.task, st, {**_idx(ce5, S1), **_idx(method, S3)})
+  assert sorted(r.name for r in runs) == [f"task=rte,method={rule.method},seed=3",
+                                          f"task=rte,method={rule.method},seed=4"]
+  # once trained there, stage 3's own CE seeds complete the second look
+  both = {**_idx(ce3, S1), **_idx(ce5[3:], S3),
+          **_idx(rows(rule.method, [-3.0, 2.0, -0.5, 0.2, 0.4]), S3)}
+  assert later.comparison_result(p, both, 3, rule).look == 2

@@ -343,7 +343,9 @@ def second_look_runs(p: proto.Protocol, stage: int, task: str, st: TaskState, id
                      every: bool = False) -> list[Run]:
   """Seeds 3-4 of the task's later-stage rules whose first look left them undecided (every
   rule's, with `every`: the estimate's upper end): each of the rule's methods (at the rule's
-  grid values) as an arm of stage 2 or 3 trains it, into this stage's record."""
+  grid values) as an arm of stage 2 or 3 trains it, into this stage's record. A method that
+  is no later arm (a stage-1 baseline such as CE) trains the seeds that no stage has recorded
+  (stage 1 decided its comparisons at the first look), into this stage's record too."""
   out = []
   for rule in p.rules.get(stage, ()):
     if rule.task != task or not (every or later.second_look_wanted(p, idx, stage, rule)):
@@ -354,7 +356,10 @@ def second_look_runs(p: proto.Protocol, stage: int, task: str, st: TaskState, id
       arm = next((a for arms in p.arms.values() for a in arms if a.task == task
                   and method in a.methods and [k for k, _ in a.grid] == fields
                   and a.framework == "jax"), None)
-      if arm is None:  # a stage-1 method (CE): its seeds 3-4 are stage 1's
+      if arm is None:  # a stage-1 method (CE): its seeds 3-4 are stage 1's, where trained
+        out += [method_run(p, p.stage_record[stage], st, method, seed)
+                for seed in p.look_seeds[1]
+                if later.find(p, idx, stage, task, method, seed) is None]
         continue
       values = ((grid[0], tuple(v for v in grid[1] if v != p.presets.get((method, grid[0])))),
                 ) if grid else ()
