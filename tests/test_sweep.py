@@ -545,6 +545,22 @@ def test_a_protocol_refuses_what_it_cannot_run():
   with pytest.raises(ValueError, match="reads task 'mr' from its task.data_dir"):
     dataclasses.replace(PAPERS, tasks={**PAPERS.tasks, "mr": no_data},
                         arms={2: (proto.Arm("mr", ("ce",), framework="torch"),)})
+  # one method, two `extra`s in one stage: one run name for both
+  tau = proto.Comparison("c", "rte", "cosine", "ce", "superior", extra=("loss.tau=0.1",))
+  with pytest.raises(ValueError, match=r"stage 1 trains ce on rte with extra \[\] and with "
+                                       r"\['loss.tau=0.1'\]: their runs would share a name"):
+    dataclasses.replace(PAPERS, comparisons=PAPERS.comparisons + (tau,))
+  scl = dataclasses.replace(tau, method="acl", baseline="scl")
+  with pytest.raises(ValueError, match="stage 1 trains acl on rte"):
+    dataclasses.replace(PAPERS, comparisons=PAPERS.comparisons + (scl,))
+  arm = PAPERS.arms[2][0]
+  with pytest.raises(ValueError, match=f"stage 2 trains {arm.methods[0]} on {arm.task} with"):
+    dataclasses.replace(PAPERS, arms={**PAPERS.arms, 2: PAPERS.arms[2] + (
+        dataclasses.replace(arm, extra=arm.extra + ("loss.tau=0.1",)),)})
+  # the same extra twice, or another grid field, is fine
+  dataclasses.replace(PAPERS, arms={**PAPERS.arms, 2: PAPERS.arms[2] + (arm,)})
+  dataclasses.replace(PAPERS, arms={**PAPERS.arms, 2: PAPERS.arms[2] + (dataclasses.replace(
+      arm, grid=(("loss.tau", ("0.1",)),), extra=("model.dropout=0.2",)),)})
   # stages 1 and 3 alone: the stage before 3 is 1, and a stage without arms plans nothing
   gap = dataclasses.replace(PAPERS, stages={1: "a", 3: "c"}, arms={3: PAPERS.arms[3]},
                             rules={3: PAPERS.rules[3]})

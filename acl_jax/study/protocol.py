@@ -147,6 +147,18 @@ def points(value: float) -> float:
   return 100.0 * value
 
 
+def _one_extra_per_run(trained) -> None:
+  """Refuses a method trained on one task in one stage with two `extra`s: a run's name (task,
+  method, grid, seed) does not carry them, so both would be one run."""
+  seen = {}
+  for stage, task, method, kind, extra in trained:
+    other = seen.setdefault((stage, task, method, kind), extra)
+    if sorted(other) != sorted(extra):
+      raise ValueError(f"{stage} trains {method} on {task} with extra {list(other)} and with "
+                       f"{list(extra)}: their runs would share a name and a workdir. Give "
+                       "the setting as a grid field, or as a method preset of its own.")
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Protocol:
   """Everything a study's verdicts depend on, fixed before the runs it judges.
@@ -250,6 +262,11 @@ class Protocol:
                                               for s in self.tasks[a.task].sets):
           raise ValueError(f"stage {stage} arm {a}: the torch loop reads task "
                            f"{a.task!r} from its task.data_dir; set it in the task's `sets`.")
+
+    _one_extra_per_run([("stage 1", c.task, m, (), c.extra) for c in self.comparisons
+                        for m in (c.method, c.baseline)] + [
+        (f"stage {st}", a.task, m, (a.framework, *(k for k, _ in a.grid)), a.extra)
+        for st, arms in self.arms.items() for a in arms for m in a.methods])
 
   @property
   def stage_record(self) -> dict[int, str]:
