@@ -15,14 +15,19 @@ def _pending(p: proto.Protocol, idx, stage, task, methods, grid=()) -> str:
   return f"*pending*: {done} of {len(names)} first-look runs recorded.\n"
 
 
+def _pct(level: float) -> str:
+  return f"{100 * level:g}%"
+
+
 def _verdict(v: proto.Verdict) -> str:
   return f"{v.mean:+.2f} {fmt.span(*v.decide)}"
 
 
 def exits_table(p: proto.Protocol, idx: dict, rule: proto.ExitRule, labels: dict,
                 stage: int = 2) -> str:
-  """Per baseline: the paired gain at each exit (95%), the shallow-minus-deep contrast and the
-  matched-cost accuracy (97.5%, with their verdicts), and the curve at 2 and 4 layers."""
+  """Per baseline: the paired gain at each exit (the describing level), the shallow-minus-deep
+  contrast and the matched-cost accuracy (the deciding level, with their verdicts), and the
+  curve at the rule's described layers."""
   res = [later.exit_result(p, idx, stage, rule, b) for b in rule.baselines]
   if None in res:
     return _pending(p, idx, stage, rule.task, (rule.method,) + rule.baselines)
@@ -36,13 +41,16 @@ def exits_table(p: proto.Protocol, idx: dict, rule: proto.ExitRule, labels: dict
     rows.append([f"{labels[rule.method]} − {labels[b]}", r.look, r.contrast.n,
                  *[f"{m:+.2f}" for m, _, _ in r.per_exit.values()],
                  f"{_verdict(r.contrast)} {word}", matched, described])
-  head = ["pair", "look", "seeds", *[f"exit {m}" for m in later.EXITS],
-          "shallow − deep, 97.5%", f"at {rule.layers:g} mean layers, 97.5%",
-          "at 2 and 4 layers, 95%"]
+  head = ["pair", "look", "seeds", *[f"exit {m}" for m in later.exits_of(rule)],
+          f"shallow − deep, {_pct(p.decide_level)}",
+          f"at {rule.layers:g} mean layers, {_pct(p.decide_level)}",
+          f"at {' and '.join(f'{x:g}' for x in rule.described_layers)} layers, "
+          f"{_pct(p.describe_level)}"]
   per_exit = "; ".join(
       f"{labels[b]}: " + ", ".join(f"exit {m} {fmt.span(lo, hi)}" for m, (_, lo, hi)
                                      in r.per_exit.items()) for b, r in zip(rule.baselines, res))
-  return fmt.table(head, rows) + f"\nPaired per-exit gains, 95% intervals: {per_exit}.\n"
+  return fmt.table(head, rows) + (f"\nPaired per-exit gains, {_pct(p.describe_level)} "
+                                  f"intervals: {per_exit}.\n")
 
 
 def range_table(p: proto.Protocol, idx: dict, rule: proto.RangeRule, labels: dict,
@@ -61,16 +69,17 @@ def range_table(p: proto.Protocol, idx: dict, rule: proto.RangeRule, labels: dic
     rows.append([labels[method], *[fmt.mean_sd(s, n=False) for s in scores], f"{sp.range:.2f}",
                  f"{sp.floor:.2f}", "yes" if sp.passes else "no"])
   head = ["method", *[f"{rule.field.split('.')[-1]} {x}" for x in rule.values],
-          "range of means", "noise floor (97.5%)", "range passes floor"]
+          "range of means", f"noise floor ({_pct(p.decide_level)})", "range passes floor"]
   return fmt.table(head, rows) + (
       f"\nLook {look}, {len(seeds)} seeds. Per-seed range over the values, "
-      f"{labels[rule.sensitive]} − {labels[rule.robust]}: {_verdict(v)} (97.5%), "
-      f"{v.word}. The claim: **{word}**.\n")
+      f"{labels[rule.sensitive]} − {labels[rule.robust]}: {_verdict(v)} "
+      f"({_pct(p.decide_level)}), {v.word}. The claim: **{word}**.\n")
 
 
 def stable_table(p: proto.Protocol, idx: dict, rule: proto.StableRule, labels: dict,
                  arm_values=(), stage: int = 2):
-  """Each value's mean ± std, each against the preset (paired, 95%), and the rule's ends."""
+  """Each value's mean ± std, each against the preset (paired, the describing level), and the
+  rule's ends."""
   got = later.stable_result(p, idx, stage, rule)
   values = tuple(dict.fromkeys(tuple(arm_values) + tuple(rule.values)))
   if got is None:
@@ -96,9 +105,10 @@ def stable_table(p: proto.Protocol, idx: dict, rule: proto.StableRule, labels: d
                  f"{fmt.mean_sd(s, n=False)} (n={len(s)})",
                  "—" if value == rule.preset else f"{mean:+.2f} {fmt.span(lo, hi)}"])
   head = [rule.field.split(".")[-1], f"{labels[rule.method]}, points",
-          f"− {rule.preset}, paired, 95%"]
+          f"− {rule.preset}, paired, {_pct(p.describe_level)}"]
   return fmt.table(head, rows) + (
-      f"\nThe rule, look {look}: {rule.values[0]} − {rule.values[1]} {_verdict(v)} (97.5%), "
+      f"\nThe rule, look {look}: {rule.values[0]} − {rule.values[1]} {_verdict(v)} "
+      f"({_pct(p.decide_level)}), "
       f"within ±{p.tasks[rule.task].margin:g} for stable: **{word}**.\n")
 
 

@@ -12,7 +12,7 @@ SEEDS = p.look_seeds[0]
 
 def _multi_exit_row(method, seed, gains, base=80.0):
   """A multi-exit SST-2 row: exit m scores base + m + gains[m] (+ a seed wobble)."""
-  acc = {m: (base + m + gains.get(m, 0.0) + 0.1 * seed) / 100 for m in later.EXITS}
+  acc = {m: (base + m + gains.get(m, 0.0) + 0.1 * seed) / 100 for m in range(1, 7)}
   dev = {f"exit_{m}/accuracy": a for m, a in acc.items()}
   dev["accuracy"] = acc[6]
   # the early-exit curve: at 2 layers exit 2's score, at 4 layers exit 4's
@@ -253,3 +253,23 @@ def test_a_baselines_missing_second_look_seeds_train_in_the_later_stage():
   both = {**_idx(ce3, S1), **_idx(ce5[3:], S3),
           **_idx(rows(rule.method, [-3.0, 2.0, -0.5, 0.2, 0.4]), S3)}
   assert later.comparison_result(p, both, 3, rule).look == 2
+
+
+def test_an_exit_rule_reads_the_exits_it_names():
+  """A 4-layer model's rule (shallow 1-2, deep 3-4) reads exits 1-4 alone, and the table shows
+  them and the rule's own described layers."""
+  import dataclasses  # pylint: disable=import-outside-toplevel
+  from scripts import later_tables  # pylint: disable=import-outside-toplevel
+  rule = dataclasses.replace(RULE, shallow=(1, 2), deep=(3, 4), layers=2.0,
+                             described_layers=(3.0,))
+  rows = [_multi_exit_row(m, s, g) for s in SEEDS
+          for m, g in (("acl_cl", {1: 3.0, 2: 2.0}), ("jt", {}), ("kd", {}))]
+  for r in rows:
+    for m in (5, 6):
+      del r["evals"][0]["dev"][f"exit_{m}/accuracy"]
+  res = later.exit_result(p, _idx(rows), 2, rule, "jt")
+  assert sorted(res.per_exit) == [1, 2, 3, 4]
+  assert res.contrast.mean == pytest.approx(2.5, abs=1e-6)
+  text = later_tables.exits_table(p, _idx(rows), rule, p.labels)
+  assert "| exit 4 | shallow − deep, 97.5% | at 2 mean layers, 97.5% | at 3 layers, 95% |" \
+      in text and "exit 5" not in text

@@ -9,8 +9,6 @@ import dataclasses
 
 from acl_jax.study import protocol as proto, rules
 
-EXITS = (1, 2, 3, 4, 5, 6)
-
 
 def run_name(task: str, method: str, seed, grid=()) -> str:
   """A protocol run's name (planner.Run.name): task, method, grid, seed."""
@@ -55,10 +53,15 @@ def _rows(p: proto.Protocol, idx, stage, task, method, seeds, grid=()):
 
 
 # ---- ExitRule -----------------------------------------------------------------------------
-def exit_points(row: dict) -> dict[int, float]:
-  """The final weights' dev accuracy at each exit, points."""
+def exits_of(rule: proto.ExitRule) -> tuple[int, ...]:
+  """The exits an exit rule reads: its shallow and its deep ones, in order."""
+  return tuple(sorted({*rule.shallow, *rule.deep}))
+
+
+def exit_points(row: dict, exits) -> dict[int, float]:
+  """The final weights' dev accuracy at each of the exits, points."""
   dev = row["evals"][-1]["dev"]
-  return {m: proto.points(dev[f"exit_{m}/accuracy"]) for m in EXITS}
+  return {m: proto.points(dev[f"exit_{m}/accuracy"]) for m in exits}
 
 
 def curve(row: dict) -> list[tuple[float, float]]:
@@ -94,16 +97,17 @@ def exit_result(p: proto.Protocol, idx: dict, stage: int, rule: proto.ExitRule,
 
   def decide(pair, look):
     a, b = pair
-    contrasts = [rules.exit_contrast(exit_points(x), exit_points(y), rule.shallow, rule.deep)
-                 for x, y in zip(a, b)]
+    exits = exits_of(rule)
+    contrasts = [rules.exit_contrast(exit_points(x, exits), exit_points(y, exits),
+                                     rule.shallow, rule.deep) for x, y in zip(a, b)]
     at = _at(a, b, rule.layers)
     matched = p.verdict(at, "superior", 0.0, look) if at else None
     described = {}
     for layers in rule.described_layers:
       d = _at(a, b, layers)
       described[layers] = proto.interval(d, p.describe_level) if d else None
-    per_exit = {m: proto.interval([exit_points(x)[m] - exit_points(y)[m] for x, y in zip(a, b)],
-                              p.describe_level) for m in EXITS}
+    per_exit = {m: proto.interval([exit_points(x, exits)[m] - exit_points(y, exits)[m]
+                                   for x, y in zip(a, b)], p.describe_level) for m in exits}
     return ExitResult(baseline, look, rules.exit_verdict(p, contrasts, look), matched,
                       described, per_exit)
 
