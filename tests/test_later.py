@@ -273,3 +273,23 @@ def test_an_exit_rule_reads_the_exits_it_names():
   text = later_tables.exits_table(p, _idx(rows), rule, p.labels)
   assert "| exit 4 | shallow − deep, 97.5% | at 2 mean layers, 97.5% | at 3 layers, 95% |" \
       in text and "exit 5" not in text
+
+
+def test_the_pilot_tables_take_any_task_and_baseline():
+  """The per-exit and early-exit tables read the tasks the rows have, and the paired gains
+  are over the baseline asked for."""
+  from acl_jax.study import tables  # pylint: disable=import-outside-toplevel
+  rows = []
+  for s in SEEDS:
+    for method, gain in (("jt", 0.0), ("kd", 1.0), ("acl_cl", 2.0)):
+      dev = {f"exit_{m}/accuracy": (60 + m + gain + 0.1 * s) / 100 for m in range(1, 5)}
+      curve = [{"threshold": t, "metric": (64 + gain - d) / 100,
+                "full_metric": (64 + gain) / 100, "layer_speedup": sp, "speedup": sp - 0.1}
+               for t, d, sp in ((0.1, 0.5, 1.5), (0.3, 2.0, 2.5))]
+      rows.append({"task": "rte", "method": method, "seed": s, "final": {"dev": dev},
+                   "early_exit": {"entropy": curve}})
+  text = tables.multi_exit_table(p, rows, "rte", baseline="kd")
+  assert "Paired gain over KD" in text and "| exit 4 |" in text
+  assert f"| {p.label('acl_cl')} | +1.00 " in text and "| JT | −1.00 " in text.replace("-", "−")
+  early = tables.early_exit_table(p, rows)
+  assert early.count("| RTE |") == 3 and "| 0.1 | −0.50 " in early.replace("-", "−")

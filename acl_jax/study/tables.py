@@ -159,7 +159,11 @@ def exit_score(p: proto.Protocol, row, m, split):
   return None if v is None else 100 * v
 
 
-def multi_exit_table(p: proto.Protocol, rows: list[dict], task: str) -> str:
+def multi_exit_table(p: proto.Protocol, rows: list[dict], task: str,
+                     baseline: str | None = None) -> str:
+  """Each multi-exit method's score at every exit, and its paired gain over `baseline` (the
+  protocol's first multi-exit method by default)."""
+  baseline = baseline or p.multi_exit[0]
   rs = select(rows, task)
   if not rs:
     return ""
@@ -173,24 +177,24 @@ def multi_exit_table(p: proto.Protocol, rows: list[dict], task: str) -> str:
         fmt_mean(list(by_seed(select(rs, task, meth),
                               lambda r, m=m: exit_score(p, r, m, split)).values())) for m in exits)
         + " |")
-  lines += ["", "Paired gain over JT (points; mean, 95% t-interval, seeds ahead / seeds):", "",
-            head, "|---|" + "---|" * len(exits)]
+  lines += ["", f"Paired gain over {p.label(baseline)} (points; mean, 95% t-interval, seeds "
+            "ahead / seeds):", "", head, "|---|" + "---|" * len(exits)]
   for meth in methods:
-    if meth != "jt":
+    if meth != baseline:
       lines.append(f"| {p.label(meth)} | " + " | ".join(
-          fmt_paired(paired_diffs(select(rs, task, meth), select(rs, task, "jt"),
+          fmt_paired(paired_diffs(select(rs, task, meth), select(rs, task, baseline),
                                   lambda r, m=m: exit_score(p, r, m, split))) for m in exits)
           + " |")
   return "\n".join(lines) + "\n"
 
 
 def early_exit_table(p: proto.Protocol, rows: list[dict], max_drop: float = 1.0) -> str:
-  """Per task and strategy: the threshold with the largest mean layer speed-up whose mean
-  change against the full model is above -max_drop points, and the measured wall-clock
-  speed-up where seed 0 was timed."""
+  """Per task (in the rows' order) and multi-exit strategy: the threshold with the largest
+  mean layer speed-up whose mean change against the full model is above -max_drop points, and
+  the measured wall-clock speed-up where seed 0 was timed."""
   lines = ["| task | strategy | threshold | change (points) | layer speed-up | measured "
            "speed-up (seed 0) | seeds |", "|---|---|---|---|---|---|---|"]
-  for task in ("sst2", "mr"):
+  for task in dict.fromkeys(r["task"] for r in rows):
     for meth in p.multi_exit:
       rs = [r for r in select(rows, task, meth) if r.get("early_exit", {}).get("entropy")]
       per_thr = {}
