@@ -141,9 +141,16 @@ def test_an_undecided_later_rule_releases_its_second_look():
                     lambda v, s: 82 + (-4.5, 2.5, -7.0)[s] * float(v),
                     metric="accuracy")
   assert later.stable_result(p, _idx(flat), 2, rule)[1][0] == "undecided"
-  runs = planner.second_look_runs(p, 2, "mr", mr, _idx(flat))
+  stage1 = [{"run": later.run_name("mr", "gloss", s), "task": "mr", "method": "gloss",
+             "seed": s} for s in p.look_seeds[1]]
+  runs = planner.second_look_runs(p, 2, "mr", mr, {**_idx(flat), **_idx(stage1, S1)})
   assert sorted(r.name for r in runs) == ["task=mr,method=gloss,loss.gamma_keep=0.5,seed=3",
                                           "task=mr,method=gloss,loss.gamma_keep=0.5,seed=4"]
+  # without stage 1's seeds 3-4 of the preset, stage 2 trains them too
+  runs = planner.second_look_runs(p, 2, "mr", mr, _idx(flat))
+  assert sorted(r.name for r in runs) == [
+      f"task=mr,method=gloss,loss.gamma_keep={v},seed={s}" for v in ("0.5", "0.7")
+      for s in (3, 4)]
 
 
 def test_the_rarest_class_is_reported_and_a_collapse_is_noted():

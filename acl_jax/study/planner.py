@@ -353,16 +353,27 @@ def second_look_runs(p: proto.Protocol, stage: int, task: str, st: TaskState, id
     grid = later.rule_values(rule)
     for method in later.rule_methods(rule):
       fields = [grid[0]] if grid else []
-      arm = next((a for arms in p.arms.values() for a in arms if a.task == task
-                  and method in a.methods and [k for k, _ in a.grid] == fields
-                  and a.framework == "jax"), None)
+      arm = next((a for s, arms in sorted(p.arms.items()) if s <= stage for a in arms
+                  if a.task == task and method in a.methods
+                  and [k for k, _ in a.grid] == fields and a.framework == "jax"), None)
+      missing = lambda r, g=(): later.find(p, idx, stage, task, method, r.settings[-1][1],
+                                           g) is None
       if arm is None:  # a stage-1 method (CE): its seeds 3-4 are stage 1's, where trained
-        out += [method_run(p, p.stage_record[stage], st, method, seed)
-                for seed in p.look_seeds[1]
-                if later.find(p, idx, stage, task, method, seed) is None]
+        extra = next((c.extra for c in p.comparisons
+                      if c.task == task and method in (c.method, c.baseline)), ())
+        out += [r for r in (method_run(p, p.stage_record[stage], st, method, seed, extra)
+                            for seed in p.look_seeds[1]) if missing(r)]
         continue
-      values = ((grid[0], tuple(v for v in grid[1] if v != p.presets.get((method, grid[0])))),
-                ) if grid else ()
-      out += _arm_runs(p, stage, dataclasses.replace(arm, methods=(method,), grid=values,
-                                                     seeds=p.look_seeds[1]), st)
+      one = lambda values: _arm_runs(p, stage, dataclasses.replace(
+          arm, methods=(method,), grid=((grid[0], values),) if grid else (),
+          seeds=p.look_seeds[1]), st)
+      if not grid:
+        out += one(())
+        continue
+      # The method's preset value is stage 1's run where trained there (and for the estimate,
+      # `every`), else the arm's
+      preset = p.presets.get((method, grid[0]))
+      out += one(tuple(v for v in grid[1] if v != preset))
+      if preset in grid[1] and not every:
+        out += [r for r in one((preset,)) if missing(r, ((grid[0], preset),))]
   return out

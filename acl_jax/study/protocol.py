@@ -147,18 +147,6 @@ def points(value: float) -> float:
   return 100.0 * value
 
 
-def _one_extra_per_run(trained) -> None:
-  """Refuses a method trained on one task in one stage with two `extra`s: a run's name (task,
-  method, grid, seed) does not carry them, so both would be one run."""
-  seen = {}
-  for stage, task, method, kind, extra in trained:
-    other = seen.setdefault((stage, task, method, kind), extra)
-    if sorted(other) != sorted(extra):
-      raise ValueError(f"{stage} trains {method} on {task} with extra {list(other)} and with "
-                       f"{list(extra)}: their runs would share a name and a workdir. Give "
-                       "the setting as a grid field, or as a method preset of its own.")
-
-
 @dataclasses.dataclass(frozen=True, eq=False)
 class Protocol:
   """Everything a study's verdicts depend on, fixed before the runs it judges.
@@ -221,52 +209,9 @@ class Protocol:
   gate_record: str = "gate_diagnostic"
 
   def __post_init__(self):
-    if 1 not in self.stages:
-      raise ValueError(f"stages {sorted(self.stages)}: stage 1 (the comparisons and the gates "
-                       "every task passes first) must be one of them.")
-    for name, per_stage in (("arms", self.arms), ("rules", self.rules)):
-      if set(per_stage) - set(self.stages) or 1 in per_stage:
-        raise ValueError(f"{name} of stages {sorted(per_stage)}: give later stages' {name}, "
-                         f"of stages named in `stages` ({sorted(self.stages)}), not stage 1.")
-    if not self.look_seeds or not self.look_seeds[0]:
-      raise ValueError("look_seeds[0], the first look's seeds, is empty.")
-    if self.anchors and not self.glue_hf_anchor[0]:
-      raise ValueError("anchors need glue_hf_anchor's record: a task whose CE misses its "
-                       "anchor is read once HF PyTorch's run there is recorded.")
-    for c in self.comparisons:
-      if c.task not in self.tasks:
-        raise ValueError(f"comparison {c} names task {c.task!r}, not one of the protocol's "
-                         f"tasks ({', '.join(self.tasks)}); add it to `tasks`.")
-      if c.kind not in ("noninferior", "superior"):
-        raise ValueError(f"comparison {c}: kind {c.kind!r} is not 'noninferior' or "
-                         "'superior'.")
-    if len(self.look_seeds) != 2:
-      raise ValueError(f"look_seeds {self.look_seeds}: give the seeds of two looks, e.g. "
-                       "((0, 1, 2), (3, 4)); a comparison undecided at the first adds the "
-                       "second's.")
-    if self.lr_preferred not in self.lr_grid:
-      raise ValueError(f"lr_preferred {self.lr_preferred!r} is not in lr_grid "
-                       f"{self.lr_grid}; ties go to it.")
-    for stage, arms in self.arms.items():
-      for a in arms:
-        if a.task not in self.tasks:
-          raise ValueError(f"stage {stage} arm {a} names task {a.task!r}, not one of the "
-                           f"protocol's tasks ({', '.join(self.tasks)}).")
-        if a.framework not in FRAMEWORKS:
-          raise ValueError(f"stage {stage} arm {a}: framework {a.framework!r} is not one of "
-                           f"{', '.join(FRAMEWORKS)}.")
-        if a.framework == "torch" and (set(a.methods) != {"ce"} or a.grid):
-          raise ValueError(f"stage {stage} arm {a}: the torch loop trains CE alone, without "
-                           "a grid; give methods=('ce',).")
-        if a.framework == "torch" and not any(s.startswith("task.data_dir=")
-                                              for s in self.tasks[a.task].sets):
-          raise ValueError(f"stage {stage} arm {a}: the torch loop reads task "
-                           f"{a.task!r} from its task.data_dir; set it in the task's `sets`.")
-
-    _one_extra_per_run([("stage 1", c.task, m, (), c.extra) for c in self.comparisons
-                        for m in (c.method, c.baseline)] + [
-        (f"stage {st}", a.task, m, (a.framework, *(k for k, _ in a.grid)), a.extra)
-        for st, arms in self.arms.items() for a in arms for m in a.methods])
+    # checks reads the rule types defined here
+    from acl_jax.study import checks  # pylint: disable=import-outside-toplevel
+    checks.check(self)
 
   @property
   def stage_record(self) -> dict[int, str]:

@@ -1,0 +1,139 @@
+"""A protocol the planner could not take to the end is refused when it is made
+(acl_jax/study/checks.py), and the later stages' second looks train every run their rules
+read (acl_jax/study/planner.py), on small protocols whose answers are known."""
+import dataclasses
+
+import pytest
+
+from acl_jax.study import later, planner, protocol as proto
+from acl_jax.study.records import parse_name
+from studies.papers import PAPERS
+
+LR, EPOCHS = "5e-5", 3
+
+
+def _task(name="t", sets=("task.data_dir=/d",)):
+  return proto.Task(name, name.upper(), "configs/glue.py", 64, EPOCHS, "accuracy", "dev", 1.0,
+                    sets=tuple(sets))
+
+
+def _protocol(**kw):
+  base = dict(name="x", tasks={"t": _task()}, claims={"c": "", "lam": "", "e": ""},
+              stages={1: "", 2: ""},
+              comparisons=(proto.Comparison("c", "t", "acl", "ce", "noninferior"),),
+              lr_grid=(LR,), lr_preferred=LR, budget_gain=None)
+  return proto.Protocol(**{**base, **kw})
+
+
+def _row(sweep, run, score):
+  s = parse_name(run)
+  return {"sweep": sweep, "run": run, "task": s["task"], "method": s["method"],
+          "seed": int(s["seed"]), "budget": {"lr": float(LR), "num_epochs": EPOCHS},
+          "evals": [{"step": 1, "dev": {"accuracy": score / 100}}]}
+
+
+def _record(rows, runs, score):
+  for r in runs:
+    rows.setdefault(r.sweep, []).append(_row(r.sweep, r.name, score(r)))
+
+
+def test_a_grid_rules_second_look_trains_the_preset_seeds_stage1_lacks():
+  """Stage 1 decides ACL against CE at its first look, so it holds ACL seeds 0-2 alone, and
+  CE+SCL not at all. The λ rule's second look then trains both presets' seeds 3-4 (ACL's 0.5,
+  CE+SCL's 0.9) in stage 2, and the rule is decided at its second look."""
+  p = _protocol(
+      arms={2: (proto.Arm("t", ("acl", "scl"), grid=(("loss.lam", ("0.1", "0.5", "0.9")),)),)},
+      rules={2: (proto.RangeRule("lam", "t", "acl", "scl", "loss.lam", ("0.1", "0.5", "0.9")),)},
+      presets={("acl", "loss.lam"): "0.5", ("scl", "loss.lam"): "0.9"})
+  rows = {p.lr_record: [_row(p.lr_record, planner.lr_run(p, "t", LR).name, 80.0)]}
+  seed = lambda r: int(r.settings[-1][1])
+  _record(rows, planner.decisions(p, rows).ready,
+          lambda r: 80 + (5 + 0.1 * seed(r) if r.method == "acl" else 0))
+  assert [v.look for v in planner.decisions(p, rows).verdicts.values()] == [1]
+  noise = {0: 0.0, 1: 0.3, 2: -0.2, 3: 0.1, 4: -0.1}
+  lam = lambda r: float(dict(r.settings)["loss.lam"])
+  trained = []
+  while True:
+    ready, _ = planner.later_stage_ready(p, 2, rows)
+    if not ready:
+      break
+    trained += [r.name for r in ready]
+    _record(rows, ready, lambda r: 80 + noise[seed(r)] + (
+        0 if r.method == "acl" else lam(r) + 0.5 * seed(r)))
+  assert {f"task=t,method=acl,loss.lam=0.5,seed={s}" for s in (3, 4)} <= set(trained)
+  assert {f"task=t,method=scl,loss.lam=0.9,seed={s}" for s in (0, 1, 2, 3, 4)} <= set(trained)
+  look, _ = later.range_result(p, planner._index(rows), 2, p.rules[2][0])  # pylint: disable=protected-access
+  assert look == 2
+
+
+def test_a_stage1_baselines_second_look_keeps_its_comparisons_extra():
+  extra = ("model.exit_pooling=mean",)
+  p = _protocol(comparisons=(proto.Comparison("c", "t", "jt", "ce", "noninferior", extra),),
+                arms={2: (proto.Arm("t", ("acl_cl",), extra=("optim.head_lr_mult=20",)),)},
+                rules={2: (proto.Comparison("e", "t", "acl_cl", "jt", "superior"),)})
+  st = planner.TaskState("t", lr=LR, epochs=EPOCHS)
+  idx = {(p.stage_record[1], later.run_name("t", "jt", s)): _row("stage1", later.run_name(
+      "t", "jt", s), 80.0) for s in (0, 1, 2)}
+  idx.update({(p.stage_record[2], later.run_name("t", "acl_cl", s)): _row(
+      "stage2", later.run_name("t", "acl_cl", s), 80.0 + (1, -1, 0.5)[s]) for s in (0, 1, 2)})
+  jt = [r for r in planner.second_look_runs(p, 2, "t", st, idx) if r.method == "jt"]
+  assert [r.name for r in jt] == ["task=t,method=jt,seed=3", "task=t,method=jt,seed=4"]
+  assert all(set(extra) <= set(r.sets) for r in jt)
+
+
+@pytest.mark.parametrize("change,says", [
+    (dict(look_seeds=((0, 1, 2), (2, 3))), "each seed once"),
+    (dict(look_seeds=((0, 1, 2), (3, 3))), "each seed once"),
+    (dict(lr_from={"u": "v"}, tasks={"t": _task(), "u": _task("u"), "v": _task("v")},
+          arms={2: (proto.Arm("u", ("ce",)),)}),
+     "lr_from 'u': 'v': a task takes the lr of a task that picks its own"),
+    (dict(lr_from={"u": "v"}, tasks={"t": _task(), "u": _task("u"), "v": _task("v")},
+          arms={2: (proto.Arm("u", ("ce",)),), 3: (proto.Arm("v", ("ce",)),)},
+          stages={1: "", 2: "", 3: ""}),
+     "lr_from 'u': 'v'"),
+    (dict(lr_from={"u": "t", "w": "u"},
+          tasks={"t": _task(), "u": _task("u"), "w": _task("w")}),
+     "lr_from 'w': 'u'"),
+    (dict(anchors={"t": 80.0}, glue_hf_anchor=("h", ""), tasks={"t": _task(sets=())}),
+     r"anchors\['t'\]: .* task.data_dir"),
+    (dict(arms={2: (proto.Arm("t", ("scl",), grid=(("model.w", ("1,2",)),)),)}),
+     "a grid value is part of a run's name"),
+    (dict(arms={2: (proto.Arm("t", ("scl",), grid=(("optim.lr", ("1e-5",)),)),)}),
+     "a grid may not set"),
+    (dict(arms={2: (proto.Arm("t", ("scl",), extra=("num_epochs=10",)),)}),
+     "sets num_epochs: the task's sets, the gates"),
+    (dict(arms={2: (proto.Arm("t", ("scl",), extra=("task.data_dir=/e",)),)}),
+     "sets task.data_dir"),
+    (dict(arms={2: (proto.Arm("t", ("ce",), extra=("model.exit_pooling=mean",)),)}),
+     r"stage 1 trains ce on t with extra \[\] and stage 2 with \['model.exit_pooling=mean'\]"),
+    (dict(rules={2: (proto.Comparison("c", "t", "triplet", "ce", "superior"),)}),
+     "nothing trains triplet on t"),
+    (dict(arms={2: (proto.Arm("t", ("acl_cl",)),)},
+          rules={2: (proto.ExitRule("e", "t", "acl_cl", ("ce",)),)}),
+     "ce on t must be a multi-exit method"),
+    (dict(arms={2: (proto.Arm("t", ("acl", "scl"), grid=(("loss.lam", ("0.1", "0.9")),
+                                                        ("loss.tau", ("0.1",)))),)},
+          rules={2: (proto.RangeRule("lam", "t", "acl", "scl", "loss.lam", ("0.1", "0.9")),)}),
+     "no arm of stage 2 or before trains acl on t over loss.lam alone"),
+    (dict(arms={2: (proto.Arm("t", ("scl",), grid=(("loss.lam", ("0.1",)),)),)},
+          rules={2: (proto.StableRule("lam", "t", "scl", "loss.lam", ("0.1", "0.9"), "0.9"),)},
+          presets={("scl", "loss.lam"): "0.9"}),
+     "a value outside its grid must be the method's preset, from stage 1's runs"),
+    (dict(arms={2: (proto.Arm("t", ("scl",), seeds=(0, 1)),)},
+          rules={2: (proto.Comparison("c", "t", "scl", "ce", "superior"),)}),
+     r"lacks the first look's seeds \(0, 1, 2\)"),
+])
+def test_a_protocol_the_planner_cannot_finish_is_refused(change, says):
+  with pytest.raises(ValueError, match=says):
+    _protocol(**change)
+
+
+def test_the_papers_protocol_and_what_it_may_vary_pass():
+  assert _protocol(arms={2: (proto.Arm("t", ("scl",), extra=("model.dropout=0.2",)),)},
+                   rules={2: (proto.Comparison("c", "t", "scl", "ce", "superior"),)})
+  # the preset from stage 1 stands in for a value outside the arm's grid
+  assert _protocol(arms={2: (proto.Arm("t", ("acl",), grid=(("loss.lam", ("0.1",)),)),)},
+                   rules={2: (proto.StableRule("lam", "t", "acl", "loss.lam", ("0.1", "0.5"),
+                                               "0.5"),)},
+                   presets={("acl", "loss.lam"): "0.5"})
+  assert dataclasses.replace(PAPERS, name="again").arms == PAPERS.arms
