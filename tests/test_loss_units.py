@@ -138,3 +138,44 @@ def test_center_loss_is_the_mean_squared_distance_to_fixed_centres():
                                               jnp.asarray(MASK)))(jnp.asarray(feats))
   assert np.all(np.asarray(g_c) == 0.0)  # the centres are targets, not parameters
   assert np.all(np.asarray(g_f)[MASK == 0] == 0.0) and np.abs(np.asarray(g_f)).max() > 1e-3
+
+
+# ---- ACL-CL's defaults and padding; the sqrt sigma heuristic ------------------------------
+def test_acl_cl_stops_the_teacher_gradient_by_default_and_ignores_padding():
+  from acl_jax.losses import acl_cl_loss  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(5)
+  s, t = rng.normal(size=(2, 6, 4)).astype(np.float32)
+  s_emb, t_emb = rng.normal(size=(2, 3, 4)).astype(np.float32)
+  labels = np.array([0, 1, 2, 1, 0, 2])
+  args = tuple(map(jnp.asarray, (s, s_emb, t, t_emb)))
+  grads = jax.grad(lambda *a: acl_cl_loss(*a, jnp.asarray(labels), 0.3), argnums=(2, 3))(*args)
+  assert all(np.all(np.asarray(g) == 0.0) for g in grads)
+  mask = np.array([1, 1, 1, 1, 0, 0], bool)
+  padded = acl_cl_loss(*args, jnp.asarray(labels), 0.3, example_mask=jnp.asarray(mask))
+  real = acl_cl_loss(jnp.asarray(s[:4]), args[1], jnp.asarray(t[:4]), args[3],
+                     jnp.asarray(labels[:4]), 0.3)
+  np.testing.assert_allclose(float(padded), float(real), rtol=numerics.reassociation_rtol(20))
+  g = jax.grad(lambda f: acl_cl_loss(f, args[1], args[2], args[3], jnp.asarray(labels), 0.3,
+                                     example_mask=jnp.asarray(mask)))(args[0])
+  assert np.all(np.asarray(g)[~mask] == 0.0) and np.abs(np.asarray(g)[mask]).max() > 1e-4
+
+
+def test_sigma_sqrt_heuristic_in_float64_on_close_rows_and_its_subsample():
+  from scipy.spatial.distance import pdist  # pylint: disable=import-outside-toplevel
+  from acl_jax.losses.graph import sigma_sqrt_heuristic  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(3)
+  # rows close together: every distance below 1, computed in float64 from float32 input
+  emb = (np.ones((40, 6)) + 0.05 * rng.normal(size=(40, 6))).astype(np.float32)
+  unit = emb.astype(np.float64) / np.linalg.norm(emb.astype(np.float64), axis=1, keepdims=True)
+  assert pdist(unit).max() < 1.0
+  assert sigma_sqrt_heuristic(emb) == pytest.approx(np.sqrt(np.median(pdist(unit)) / 3),
+                                                    rel=1e-12)
+  assert sigma_sqrt_heuristic(emb[:2]) == pytest.approx(np.sqrt(pdist(unit[:2])[0] / 3),
+                                                        rel=1e-12)
+  # the subsample: max_rows distinct rows drawn with the seed, in order
+  big = rng.normal(size=(300, 6))
+  rows = np.sort(np.random.default_rng(7).choice(300, 120, replace=False))
+  sub = big[rows] / np.linalg.norm(big[rows], axis=1, keepdims=True)
+  assert sigma_sqrt_heuristic(big, max_rows=120, seed=7) == pytest.approx(
+      np.sqrt(np.median(pdist(sub)) / 3), rel=1e-12)
+  assert sigma_sqrt_heuristic(big, max_rows=300) == sigma_sqrt_heuristic(big)
