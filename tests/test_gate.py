@@ -201,6 +201,21 @@ def test_encoder_angle_mask():
   }
   # A Flax variables dict is looked through.
   assert encoder_angle_mask({"params": PARAMS}) == {"params": mask}
+  # LayerNorm parameters go by their path, whatever their leaves are called (torch's names)
+  torch_named = {"encoder": {"LayerNorm": {"weight": 1}, "out_layer_norm": {"gamma": 1},
+                             "dense": {"weight": 1}}}
+  assert encoder_angle_mask(torch_named) == {
+      "encoder": {"LayerNorm": {"weight": False}, "out_layer_norm": {"gamma": False},
+                  "dense": {"weight": True}}}
+
+
+def test_angle_of_gradients_that_do_not_pair_is_refused():
+  g = {"a": jnp.ones(2), "b": jnp.ones(3)}
+  with pytest.raises(ValueError, match="The two gradients must share one pytree structure"):
+    angle(g, {"a": jnp.ones(2)})
+  with pytest.raises(ValueError, match=r"params_mask must have the gradients' pytree structure "
+                                       r"\(one bool per leaf\); build it with angle_mask"):
+    angle(g, g, {"a": True})
 
 
 def test_encoder_mask_with_gate():

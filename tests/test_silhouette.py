@@ -44,3 +44,33 @@ def test_one_class_raises():
   x, _ = _data(2, n=10)
   with pytest.raises(ValueError, match="2 <= number of classes <= N - 1"):
     silhouette_scores(x, np.zeros(10, int))
+
+
+def test_defined_from_two_classes_to_n_minus_one():
+  assert silhouette_lib.silhouette_defined(2, 3) and silhouette_lib.silhouette_defined(4, 5)
+  assert not silhouette_lib.silhouette_defined(1, 5)
+  assert not silhouette_lib.silhouette_defined(5, 5) and not silhouette_lib.silhouette_defined(2, 2)
+  x, _ = _data(4, n=4)
+  with pytest.raises(ValueError, match="got 4 classes for N=4"):
+    silhouette_scores(x, np.arange(4))
+  got = silhouette_scores(x[:3], np.array([0, 0, 1]))  # K = N - 1: defined
+  assert np.isfinite(got["silhouette_micro"])
+
+
+def test_pairs_short_rows_and_float32_match_sklearn_in_float64():
+  """Classes of two members (a's divisor is 1), features of norm well below 1 and float32
+  input, computed in float64."""
+  x, y = _data(5, n=30, k=3)
+  y[:2] = 7  # a class of exactly two members
+  small = (0.01 * x).astype(np.float32)
+  micro, macro = _sklearn_scores(small.astype(np.float64), y)
+  got = silhouette_scores(small, y)
+  assert got["silhouette_micro"] == pytest.approx(micro, abs=1e-12)
+  assert got["silhouette_macro"] == pytest.approx(macro, abs=1e-12)
+
+
+def test_features_and_labels_that_do_not_pair_are_refused():
+  with pytest.raises(ValueError, match=r"feats must be \[N, hidden\] with N labels; got \(6,\)"):
+    silhouette_scores(np.ones(6), np.array([0, 1, 0, 1, 0, 1]))
+  with pytest.raises(ValueError, match="got \\(6, 2\\) and 5 labels"):
+    silhouette_scores(np.ones((6, 2)), np.array([0, 1, 0, 1, 0]))
