@@ -345,3 +345,16 @@ def test_angle_matches_a_float64_reference():
       assert abs(got - want) <= tol, (c, m is None, got, want, tol)
       np.testing.assert_allclose(float(sq_norm(a, m)), x @ x, rtol=rtol)
       assert float(angle_gate(a, b, LAM, params_mask=m)[1]["angle"]) == got
+
+
+def test_gate_arguments_at_their_bounds():
+  from acl_jax.losses.gate import check_gate_args  # pylint: disable=import-outside-toplevel
+  check_gate_args(0.0, 0.5, "drop")  # lambda 0 and a threshold below 1 degree are allowed
+  check_gate_args(1.0, 180.0, "project")
+  with pytest.raises(ValueError, match=r"threshold_deg must lie in \(0, 180\] degrees, got 0.0. "
+                                       "The default 90 turns the contrastive term off"):
+    check_gate_args(1.0, 0.0, "drop")
+  with pytest.raises(ValueError, match="threshold_deg must lie in"):
+    check_gate_args(1.0, 180.5, "drop")
+  with pytest.raises(ValueError, match=r"lam \(the contrastive weight lambda\) must be >= 0"):
+    check_gate_args(-0.1, 90.0, "drop")

@@ -448,3 +448,19 @@ def test_transition_matrix_at_a_small_sigma_and_in_bfloat16():
   assert tb.dtype == jnp.float32
   np.testing.assert_allclose(np.asarray(tb), ref_transition(np.asarray(xb, np.float32), SIGMA),
                              rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("n_real,n_keep", [(2, 1), (3, 2)])
+def test_gloss_on_a_few_real_rows_keeps_between_one_and_all_but_one(n_real, n_keep):
+  """round(0.7 * B_real) labels are kept, at least 1 and at most B_real - 1: of 2 real rows
+  1 (0.7 * 2 rounds to 1), of 3 rows 2."""
+  x, y = _data(11, n=10, k=2)
+  mask = np.zeros(10, np.float32)
+  mask[[1, 4, 8][:n_real]] = 1.0
+  key = jax.random.key(5)
+  loss, _ = jax.jit(lambda x, y, m: gloss(x, y, key, 2, SIGMA, 0.7, "clean",
+                                          example_mask=m))(x, y, mask)
+  perm = np.asarray(split_order(key, jnp.arange(10)))
+  order = [i for i in perm if mask[i] > 0]
+  want = _gloss_ref_order(x, y, order, n_keep, 2, SIGMA, "clean")
+  np.testing.assert_allclose(float(loss), want, rtol=1e-4)

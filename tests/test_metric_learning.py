@@ -95,3 +95,31 @@ def test_example_mask_equals_subset():
   masked = triplet(x, y, margin=1.0, example_mask=jnp.asarray(mask))
   np.testing.assert_allclose(float(masked), float(triplet(x[mask], y[mask], margin=1.0)),
                              rtol=numerics.reassociation_rtol(8**3))
+
+
+def test_defaults_one_pair_and_bfloat16_inputs():
+  """Triplet's margin defaults to 5 and may be 0; a batch of one pair has its cosine loss;
+  bfloat16 features are scored in float32."""
+  from acl_jax.losses.contrastive import masked_mean  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(2)
+  x = rng.normal(size=(6, 4)).astype(np.float32)
+  labels = np.array([0, 0, 1, 1, 2, 0])
+  assert float(triplet_loss(jnp.asarray(x), jnp.asarray(labels))) == pytest.approx(
+      ref_triplet(x, labels, 5.0), rel=1e-5)
+  assert float(triplet_loss(jnp.asarray(x), jnp.asarray(labels), margin=0.0)) == pytest.approx(
+      ref_triplet(x, labels, 0.0), rel=1e-5, abs=1e-7)
+  pair = x[:2]
+  assert float(cosine(jnp.asarray(pair), jnp.asarray([0, 1]))) == pytest.approx(
+      ref_cosine(pair, np.array([0, 1])), rel=1e-5)
+  bf = jnp.asarray(x, jnp.bfloat16)
+  rounded = np.asarray(bf.astype(jnp.float32))
+  for fn, ref in ((lambda f: triplet_loss(f, jnp.asarray(labels), margin=1.0),
+                   lambda f: ref_triplet(f, labels, 1.0)),
+                  (lambda f: cosine_loss(f, jnp.asarray(labels)),
+                   lambda f: ref_cosine(f, labels))):
+    got = fn(bf)
+    assert got.dtype == jnp.float32
+    assert float(got) == pytest.approx(ref(rounded.astype(np.float64)), rel=1e-5)
+  one = masked_mean(jnp.asarray([[2.0, 3.0], [4.0, 5.0]]), jnp.asarray([[False, True],
+                                                                      [False, False]]))
+  assert float(one) == 3.0
