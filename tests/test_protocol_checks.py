@@ -137,3 +137,24 @@ def test_the_papers_protocol_and_what_it_may_vary_pass():
                                                "0.5"),)},
                    presets={("acl", "loss.lam"): "0.5"})
   assert dataclasses.replace(PAPERS, name="again").arms == PAPERS.arms
+
+
+def test_the_stage1_estimate_is_what_the_planner_trains():
+  """A task that takes its lr from another trains no lr grid, and a CE with an extra of its
+  own is not the lr grid's run: the estimate counts what the planner trains."""
+  from acl_jax.study import estimates  # pylint: disable=import-outside-toplevel
+  extra = ("model.exit_pooling=mean",)
+  p = _protocol(tasks={"t": _task(), "u": _task("u")}, lr_from={"u": "t"}, comparisons=(
+      proto.Comparison("c", "t", "acl", "ce", "noninferior"),
+      proto.Comparison("c", "u", "jt", "ce", "noninferior", extra)))
+  rows = {}
+  for _ in range(4):
+    _record(rows, planner.decisions(p, rows).ready, lambda r: 80.0 + int(r.settings[-1][1]))
+  first, _ = estimates.whole_stage1(p)
+  planned = planner.decisions(p, rows).planned
+  assert sorted(r.sweep + r.name for r in first if r.task == "u") == sorted(
+      r.sweep + r.name for r in planned if r.task == "u")
+  # t picks its own lr: its CE seed 0 is the lr run, which stage 1 takes (one run, counted once)
+  assert sorted(r.sweep + ":" + r.name for r in first if r.task == "t" and r.method == "ce") == [
+      "lr:task=t,method=ce,optim.lr=5e-5,seed=0", "stage1:task=t,method=ce,seed=1",
+      "stage1:task=t,method=ce,seed=2"]

@@ -33,23 +33,28 @@ def whole_stage1(p: proto.Protocol, states: dict[str, planner.TaskState] | None 
   """Every run stage 1 can need, for the estimate: (through the first look, the second looks
   of every comparison). Undecided tasks are taken at lr_preferred, their protocol's budget,
   with the anchor's extra lr where there is an anchor; CE seed 0 at the budget is the lr
-  grid's run."""
+  grid's run (not for a task that takes its lr from another, or trains CE with an extra)."""
   states = states or {}
   first, second = [], []
   for task in dict.fromkeys(c.task for c in p.comparisons):
     st = states.get(task)
     lr = st.lr if st is not None and st.lr else p.lr_preferred
     epochs = st.epochs if st is not None and st.epochs else p.tasks[task].epochs
-    first += [planner.lr_run(p, task, x) for x in p.lr_grid]
-    if task in p.anchors:
+    own_lr = task not in p.lr_from  # else it takes another task's, and trains no lr grid
+    if own_lr:
+      first += [planner.lr_run(p, task, x) for x in p.lr_grid]
+    if own_lr and task in p.anchors:
       first.append(planner.lr_run(p, task, p.lr_high))
     first += planner._budget_runs(p, task, lr)
     s = planner.TaskState(task, lr=lr, epochs=epochs)
     first += [planner.method_run(p, p.gate_record, s, m, 0, extra_settings=x)
               for t, m, x in p.diagnostics if t == task]
     comps = [c for c in p.comparisons if c.task == task]
+    ce_extra = next((c.extra for c in comps if "ce" in (c.method, c.baseline)), ())
+    # CE seed 0 is the lr grid's run at the picked lr, where it is the same run
     first += [r for r in planner._comparison_runs(p, s, comps, p.look_seeds[0])
-              if not (r.method == "ce" and dict(r.settings)["seed"] == "0")]
+              if not (own_lr and not ce_extra and r.method == "ce"
+                      and dict(r.settings)["seed"] == "0")]
     second += planner._comparison_runs(p, s, comps, p.look_seeds[1])
   return first, second
 
