@@ -334,13 +334,15 @@ def test_balanced_class_weights_match_sklearn():
     balanced_class_weights(labels, 4)
 
 
-def _gloss_ref_order(x, y, order, n_l, k, sigma, form):
-  """NumPy G-Loss on the rows `order` (labelled first n_l), unweighted."""
+def _gloss_ref_order(x, y, order, n_l, k, sigma, form, class_weights=None):
+  """NumPy G-Loss on the rows `order` (labelled first n_l); class weights for "clean"."""
   x, y = x[order], y[order]
   f_u = ref_propagate(x, np.eye(k)[y[:n_l]], sigma)
   y_u = y[n_l:]
   if form == "clean":
-    return np.mean(-np.log(np.clip(f_u[np.arange(len(y_u)), y_u], 1e-8, 1.0)))
+    w = np.ones(k) if class_weights is None else np.asarray(class_weights, np.float64)
+    nll = -np.log(np.clip(f_u[np.arange(len(y_u)), y_u], 1e-8, 1.0))
+    return np.sum(w[y_u] * nll) / np.sum(w[y_u])
   logsumexp = np.log(np.sum(np.exp(f_u), axis=1))
   return np.mean(logsumexp - f_u[np.arange(len(y_u)), y_u]) / len(y_u)
 
@@ -464,3 +466,40 @@ def test_gloss_on_a_few_real_rows_keeps_between_one_and_all_but_one(n_real, n_ke
   order = [i for i in perm if mask[i] > 0]
   want = _gloss_ref_order(x, y, order, n_keep, 2, SIGMA, "clean")
   np.testing.assert_allclose(float(loss), want, rtol=1e-4)
+
+
+def test_weighted_gloss_with_padding_keeps_its_class_weights():
+  x, y = _data(12, n=12, k=3)
+  mask = np.ones(12, np.float32)
+  mask[[0, 7]] = 0.0
+  weights = np.array([0.5, 2.0, 1.0], np.float32)
+  key = jax.random.key(9)
+  loss, _ = jax.jit(lambda x, y, m, w: gloss(x, y, key, 3, SIGMA, 0.7, "clean", w,
+                                             example_mask=m))(x, y, mask, weights)
+  order = [i for i in np.asarray(split_order(key, jnp.arange(12))) if mask[i] > 0]
+  want = _gloss_ref_order(x, y, order, 7, 3, SIGMA, "clean", weights)  # round(0.7 * 10)
+  np.testing.assert_allclose(float(loss), want, rtol=1e-4)
+  assert abs(want - _gloss_ref_order(x, y, order, 7, 3, SIGMA, "clean")) > 1e-3
+
+
+def test_floor_share_counts_each_graphs_edges_below_the_floor():
+  """Against a NumPy count over consecutive graphs of graph_size rows, the strongest edge
+  left out; one row has no edge."""
+  from acl_jax.losses.graph import gloss_floor_share  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(1)
+  x = rng.normal(size=(12, 4))
+  def ref(x, sigma, g, floor=DEFAULT_W_FLOOR):
+    u = x / np.linalg.norm(x, axis=1, keepdims=True)
+    shares = []
+    for i in range(0, len(u) - g + 1, g):
+      b = u[i:i + g]
+      d2 = np.array([[np.sum((p - q) ** 2) for q in b] for p in b])
+      w = [-d2[a, c] / (2 * sigma ** 2) for a in range(g) for c in range(g) if a != c]
+      w = np.array(w)
+      shares.append(np.sum(w - w.max() < np.log(floor)) / (len(w) - 2))
+    return float(np.mean(shares))
+  for sigma, g in ((0.08, 4), (0.1, 6), (0.12, 12), (0.1, 5)):
+    got = gloss_floor_share(x, sigma, g)
+    assert got == pytest.approx(ref(x, sigma, g), abs=1e-12)
+  assert 0.0 < gloss_floor_share(x, 0.1, 6) < 1.0
+  assert gloss_floor_share(x[:1], 0.01, 8) == 0.0

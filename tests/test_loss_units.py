@@ -55,6 +55,8 @@ def test_weighted_mean():
   assert float(ce.weighted_mean(v)) == 3.75
   assert float(ce.weighted_mean(v, jnp.asarray([1.0, 0.0, 3.0, 0.0]))) == 3.25
   assert float(ce.weighted_mean(v, jnp.zeros(4))) == 0.0
+  # weights summing below 1 still normalise
+  assert float(ce.weighted_mean(v, jnp.asarray([0.25, 0.0, 0.25, 0.0]))) == 2.5
 
 
 def test_weighted_mean_under_a_named_axis_is_the_global_batchs():
@@ -179,3 +181,34 @@ def test_sigma_sqrt_heuristic_in_float64_on_close_rows_and_its_subsample():
   assert sigma_sqrt_heuristic(big, max_rows=120, seed=7) == pytest.approx(
       np.sqrt(np.median(pdist(sub)) / 3), rel=1e-12)
   assert sigma_sqrt_heuristic(big, max_rows=300) == sigma_sqrt_heuristic(big)
+
+
+def test_centres_and_centre_loss_under_a_named_axis_are_the_global_batchs():
+  """Two shards: the centres move by the global batch's sums, and the per-shard losses
+  average to the global batch's loss."""
+  feats = RNG.normal(size=(2, 4, 3)).astype(np.float32)
+  labels = np.array([[0, 1, 1, 0], [1, 1, 2, 0]])
+  mask = np.array([[1, 1, 0, 1], [1, 0, 1, 1]], np.float32)
+  state = {"centres": jnp.zeros((3, 3)), "seen": jnp.zeros(3)}
+  shard = jax.vmap(lambda f, y, m: center.update_centres(state, f, y, m, axis_name="d"),
+                   axis_name="d")(*map(jnp.asarray, (feats, labels, mask)))
+  whole = center.update_centres(state, *map(jnp.asarray, (feats.reshape(8, 3),
+                                                           labels.reshape(8), mask.reshape(8))))
+  for k in ("centres", "seen"):
+    np.testing.assert_allclose(np.asarray(shard[k][0]), np.asarray(whole[k]), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(shard[k][1]), np.asarray(whole[k]), atol=1e-6)
+  c = whole["centres"]
+  per = jax.vmap(lambda f, y, m: center.center_loss(f, y, c, m, axis_name="d"),
+                 axis_name="d")(*map(jnp.asarray, (feats, labels, mask)))
+  want = center.center_loss(*map(jnp.asarray, (feats.reshape(8, 3), labels.reshape(8))), c,
+                            jnp.asarray(mask.reshape(8)))
+  assert float(jnp.mean(per)) == pytest.approx(float(want), rel=1e-6)
+
+
+def test_propagation_needs_labelled_and_hidden_nodes():
+  from acl_jax.losses.graph import propagate  # pylint: disable=import-outside-toplevel
+  x = jnp.asarray(RNG.normal(size=(4, 3)).astype(np.float32))
+  for m in (0, 4):
+    with pytest.raises(ValueError):
+      propagate(x, jnp.eye(2)[jnp.zeros(m, jnp.int32)], 0.5)
+  assert propagate(x, jnp.eye(2)[jnp.asarray([0, 1, 1])], 0.5).shape == (1, 2)
