@@ -188,7 +188,7 @@ def test_centres_and_centre_loss_under_a_named_axis_are_the_global_batchs():
   average to the global batch's loss."""
   feats = RNG.normal(size=(2, 4, 3)).astype(np.float32)
   labels = np.array([[0, 1, 1, 0], [1, 1, 2, 0]])
-  mask = np.array([[1, 1, 0, 1], [1, 0, 1, 1]], np.float32)
+  mask = np.array([[1, 1, 0, 1], [1, 0, 0, 1]], np.float32)  # 3 and 2 real rows
   state = {"centres": jnp.zeros((3, 3)), "seen": jnp.zeros(3)}
   shard = jax.vmap(lambda f, y, m: center.update_centres(state, f, y, m, axis_name="d"),
                    axis_name="d")(*map(jnp.asarray, (feats, labels, mask)))
