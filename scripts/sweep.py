@@ -89,7 +89,7 @@ def check_grid(key: str, values: list[str]) -> None:
   if key in ("seed", "method", "workdir", "task"):
     raise SystemExit(f"--grid {key}=...: use --seeds / --methods (and one sweep per task), "
                      f"not a grid over {key}.")
-  bad = [v for v in values if "/" in v or "=" in v or "," in v or not v]
+  bad = [v for v in values if not records.fits_a_name(v)]
   if bad:
     raise SystemExit(f"--grid {key}={','.join(values)}: value {bad[0]!r} cannot be part of a "
                      "workdir name (no '/', '=', ',' or empty values); pass it with --set in "

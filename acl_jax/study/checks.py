@@ -3,7 +3,7 @@ the fix. `Protocol.__post_init__` calls `check`, so a protocol that loads is one
 can take to the end: every run it plans has a name of its own and can be recorded, and every
 rule reads runs that some stage trains.
 """
-from acl_jax.study import estimates, later, protocol as proto
+from acl_jax.study import estimates, later, protocol as proto, records
 
 # Run-name fields, and the fields the gates set (a grid or `extra` may set neither).
 NAMED = ("task", "method", "seed", "framework")
@@ -84,7 +84,7 @@ def _arms(p) -> None:
                          f"{a.task!r} from its task.data_dir; set it in the task's `sets`.")
       for field, values in a.grid:
         if (field in NAMED + GATED or not values
-            or any(not v or set(v) & set("/=,") for v in values)):
+            or not all(map(records.fits_a_name, values))):
           raise ValueError(
               f"stage {stage} arm {a}: grid {field}={','.join(values)}: a grid value is part "
               "of a run's name and workdir (no '/', '=', ',' or empty value), and a grid may "

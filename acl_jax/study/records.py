@@ -103,6 +103,11 @@ def run_name(settings: dict) -> str:
   return ",".join(f"{k}={v}" for k, v in settings.items())
 
 
+def fits_a_name(value: str) -> bool:
+  """Whether a setting's value can be part of a run name and its workdir (`run_name`)."""
+  return bool(value) and not set(value) & set("/=,")
+
+
 def parse_name(name: str) -> dict:
   """The settings a run name spells (`task=mr,method=acl,loss.lam=0.5,seed=1`), in order."""
   return dict(kv.split("=", 1) for kv in name.split(",") if kv)
