@@ -74,7 +74,7 @@ import subprocess
 import sys
 import time
 
-from acl_jax import provenance  # light: no jax
+from acl_jax import errors, provenance  # light: no jax
 from acl_jax.study import (aggregate, executors, identity as ident, planner, protocol as proto,
                            records, runs, status as study_status)
 
@@ -693,4 +693,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  main()
+  try:
+    main()
+  except errors.UserError as e:  # input that cannot work: one line, no traceback
+    raise SystemExit(f"error: {' '.join(str(e).split())}") from None

@@ -267,6 +267,35 @@ def test_a_run_whose_claim_was_taken_over_is_killed(tmp_path):
   assert claims.holder(spec.workdir, 10)["driver"] == "b"  # its release left b's claim
 
 
+def test_a_cluster_that_refuses_the_drivers_token_is_a_user_error(monkeypatch):
+  """`ray start` turns token authentication on by default (Ray >= 2.59); a driver without
+  RAY_AUTH_MODE=token gets a ConnectionError from ray.init, raised from an
+  AuthenticationError. That says how to connect; any other failure to connect stays as Ray
+  raised it."""
+  ray = pytest.importorskip("ray")
+  from acl_jax import errors  # pylint: disable=import-outside-toplevel
+
+  def refuse(cause):
+    def init(**_):
+      try:
+        raise cause
+      except Exception as e:
+        raise ConnectionError("Failed to connect to Ray cluster at 127.0.0.1:6390") from e
+    return init
+  monkeypatch.setattr(ray, "is_initialized", lambda: False)
+  # As Ray 2.60 raises it: the AuthenticationError's traceback is text in a RuntimeError.
+  as_text = RuntimeError("Failed to connect to GCS. Last connection error: Traceback (most "
+                         "recent call last): ...\nray.exceptions.AuthenticationError: RPC "
+                         "error: InvalidAuthToken: Authentication token is missing")
+  for cause in (as_text, ray.exceptions.AuthenticationError("token missing")):
+    monkeypatch.setattr(ray, "init", refuse(cause))
+    with pytest.raises(errors.UserError, match="RAY_AUTH_MODE=token.*auth_token"):
+      ex.RayExecutor("127.0.0.1:6390").capacity()
+  monkeypatch.setattr(ray, "init", refuse(RuntimeError("Failed to connect to GCS")))
+  with pytest.raises(ConnectionError, match="127.0.0.1:6390"):
+    ex.RayExecutor("127.0.0.1:6390").capacity()
+
+
 # RayExecutor, on a Ray cluster of this machine (loopback) that the module starts and stops.
 
 @pytest.fixture(scope="module")

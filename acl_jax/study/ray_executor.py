@@ -4,6 +4,7 @@ import collections
 import socket
 from collections.abc import Callable
 
+from acl_jax import errors
 from acl_jax.study import claims, slots
 from acl_jax.study.executors import (CLAIMED, ERROR, FINISHED, REPO, Executor, RunResult,
                                      RunSpec, describe, results_written, run_once)
@@ -16,6 +17,18 @@ def run_pinned(spec: RunSpec, driver: str, finished: Callable[[RunSpec], bool],
   with slots.pinned_cores(spec.cpus) as prefix:
     return run_once(spec, driver, finished, lease_s, prefix=prefix)
 
+
+
+def _refused_token(e: BaseException, ray) -> bool:
+  """Whether `e`, or an exception it was raised from, is the cluster refusing this driver's
+  token. Ray 2.60's ray.init raises a ConnectionError from a RuntimeError whose message holds
+  the AuthenticationError's traceback as text."""
+  while e is not None:
+    if (isinstance(e, ray.exceptions.AuthenticationError)
+        or "InvalidAuthToken" in str(e) or "AuthenticationError" in str(e)):
+      return True
+    e = e.__cause__ or e.__context__
+  return False
 
 
 class RayExecutor(Executor):
@@ -51,7 +64,17 @@ class RayExecutor(Executor):
   def _ray(self):
     import ray  # pylint: disable=import-outside-toplevel
     if not ray.is_initialized():
-      ray.init(address=self.address, runtime_env=self.runtime_env, **self.init_kwargs)
+      try:
+        ray.init(address=self.address, runtime_env=self.runtime_env, **self.init_kwargs)
+      except Exception as e:  # pylint: disable=broad-exception-caught
+        if not _refused_token(e, ray):
+          raise
+        raise errors.UserError(
+            f"The Ray cluster at {self.address or 'this machine'} asks for a token (Ray's "
+            "token authentication, on by default for clusters that `ray start` makes since "
+            "Ray 2.59) and this driver sent none or another: set RAY_AUTH_MODE=token here, "
+            "with the cluster's token in ~/.ray/auth_token, RAY_AUTH_TOKEN or "
+            "RAY_AUTH_TOKEN_PATH (`ray get-auth-token` prints it on the head node).") from e
     return ray
 
   @property
