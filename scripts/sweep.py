@@ -523,7 +523,7 @@ def run_stage(stage: int, args) -> None:
   """Trains a stage's runs as the protocol's gates release them, on the executor `args` names
   (`make_executor`: `--workers` runs at a time here, each pinned to its own cores when there
   are several, or a Ray cluster's), planning again after every run. With `--until`, a run
-  starts only if its estimate ends before then."""
+  starts only if its estimate ends before then, the longest of those first."""
   p = args.study
   deadline = parse_until(args.until)
   root = args.root = os.path.abspath(args.root or os.path.join(REPO, "runs", "sweeps"))
@@ -545,23 +545,27 @@ def run_stage(stage: int, args) -> None:
     while True:
       rows = records.read_all()
       ready, _ = study_status.stage_runs(p, stage, rows)
-      # Part-trained runs first: a stop between runs should leave as little half-done.
-      ready.sort(key=lambda r: not provenance.checkpoint_steps(job_of(r, root).workdir))
       rates = study_status.measured_rates(rows)
+      # wall seconds: the machine seconds of a run sharing the machine with the others
+      est = {r.name: args.workers * p.estimate_seconds(r.task, r.method, r.epochs, rates)
+             for r in ready}
+      # Part-trained runs first: a stop between runs should leave as little half-done. Before
+      # a deadline, then the longest that still fit: short runs fill the window's end, where
+      # a long one would no longer start (and would wait for the next window's start).
+      ready.sort(key=lambda r: (not provenance.checkpoint_steps(job_of(r, root).workdir),
+                                0.0 if deadline is None else -est[r.name]))
       for run in ready:
         job = job_of(run, root)
         if job.name in skip:
           continue
-        # wall seconds: the machine seconds of a run sharing the machine with the others
-        est = args.workers * p.estimate_seconds(run.task, run.method, run.epochs, rates)
-        if deadline is not None and time.time() + 1.15 * est > deadline:
+        if deadline is not None and time.time() + 1.15 * est[run.name] > deadline:
           continue
         try:
           spec = prepare(job, args, records.path_of(job.sweep),
                          {r["run"] for r in rows.get(job.sweep, [])},
                          ident.recorded_elsewhere(job.sweep, rows, REPO),
                          args.keep_checkpoints,
-                         f"[{job.sweep}, ~{est / 60:.0f} min]")
+                         f"[{job.sweep}, ~{est[run.name] / 60:.0f} min]")
         except SystemExit:
           spec = None
           print(f"  {job.name}: not retried by this process", flush=True)
@@ -624,8 +628,8 @@ def main(argv=None):
                   help="--executor ray: the cluster (host:port, ray://host:port or auto; "
                   "default: one on this machine, else a new one)")
   ap.add_argument("--until", default="",
-                  help="--stage: start a run only if its estimate ends before then (HH:MM, or "
-                  "seconds from now)")
+                  help="--stage: start a run only if its estimate ends before then, the longest "
+                  "that fit first (HH:MM, or seconds from now)")
   ap.add_argument("--records", default="",
                   help="--stage, --status: the folder of the study's records (default "
                   "results/records, or $ACL_JAX_RECORDS)")

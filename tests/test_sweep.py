@@ -406,6 +406,42 @@ def test_a_stage_run_starts_only_if_it_ends_before_until(tmp_path, monkeypatch, 
   assert "rte: waits on the lr grid" in out
 
 
+def test_before_a_deadline_the_longest_run_that_fits_starts_first(tmp_path, monkeypatch):
+  """The lr grids of RTE (estimated 6.5 min a run) and MR (8 min) are released together, RTE's
+  first. Without --until they train in that order; with it, the longest run that still ends
+  in time starts first, and a run that would not end in time never starts."""
+  records = sweep.records
+  p = dataclasses.replace(PAPERS, diagnostics=(), stages={1: PAPERS.stages[1]}, arms={},
+                          rules={}, lr_from={}, comparisons=(
+                              proto.Comparison("acl", "rte", "acl", "ce", "noninferior"),
+                              proto.Comparison("gloss", "mr", "gloss", "ce", "superior")))
+  assert p.estimate_seconds("rte", "ce", 3) < p.estimate_seconds("mr", "ce", 3)
+
+  def first_runs(until):
+    started = []
+    inner = _fake_protocol_train([], lambda *a: 0.5)
+
+    def call(cmd, **kw):
+      started.append(os.path.basename(cmd[cmd.index("--workdir") + 1]))
+      return inner(cmd, **kw)
+    root = tmp_path / f"until{until or 'none'}"
+    monkeypatch.setattr(records, "RECORDS", str(root / "records"))
+    monkeypatch.setattr(sweep.executors, "call", _with_cpu(call))
+    ready, _ = study_status.stage_runs(p, 1, records.read_all())
+    assert [r.task for r in ready[:2]] == ["rte", "rte"]  # the planner's order
+    args = _args(tmp_path, root=str(root / "runs"), dry_run=False, workers=1, until=until,
+                 keep_checkpoints=False, compile_cache="none", study=p)
+    sweep.run_stage(1, args)
+    return started
+  assert first_runs("")[0] == "task=rte,method=ce,optim.lr=2e-5,seed=0"
+  assert first_runs("86000")[0] == "task=mr,method=ce,optim.lr=2e-5,seed=0"
+  # 500 s: RTE's 390 s (with the 15% margin, 449 s) fits, MR's 480 s does not
+  short = first_runs("500")
+  assert short[:2] == ["task=rte,method=ce,optim.lr=2e-5,seed=0",
+                       "task=rte,method=ce,optim.lr=5e-5,seed=0"]
+  assert not any("task=mr" in r for r in short)
+
+
 def test_preset_grid_points_are_the_presets():
   """The protocol's presets (grid points that train the preset run) agree with
   configs/common.py."""
