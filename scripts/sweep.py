@@ -375,6 +375,7 @@ def run_spec(job: Job, args, record: str, keep_checkpoints: bool) -> executors.R
   ray = getattr(args, "executor", "local") == "ray"
   return executors.RunSpec(
       job.name, tuple(_command(job, args.extra)), claims_in, cwd=REPO, env=child_env(args),
+      cpus=RAY_TASK_CPUS if ray else 1.0,
       log=os.path.join(job.workdir, log_name(args.extra)),
       steps=RunSteps(job, record or "", keep_checkpoints, tuple(args.extra),
                      1 if ray else getattr(args, "workers", 1) or 1))
@@ -519,6 +520,22 @@ def parse_until(text: str) -> float | None:
   return time.time() + float(text)
 
 
+# The cores a run asks a Ray cluster for.
+RAY_TASK_CPUS = 1.0
+
+
+def wall_per_machine_s(args) -> float:
+  """A run's wall seconds per second of the estimates (`Protocol.estimate_seconds`: seconds of
+  this whole machine): this machine's cores over the cores the run gets. `--workers` runs
+  share the cores here; a Ray task gets RAY_TASK_CPUS of a node, taken to be like this
+  machine."""
+  if getattr(args, "executor", "local") == "ray":
+    cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+             else os.cpu_count() or 1)
+    return max(1.0, cores / RAY_TASK_CPUS)
+  return float(getattr(args, "workers", 1) or 1)
+
+
 def run_stage(stage: int, args) -> None:
   """Trains a stage's runs as the protocol's gates release them, on the executor `args` names
   (`make_executor`: `--workers` runs at a time here, each pinned to its own cores when there
@@ -532,7 +549,8 @@ def run_stage(stage: int, args) -> None:
     ready, waiting = study_status.stage_runs(p, stage, rows)
     rates = study_status.measured_rates(rows)
     for run in ready:
-      est = args.workers * p.estimate_seconds(run.task, run.method, run.epochs, rates)
+      est = wall_per_machine_s(args) * p.estimate_seconds(run.task, run.method, run.epochs,
+                                                           rates)
       print(f"{run.sweep}: {run.name} (~{est / 60:.0f} min): {' '.join(run.sets)}")
     for task, what in waiting.items():
       print(f"{task}: waits on {what}")
@@ -546,9 +564,8 @@ def run_stage(stage: int, args) -> None:
       rows = records.read_all()
       ready, _ = study_status.stage_runs(p, stage, rows)
       rates = study_status.measured_rates(rows)
-      # wall seconds: the machine seconds of a run sharing the machine with the others
-      est = {r.name: args.workers * p.estimate_seconds(r.task, r.method, r.epochs, rates)
-             for r in ready}
+      est = {r.name: wall_per_machine_s(args) * p.estimate_seconds(r.task, r.method, r.epochs,
+                                                                   rates) for r in ready}
       # Part-trained runs first: a stop between runs should leave as little half-done. Before
       # a deadline, then the longest that still fit: short runs fill the window's end, where
       # a long one would no longer start (and would wait for the next window's start).

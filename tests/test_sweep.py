@@ -442,6 +442,26 @@ def test_before_a_deadline_the_longest_run_that_fits_starts_first(tmp_path, monk
   assert not any("task=mr" in r for r in short)
 
 
+def test_a_runs_wall_time_is_its_machine_time_over_its_share_of_the_cores(tmp_path, monkeypatch,
+                                                                         capsys):
+  """The estimates are seconds of this whole machine; `--until` and the dry run's minutes
+  count wall time: that times this machine's cores over the cores a run gets, a share of
+  them under --workers, one under Ray (on a node taken to be like this machine)."""
+  monkeypatch.setattr(sweep.records, "RECORDS", str(tmp_path / "records"))
+  monkeypatch.setattr(sweep.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+  p = dataclasses.replace(PAPERS, prior_epoch_s={k: 600 for k in PAPERS.prior_epoch_s})
+  minutes = {}
+  for executor, workers in (("local", 1), ("local", 2), ("ray", 1)):
+    args = _args(tmp_path, root=str(tmp_path / "runs"), dry_run=True, workers=workers,
+                 until="", executor=executor, study=p)
+    sweep.run_stage(1, args)
+    line = next(x for x in capsys.readouterr().out.splitlines()
+                if x.startswith("lr: task=rte,method=ce,optim.lr=2e-5,seed=0 "))
+    minutes[executor, workers] = line.split("(~")[1].split(" min")[0]
+  assert minutes == {("local", 1): "31", ("local", 2): "62", ("ray", 1): "124"}
+  assert sweep.wall_per_machine_s(_args(tmp_path, executor="ray", workers=2)) == 4.0
+
+
 def test_preset_grid_points_are_the_presets():
   """The protocol's presets (grid points that train the preset run) agree with
   configs/common.py."""
