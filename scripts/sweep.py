@@ -264,6 +264,7 @@ def post_steps(job: Job, call=_local_call, workers: int = 1) -> int:
     if not has_weights(wd):
       print(f"  {wd} has no checkpoints left for: {' '.join(cmd[2:])}", flush=True)
       return 1
+    records.begin_attempt(wd)  # an eval stopped with its runner leaves it open: lost
     t0 = time.time()
     with open(os.path.join(wd, "eval.log"), "a") as log:
       rc, cpu = call(cmd, stdout=log, stderr=subprocess.STDOUT)
@@ -334,6 +335,8 @@ class RunSteps(executors.Steps):
 
   def before(self, spec):
     if provenance.run_finished(self.job.workdir):
+      # an attempt stopped after train.py finished, before its time was added, is lost
+      records.end_lost_attempt(self.job.workdir)
       return False
     records.begin_attempt(self.job.workdir)
     return True
@@ -378,7 +381,7 @@ def run_spec(job: Job, args, record: str, keep_checkpoints: bool) -> executors.R
       cpus=RAY_TASK_CPUS if ray else 1.0,
       log=os.path.join(job.workdir, log_name(args.extra)),
       steps=RunSteps(job, record or "", keep_checkpoints, tuple(args.extra),
-                     1 if ray else getattr(args, "workers", 1) or 1))
+                     round(wall_per_machine_s(args))))
 
 
 def prepare(job: Job, args, record: str | None, done: set, elsewhere: dict,
@@ -466,6 +469,10 @@ def drive(runner: executors.Executor, next_spec, keep_going: bool = True,
         ended.add(res.identity)
         took = f" in {res.wall_s:.0f} s{where}" if res.status == executors.RAN else ""
         print(f"  {res.identity}: {res.status}{took}", flush=True)
+      elif res.status == executors.LATE:  # queued past its latest start: not this driver's
+        ended.add(res.identity)
+        print(f"  {res.identity}: {res.status} ({res.detail}); left for a later window",
+              flush=True)
       elif res.status in (executors.CLAIMED, executors.LOST):
         print(f"  {res.identity}: {res.status} ({res.detail}); waiting for its row", flush=True)
         held.add(res.identity)
@@ -589,6 +596,8 @@ def run_stage(stage: int, args) -> None:
         if spec is None:  # recorded meanwhile, taken from another record, or refused
           declined.add(job.name)
           break
+        if deadline is not None:  # not started by then (queued on a busy cluster): LATE
+          spec = dataclasses.replace(spec, start_by=deadline - 1.15 * est[run.name])
         return spec
       else:
         return None
@@ -642,8 +651,8 @@ def main(argv=None):
                   help="where runs train: this machine, or a Ray cluster's nodes (one task "
                   "each); any number of drivers may share the runs (claims in their workdirs)")
   ap.add_argument("--address", default="",
-                  help="--executor ray: the cluster (host:port, ray://host:port or auto; "
-                  "default: one on this machine, else a new one)")
+                  help="--executor ray: the cluster (host:port, ray://host:port, or auto: the "
+                  "one `ray start` made here; default: a new one on this machine)")
   ap.add_argument("--until", default="",
                   help="--stage: start a run only if its estimate ends before then, the longest "
                   "that fit first (HH:MM, or seconds from now)")

@@ -296,6 +296,23 @@ def test_a_cluster_that_refuses_the_drivers_token_is_a_user_error(monkeypatch):
     ex.RayExecutor("127.0.0.1:6390").capacity()
 
 
+def test_without_an_address_the_driver_starts_its_own_cluster(monkeypatch):
+  """No address: a new cluster here, without the dashboard's processes, never one that
+  ray.init would look up on this machine (a stopped cluster's address, left behind, hangs
+  it). "auto" joins the one `ray start` made here."""
+  ray = pytest.importorskip("ray")
+  inits = []
+  monkeypatch.setattr(ray, "is_initialized", lambda: bool(inits))
+  monkeypatch.setattr(ray, "init", lambda **kw: inits.append(kw))
+  monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})
+  assert ex.RayExecutor().capacity() == 2
+  inits2 = inits[:]
+  inits.clear()
+  ex.RayExecutor("auto").capacity()
+  assert [(k["address"], k.get("include_dashboard")) for k in inits2 + inits] == [
+      ("local", False), ("auto", None)]
+
+
 # RayExecutor, on a Ray cluster of this machine (loopback) that the module starts and stops.
 
 @pytest.fixture(scope="module")
@@ -325,6 +342,25 @@ def test_ray_executor_gives_the_local_executors_outputs(ray_address, tmp_path):
   assert all(r.wall_s > 0 and r.cpu_s > 0 and r.host for r in res)
   assert outputs(remote) == outputs(local)
   assert [r.status for r in ex.RayExecutor(ray_address).run(remote, DONE)] == [ex.FINISHED] * 4
+
+
+def test_a_run_queued_past_its_latest_start_does_not_start(ray_address, tmp_path):
+  """Three 3-second runs on a 2-CPU cluster: the third waits in Ray's queue for a core,
+  past its `start_by`, and ends LATE without running or claiming its workdir. Here, a run
+  handed out after its `start_by` does the same."""
+  root = str(tmp_path / "ray")
+  first, second, third = tiny_specs(root, n=3, sleep=3.0)
+  third = dataclasses.replace(third, start_by=time.time() + 1.5)
+  res = {r.identity: r for r in ex.RayExecutor(ray_address).run([first, second, third], DONE)}
+  assert [res[s.identity].status for s in (first, second)] == [ex.RAN, ex.RAN]
+  assert res["run2"].status == ex.LATE and not res["run2"].ok
+  assert "after its latest start" in res["run2"].detail
+  assert log_counts(root)["start"] == {"run0": 1, "run1": 1}
+  assert not os.path.exists(third.workdir)
+  here = dataclasses.replace(tiny_specs(str(tmp_path / "here"), n=1)[0], start_by=time.time())
+  time.sleep(0.01)
+  (late,) = ex.LocalExecutor(slots=1).run([here], DONE)
+  assert late.status == ex.LATE and not os.path.exists(here.workdir)
 
 
 def test_two_ray_drivers_at_once_run_each_spec_once(ray_address, tmp_path):

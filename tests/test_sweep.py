@@ -4,6 +4,7 @@ import json
 import math
 import os
 import socket
+import time
 
 import numpy as np
 import pytest
@@ -442,6 +443,58 @@ def test_before_a_deadline_the_longest_run_that_fits_starts_first(tmp_path, monk
   assert not any("task=mr" in r for r in short)
 
 
+def test_a_run_that_started_too_late_is_left_not_failed(tmp_path, capsys):
+  """A run that an executor reports LATE (queued past its latest start before --until) is
+  not a failure, and this driver does not hand it out again."""
+  spec = sweep.executors.RunSpec("task=rte,method=ce,seed=0", ("true",), str(tmp_path))
+
+  class Late:  # an executor whose every run was queued too long
+    def __init__(self):
+      self.out = []
+
+    def capacity(self, cpus=1.0):
+      return 2
+
+    def submit(self, s, finished=None):
+      self.out.append(s)
+
+    def wait(self, timeout=None):
+      s = self.out.pop()
+      return sweep.executors.RunResult(s.identity, sweep.executors.LATE, detail="9 s after")
+
+    def close(self):
+      pass
+  handed = []
+
+  def next_spec(skip):
+    handed.append(set(skip))
+    return None if spec.identity in skip else spec
+  assert sweep.drive(Late(), next_spec) == set()
+  assert len(handed) == 3  # handed out once; then skipped
+  assert "task=rte,method=ce,seed=0: not started: too late (9 s after); left" in (
+      capsys.readouterr().out)
+
+
+def test_a_stage_run_handed_out_before_until_must_start_in_time_to_end_by_it(tmp_path,
+                                                                             monkeypatch):
+  monkeypatch.setattr(sweep.records, "RECORDS", str(tmp_path / "records"))
+  handed = []
+  monkeypatch.setattr(sweep, "drive", lambda runner, next_spec, keep_going: handed.append(
+      next_spec(set())))
+  for until in ("", "7200"):
+    args = _args(tmp_path, root=str(tmp_path / "runs"), dry_run=False, workers=2, until=until,
+                 keep_checkpoints=False, compile_cache="none", study=PAPERS)
+    t0 = time.time()
+    sweep.run_stage(1, args)
+  ready, _ = study_status.stage_runs(PAPERS, 1, {})
+  est = {r.name: 2 * PAPERS.estimate_seconds(r.task, r.method, r.epochs) for r in ready}
+  longest = max(est, key=est.get)
+  assert handed[0].start_by is None and handed[0].identity == ready[0].name
+  assert handed[1].identity == longest != ready[0].name
+  assert t0 + 7200 - 1.15 * est[longest] - 1 <= handed[1].start_by <= (
+      time.time() + 7200 - 1.15 * est[longest])
+
+
 def test_a_runs_wall_time_is_its_machine_time_over_its_share_of_the_cores(tmp_path, monkeypatch,
                                                                          capsys):
   """The estimates are seconds of this whole machine; `--until` and the dry run's minutes
@@ -532,6 +585,42 @@ def test_an_attempt_stopped_with_its_runner_marks_the_timing_incomplete(tmp_path
   row = records.row_from_run(wd, "s", {"task": "rte", "method": "ce", "seed": "0"})
   assert row["timing_incomplete"] and row["seconds"] == 15.0
   assert study_status.measured_rates({"s": [{**row, "budget": {"num_epochs": 3}}]}) == {}
+
+
+def test_a_runner_stopped_after_training_or_during_an_eval_leaves_the_time_incomplete(tmp_path):
+  """A runner killed after train.py wrote results.json but before the attempt's time was
+  added, or while an eval.py post step ran: the successor finds the run finished, and its row
+  says the time is incomplete, so the estimates leave it out. Whole, it does not."""
+  records = sweep.records
+  rows = {}
+  for case in ("whole", "after training", "during an eval"):
+    wd = str(tmp_path / case.replace(" ", "_"))
+    job = sweep.Job({"task": "rte", "method": "ce", "seed": "0"}, "configs/glue.py:rte,ce", [],
+                    wd, "s", latest="test" if case == "during an eval" else "")
+    steps = sweep.RunSteps(job, str(tmp_path / f"{case}.jsonl"), keep_checkpoints=True)
+    os.makedirs(wd)
+    assert steps.before(None)  # the attempt opens
+    _fake_train([])(sweep._command(job, []))  # pylint: disable=protected-access
+    if case != "after training":
+      records.add_time(wd, 10.0, 2, attempt=True, cpu=8.0)
+    if case == "during an eval":
+      records.begin_attempt(wd)  # post_steps opened the eval; its runner died in it
+    assert not steps.before(None)  # the successor: finished, nothing to train
+    rows[case] = records.row_from_run(wd, "s", job.record_settings, job.config)
+  assert "timing_incomplete" not in rows["whole"] and rows["whole"]["seconds"] == 10.0
+  assert rows["after training"]["timing_incomplete"] and rows["after training"]["seconds"] == 0
+  assert rows["during an eval"]["timing_incomplete"]
+  assert study_status.measured_rates({"s": [{**r, "budget": {"num_epochs": 3}}
+                                            for r in rows.values()]}) == {
+      ("rte", "ce"): study_status.machine_seconds(rows["whole"]) / 3}  # the whole run's alone
+  # a run train.py finished outside the sweep: only its evaluations are timed here
+  wd = str(tmp_path / "outside")
+  job = sweep.Job({"task": "rte", "method": "ce", "seed": "0"}, "configs/glue.py:rte,ce", [],
+                  wd, "s")
+  _fake_train([])(sweep._command(job, []))  # pylint: disable=protected-access
+  records.begin_attempt(wd)
+  records.add_time(wd, 3.0, 1, cpu=2.0)
+  assert records.row_from_run(wd, "s", job.record_settings, job.config)["timing_incomplete"]
 
 
 def test_a_preset_grid_point_recorded_in_stage1_is_not_work_left():

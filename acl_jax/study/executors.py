@@ -50,6 +50,7 @@ FINISHED = "finished"  # finished before (`finished(spec)`); nothing ran
 CLAIMED = "claimed elsewhere"  # another live owner holds the run's claim
 LOST = "claim lost"  # the run stalled past its lease, was taken over and killed
 ERROR = "error"  # the command could not start, or the executor failed it
+LATE = "not started: too late"  # it would have started after its `start_by`
 # RunResult.detail of a run whose `Steps.before` said its command need not run.
 NOT_NEEDED = "command not needed"
 
@@ -73,6 +74,9 @@ class RunSpec:
     resources: custom Ray resources, e.g. {"TPU": 4} (Ray sets TPU_VISIBLE_CHIPS).
     steps: what the run does around its command (`Steps`), under its claim; None: the
       command alone. Pickled to the node on Ray.
+    start_by: the latest time (time.time()) the command may start, e.g. for a run that must
+      end before a deadline; a run that waits longer (queued on a busy cluster) does not
+      start and ends LATE. None: any time.
   """
   identity: str
   argv: tuple[str, ...]
@@ -84,6 +88,7 @@ class RunSpec:
   gpus: float = 0.0
   resources: Mapping[str, float] = dataclasses.field(default_factory=dict)
   steps: "Steps | None" = None
+  start_by: float | None = None
 
   def __post_init__(self):
     object.__setattr__(self, "argv", tuple(self.argv))
@@ -94,10 +99,10 @@ class RunSpec:
 
 @dataclasses.dataclass(frozen=True)
 class RunResult:
-  """How a run ended: `status` (RAN, FINISHED, CLAIMED, LOST, ERROR); for a run that ran, its
-  exit code, wall and CPU seconds (user + system, its whole process tree: what it costs
-  whatever else shares the machine) and the host it ran on; `detail` says more (the claim's
-  holder, an error)."""
+  """How a run ended: `status` (RAN, FINISHED, CLAIMED, LOST, ERROR, LATE); for a run that
+  ran, its exit code, wall and CPU seconds (user + system, its whole process tree: what it
+  costs whatever else shares the machine) and the host it ran on; `detail` says more (the
+  claim's holder, an error)."""
   identity: str
   status: str
   returncode: int | None = None
@@ -193,6 +198,9 @@ def run_once(spec: RunSpec, driver: str, finished: Callable[[RunSpec], bool],
   host = socket.gethostname()
   if finished(spec):
     return RunResult(spec.identity, FINISHED, host=host)
+  if spec.start_by is not None and time.time() > spec.start_by:
+    return RunResult(spec.identity, LATE, host=host,
+                     detail=f"{time.time() - spec.start_by:.0f} s after its latest start")
   os.makedirs(spec.workdir, exist_ok=True)
   claim = claims.try_claim(spec.workdir, driver, lease_s, run=spec.identity)
   if claim is None:

@@ -42,8 +42,10 @@ class RayExecutor(Executor):
   (`runtime_env`'s PYTHONPATH), and `finished` reads the workdirs from the nodes.
 
   Args:
-    address: the cluster: None (one found on this machine, else a new local one), "auto"
-      (one found on this machine), "host:port" or "ray://host:port" (Ray Client).
+    address: the cluster: None (a new one on this machine, for this driver, without Ray's
+      dashboard), "auto" (the one `ray start` made on this machine), "host:port" or
+      "ray://host:port" (Ray Client). None never joins a cluster found on this machine: a
+      stopped one's address, left behind, would hang the connection.
     lease_s, driver: as Executor's.
     runtime_env: the tasks' Ray runtime environment when this executor connects; default
       {"env_vars": {"PYTHONPATH": <this checkout>}}. Ignored when Ray is already initialised.
@@ -64,8 +66,11 @@ class RayExecutor(Executor):
   def _ray(self):
     import ray  # pylint: disable=import-outside-toplevel
     if not ray.is_initialized():
+      kwargs = dict(self.init_kwargs)
+      if self.address is None:
+        kwargs.setdefault("include_dashboard", False)
       try:
-        ray.init(address=self.address, runtime_env=self.runtime_env, **self.init_kwargs)
+        ray.init(address=self.address or "local", runtime_env=self.runtime_env, **kwargs)
       except Exception as e:  # pylint: disable=broad-exception-caught
         if not _refused_token(e, ray):
           raise

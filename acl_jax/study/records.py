@@ -233,7 +233,9 @@ def row_from_run(workdir: str, sweep: str, settings: dict, config: str = "",
     row["workers"] = spent.get("workers", 1)
     if spent.get("spans"):  # when each timed step ended: a copied timing shows in them
       row["time_spans"] = spent["spans"]
-    if spent.get("lost"):  # an attempt stopped with its runner: these times are too low
+    # an attempt or eval stopped with its runner, one still open, or training not timed here
+    # (a run that train.py finished outside the sweep): these times are too low
+    if spent.get("lost") or spent.get("open") or not spent.get("attempts"):
       row["timing_incomplete"] = True
     row["timed_on"] = machine()
   row["train"] = train
@@ -255,22 +257,29 @@ def add_time(workdir: str, seconds: float, workers: int = 1, attempt: bool = Fal
     spent["cpu_seconds"] = spent.get("cpu_seconds", 0.0) + cpu
     spent["cpu_attempts"] = spent.get("cpu_attempts", 0) + int(attempt)
   spent["attempts"] += int(attempt)
-  if attempt:
-    spent["open"] = False
+  spent["open"] = False  # the open step's time is in
   spent["workers"] = workers
   provenance.write_atomic(path, json.dumps(spent))
 
 
 def begin_attempt(workdir: str) -> None:
-  """Marks a train.py attempt as started; one still open when the next begins was stopped
-  with its runner before its time was added (`lost`), so the run's time is incomplete."""
-  path = os.path.join(workdir, RUN_TIME)
+  """Marks a timed step (a train.py attempt, a post step's eval.py) as started, until
+  `add_time` adds its time (`end_lost_attempt` first)."""
+  end_lost_attempt(workdir)
   spent = runs.read_timing(workdir) or {"seconds": 0.0, "attempts": 0}
   spent["run"] = runs.folder_name(workdir)
-  if spent.get("open"):
-    spent["lost"] = spent.get("lost", 0) + 1
   spent["open"] = True
-  provenance.write_atomic(path, json.dumps(spent))
+  provenance.write_atomic(os.path.join(workdir, RUN_TIME), json.dumps(spent))
+
+
+def end_lost_attempt(workdir: str) -> None:
+  """A step still open was stopped with its runner before its time was added: it is counted
+  as `lost` (the run's time is incomplete) and closed."""
+  spent = runs.read_timing(workdir)
+  if spent and spent.get("open"):
+    spent["lost"] = spent.get("lost", 0) + 1
+    spent["open"] = False
+    provenance.write_atomic(os.path.join(workdir, RUN_TIME), json.dumps(spent))
 
 
 def _torn(line: bytes) -> bool:
