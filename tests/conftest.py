@@ -12,6 +12,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # its own and each parallel region waits at its barrier for the one the other worker holds
 # (the t-SNE plot test's gradient steps took 25 s instead of 0.25 s beside a busy worker).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The Ray tests pin their runs to cores by locks of their own (acl_jax/study/slots.py), not
+# the host's, which a study's sweep on this machine holds while it trains.
+os.environ.setdefault("ACL_JAX_CORE_LOCKS", tempfile.mkdtemp(prefix="acl-jax-test-cores"))
 # The suite's models are tiny, so it spends most of its time in XLA:CPU's compiler, and most
 # of that in LLVM. At optimisation level 0 with LLVM's expensive passes off it compiles much
 # faster (BENCHMARKS.md, "The test suite's duration"), and the slower code costs little at

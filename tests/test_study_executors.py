@@ -171,15 +171,19 @@ def test_local_slots_give_each_run_its_accelerators_and_cores(monkeypatch):
 
 
 @pytest.mark.skipif(shutil.which("taskset") is None, reason="pins with taskset (util-linux)")
-def test_a_ray_tasks_run_holds_cores_of_its_own(monkeypatch, tmp_path):
+def test_a_ray_tasks_run_holds_cores_of_its_own(monkeypatch, tmp_path, capsys):
   """pinned_cores: runs of 2 cores on a 4-core host hold disjoint groups while they run; a
-  third waits on no group and runs unpinned; a group is free again once its run ends."""
+  third waits on no group and runs unpinned, saying so; a group is free again once its run
+  ends. The locks live in $ACL_JAX_CORE_LOCKS (the suite's own: conftest.py)."""
   monkeypatch.setattr(os, "sched_getaffinity", lambda _: {0, 1, 2, 3}, raising=False)
   folder = str(tmp_path / "cores")
-  with slots.pinned_cores(2, folder) as a, slots.pinned_cores(1.5, folder) as b:
+  monkeypatch.setenv("ACL_JAX_CORE_LOCKS", folder)
+  with slots.pinned_cores(2) as a, slots.pinned_cores(1.5, folder) as b:
     assert a == ["taskset", "-c", "0,1"] and b == ["taskset", "-c", "2,3"]
+    assert sorted(os.listdir(folder)) == ["0-1.lock", "2-3.lock"]
     with slots.pinned_cores(2, folder) as c:
       assert c == []
+    assert "this run is not pinned" in capsys.readouterr().err
   with slots.pinned_cores(2, folder) as again:
     assert again == ["taskset", "-c", "0,1"]
   with slots.pinned_cores(1, folder) as one:

@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Mapping
 
 
@@ -85,11 +86,15 @@ def local_slots(n: int | None = None) -> list[Slot]:
   return [Slot(env, tuple(pin)) for env, pin in zip(envs, pins)]
 
 
-CORE_LOCKS = os.path.join(os.environ.get("TMPDIR", "/tmp"), "acl-jax-cores")
+def core_locks() -> str:
+  """The folder of this host's core locks: $ACL_JAX_CORE_LOCKS, else acl-jax-cores in the
+  temporary folder. Processes that share one share the cores (the test suite has its own)."""
+  return os.environ.get("ACL_JAX_CORE_LOCKS") or os.path.join(
+      os.environ.get("TMPDIR", "/tmp"), "acl-jax-cores")
 
 
 @contextlib.contextmanager
-def pinned_cores(cpus: float, folder: str = CORE_LOCKS):
+def pinned_cores(cpus: float, folder: str | None = None):
   """Cores of this host held for one run of `cpus` cores, as a command prefix: ["taskset",
   "-c", "<cores>"] while held, [] where no group is free (or the host has no taskset).
 
@@ -97,14 +102,17 @@ def pinned_cores(cpus: float, folder: str = CORE_LOCKS):
   thread pool, and so how it splits some reductions (the gate's dot products), by the cores
   a process may run on. Pinned like LocalExecutor's slots, a run sees the same cores, and
   trains to the same bits, under either executor. The host's cores are cut into groups of
-  ceil(cpus); a run holds one by an flock on a file of this host's own (`folder`), released
-  when it ends or dies.
+  ceil(cpus); a run holds one by an flock on a file of this host's own (`folder`, default
+  `core_locks()`), released when it ends or dies. Where every group is held (more runs
+  than the host's groups, e.g. two clusters on one host), the run is not pinned and says so
+  on stderr.
   """
   cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
   width = max(1, math.ceil(cpus))
   if not cores or width >= len(cores) or shutil.which("taskset") is None:
     yield []
     return
+  folder = folder or core_locks()
   os.makedirs(folder, exist_ok=True)
   for group in _split(cores, len(cores) // width):
     path = os.path.join(folder, "-".join(map(str, group)) + ".lock")
@@ -120,4 +128,6 @@ def pinned_cores(cpus: float, folder: str = CORE_LOCKS):
       fcntl.flock(fd, fcntl.LOCK_UN)
       os.close(fd)
     return
+  print(f"every group of {width} cores in {folder} is held: this run is not pinned, and may "
+        "end a few bits from a pinned one", file=sys.stderr, flush=True)
   yield []
