@@ -74,8 +74,10 @@ def summary(tests: list[Test]) -> str:
   survive = [t for t in decided if kept[t.name]]
   if not tests:
     return "*pending*: no registered comparison is decided.\n"
-  return (f"Of {len(decided)} decided verdicts among {len(tests)} registered comparisons, "
-          f"{len(survive)} survive a Holm correction over all {len(tests)} (family-wise "
+  verb = "survives" if len(survive) == 1 else "survive"
+  return (f"Of {len(decided)} decided verdicts among the {len(tests)} registered comparisons "
+          "with a verdict so far, "
+          f"{len(survive)} {verb} a Holm correction over all {len(tests)} (family-wise "
           f"{100 * ALPHA:g}% one-sided): {', '.join(t.name for t in survive) or 'none'}.\n")
 
 

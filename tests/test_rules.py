@@ -143,8 +143,8 @@ def test_holm_step_down_and_the_p_of_a_verdict():
   # stops the step-down, and b after it fails too
   wider = holm.holm(tests + [holm.Test(f"n{i}", "inconclusive", 1.0) for i in range(4)])
   assert (wider["a"], wider["c"], wider["b"]) == (True, False, False)
-  assert holm.summary(tests).startswith("Of 3 decided verdicts among 4 registered comparisons, "
-                                        "3 survive")
+  assert holm.summary(tests).startswith("Of 3 decided verdicts among the 4 registered "
+                                        "comparisons with a verdict so far, 3 survive")
   from scipy import stats
   v = p.verdict([1.0, 1.2, 0.8], "superior", 0.0, 1)  # mean 1, sd 0.2
   t = 1.0 / (0.2 / math.sqrt(3))
@@ -163,6 +163,8 @@ def test_holm_step_down_and_the_p_of_a_verdict():
   assert (holm.p_below(same, 2.0), holm.p_below(same, 1.0)) == (0.0, 1.0)
   assert holm.table([]) == holm.summary([]) == "*pending*: no registered comparison is decided.\n"
   assert holm.summary([holm.Test("d", "inconclusive", 1.0)]).endswith(": none.\n")
+  assert ", 1 survives a Holm" in holm.summary([holm.Test("a", "beats", 0.001),
+                                                 holm.Test("d", "inconclusive", 1.0)])
   # "within the margin, lower" asserts non-inferiority: above minus the margin.
   y = p.verdict([-1.0, -1.1, -0.9], "noninferior", 2.0, 1)  # mean -1, sd 0.1
   assert y.word == "within the margin, lower" and holm.p_of(y, "noninferior", 2.0) == \
