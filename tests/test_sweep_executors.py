@@ -15,8 +15,9 @@ from acl_jax.study import records
 from scripts import sweep
 from tests import helpers
 
-# Stands in for train.py, as a real process (Ray runs it): after --config.fake_sleep seconds,
-# writes what train.py writes of a finished run (config.json, metrics.jsonl, a checkpoint,
+# Stands in for train.py, as a real process (Ray runs it): after --config.fake_sleep seconds
+# (and while a file <root>/hold exists, up to 2 minutes), writes what train.py writes of a
+# finished run (config.json, metrics.jsonl, a checkpoint,
 # results.json with its scores and params hash, all from the run's flags), and appends
 # "start <run>" and "end <run>" to <root>/trains.log, one O_APPEND write each.
 FAKE_TRAIN = """
@@ -31,6 +32,9 @@ def note(what):
   os.write(fd, f"{what} {os.path.basename(wd)}\\n".encode())
   os.close(fd)
 note("start")
+t0 = time.time()
+while os.path.exists(os.path.join(os.path.dirname(wd), "hold")) and time.time() < t0 + 120:
+  time.sleep(0.05)
 time.sleep(float(flags.get("fake_sleep", 0)))
 digest = hashlib.sha256(json.dumps(flags, sort_keys=True).encode()).hexdigest()
 acc = int(digest[:4], 16) / 65536
@@ -144,11 +148,14 @@ def test_a_killed_driver_started_again_records_each_run_once(kind, request, fake
                                                             tmp_path):
   """A driver SIGKILLed while its runs train (their train.py processes die with it): started
   again, it takes over their stale claims, and every run is trained to its end and recorded
-  once."""
+  once. The first driver's runs are held until it is killed, however slowly the second
+  starts on a loaded machine."""
   address = request.getfixturevalue("ray_address") if kind == "ray" else ""
   record, root = tmp_path / "r.jsonl", tmp_path / "runs"
   argv = sweep_argv(root, record, "--executor", kind, "--address", address, "--workers", "2",
-                    sleep=3.0)
+                    sleep=1.0)
+  root.mkdir()
+  (root / "hold").touch()
   driver = start_driver(fake_train, argv)
   deadline = time.time() + 120
   while sum(trains(root)["start"].values()) < 2:
@@ -158,6 +165,7 @@ def test_a_killed_driver_started_again_records_each_run_once(kind, request, fake
   driver.wait()
   killed = trains(root)["start"]
   assert not trains(root)["end"]
+  (root / "hold").unlink()
   again = start_driver(fake_train, argv)
   out = again.communicate(timeout=240)[0]
   assert again.returncode == 0, out
