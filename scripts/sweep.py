@@ -76,7 +76,7 @@ import time
 
 from acl_jax import errors, provenance  # light: no jax
 from acl_jax.study import (aggregate, executors, identity as ident, planner, protocol as proto,
-                           records, runs, status as study_status)
+                           records, runs, slots, status as study_status)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN, EVAL = os.path.join(REPO, "train.py"), os.path.join(REPO, "eval.py")
@@ -375,10 +375,9 @@ def run_spec(job: Job, args, record: str, keep_checkpoints: bool) -> executors.R
   claims_in = job.workdir
   if primary(args.extra) is not True:
     claims_in = os.path.join(job.workdir, ".process", log_name(args.extra))
-  ray = getattr(args, "executor", "local") == "ray"
   return executors.RunSpec(
       job.name, tuple(_command(job, args.extra)), claims_in, cwd=REPO, env=child_env(args),
-      cpus=RAY_TASK_CPUS if ray else 1.0,
+      cpus=RAY_TASK_CPUS,  # what Ray schedules by; the local executor's slots ignore it
       log=os.path.join(job.workdir, log_name(args.extra)),
       steps=RunSteps(job, record or "", keep_checkpoints, tuple(args.extra),
                      round(wall_per_machine_s(args))))
@@ -537,9 +536,7 @@ def wall_per_machine_s(args) -> float:
   share the cores here; a Ray task gets RAY_TASK_CPUS of a node, taken to be like this
   machine."""
   if getattr(args, "executor", "local") == "ray":
-    cores = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-             else os.cpu_count() or 1)
-    return max(1.0, cores / RAY_TASK_CPUS)
+    return max(1.0, len(slots.host_cores()) / RAY_TASK_CPUS)
   return float(getattr(args, "workers", 1) or 1)
 
 
@@ -555,9 +552,9 @@ def run_stage(stage: int, args) -> None:
     rows = records.read_all()
     ready, waiting = study_status.stage_runs(p, stage, rows)
     rates = study_status.measured_rates(rows)
+    per_s = wall_per_machine_s(args)
     for run in ready:
-      est = wall_per_machine_s(args) * p.estimate_seconds(run.task, run.method, run.epochs,
-                                                           rates)
+      est = per_s * p.estimate_seconds(run.task, run.method, run.epochs, rates)
       print(f"{run.sweep}: {run.name} (~{est / 60:.0f} min): {' '.join(run.sets)}")
     for task, what in waiting.items():
       print(f"{task}: waits on {what}")
@@ -571,8 +568,9 @@ def run_stage(stage: int, args) -> None:
       rows = records.read_all()
       ready, _ = study_status.stage_runs(p, stage, rows)
       rates = study_status.measured_rates(rows)
-      est = {r.name: wall_per_machine_s(args) * p.estimate_seconds(r.task, r.method, r.epochs,
-                                                                   rates) for r in ready}
+      per_s = wall_per_machine_s(args)
+      est = {r.name: per_s * p.estimate_seconds(r.task, r.method, r.epochs, rates)
+             for r in ready}
       # Part-trained runs first: a stop between runs should leave as little half-done. Before
       # a deadline, then the longest that still fit: short runs fill the window's end, where
       # a long one would no longer start (and would wait for the next window's start).

@@ -262,23 +262,30 @@ def add_time(workdir: str, seconds: float, workers: int = 1, attempt: bool = Fal
   provenance.write_atomic(path, json.dumps(spent))
 
 
+def _close_lost(spent: dict) -> bool:
+  """A step still open was stopped with its runner before its time was added: counted as
+  `lost` (the run's time is incomplete) and closed. Whether there was one."""
+  if not spent.get("open"):
+    return False
+  spent["lost"] = spent.get("lost", 0) + 1
+  spent["open"] = False
+  return True
+
+
 def begin_attempt(workdir: str) -> None:
   """Marks a timed step (a train.py attempt, a post step's eval.py) as started, until
-  `add_time` adds its time (`end_lost_attempt` first)."""
-  end_lost_attempt(workdir)
+  `add_time` adds its time; one still open is lost (`_close_lost`)."""
   spent = runs.read_timing(workdir) or {"seconds": 0.0, "attempts": 0}
   spent["run"] = runs.folder_name(workdir)
+  _close_lost(spent)
   spent["open"] = True
   provenance.write_atomic(os.path.join(workdir, RUN_TIME), json.dumps(spent))
 
 
 def end_lost_attempt(workdir: str) -> None:
-  """A step still open was stopped with its runner before its time was added: it is counted
-  as `lost` (the run's time is incomplete) and closed."""
+  """Closes a step still open as lost (`_close_lost`), with none begun after it."""
   spent = runs.read_timing(workdir)
-  if spent and spent.get("open"):
-    spent["lost"] = spent.get("lost", 0) + 1
-    spent["open"] = False
+  if spent and _close_lost(spent):
     provenance.write_atomic(os.path.join(workdir, RUN_TIME), json.dumps(spent))
 
 

@@ -66,12 +66,17 @@ def _split(items: list, n: int) -> list[list]:
   return [items[i * per:(i + 1) * per] for i in range(n)]
 
 
+def host_cores() -> list[int]:
+  """The cores this process may run on (its affinity), in order."""
+  return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(
+      range(os.cpu_count() or 1))
+
+
 def local_slots(n: int | None = None) -> list[Slot]:
   """This host's slots: one per CUDA device, else one per TPU chip, else one per core (`n`
   slots instead, sharing them out). Several slots split the cores between them, each pinned
   to its own."""
-  cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(
-      range(os.cpu_count() or 1))
+  cores = host_cores()
   gpus = cuda_devices()
   tpus = [] if gpus else tpu_chips()
   devices = gpus or tpus
