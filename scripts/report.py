@@ -28,7 +28,7 @@ from acl_jax.study import later, planner, protocol as proto, records, report as 
 from acl_jax.study import status as study_status
 from acl_jax.study.fmt import mean_sd as fmt_mean, span, table
 from acl_jax.study.report import (Ctx, _stage1_tasks, budget_table, ce_seed0,
-                                  comparison_label, context, deviations_table, later_budget,
+                                  comparison_label, context, deviations_table, task_budget,
                                   later_pending, lr_table, not_shown, pending,
                                   protocol_tasks_table, shown_verdict, stage1_scores_table,
                                   stage1_table, verdict_text, weak_baseline)
@@ -44,7 +44,8 @@ PILOTS_MD = os.path.join(REPO, "results", "PILOTS.md")
 # The reports whose table blocks are rebuilt from the records: the summary, and per-stage
 # detail beside it.
 REPORTS = (os.path.join(REPO, "RESULTS.md"), os.path.join(REPO, "results", "STAGE1.md"),
-           os.path.join(REPO, "results", "STAGE2.md"), os.path.join(REPO, "results", "CLASSES.md"))
+           *(os.path.join(REPO, "results", f"STAGE{s}.md") for s in (2, 3)),
+           os.path.join(REPO, "results", "CLASSES.md"))
 VERDICT_WORDS = proto.VERDICT_WORDS
 GATED = ("acl", "scl_grad")  # the stage-1 methods whose ACL-Grad gate acts
 ANGLE_PRESET = "all"  # loss.angle_params of the presets (configs/common.py)
@@ -152,20 +153,19 @@ def claims_table(ctx: Ctx) -> str:
                      f"{classes.note(p, ctx.rs, c.task, c.method)}")
         words[v.word] += 1
     # a later stage's arm of exactly these methods tests the claim on another task
+    later_tasks = []
     for s, later_rules in sorted(p.rules.items()):
       for r in later_rules:
         if r.claim == key and isinstance(r, proto.Comparison):
+          later_tasks.append(r.task)
           got = later.claim_word(p, ctx.idx, s, r)
           cells.append(f"{label(p, r.task)} " + (got[1] + classes.note(p, ctx.rs, r.task, r.method)
                                               if got else later_pending(
               ctx, s, {(r.task, r.method), (r.task, r.baseline)})))
           words[got[0] if got else "pending"] += 1
     tally = ", ".join(f"{w} {words[w]}" for w in (*VERDICT_WORDS, "pending") if words[w])
-    budgets = []
-    for t in dict.fromkeys(c.task for c in comps):
-      st = ctx.d.tasks[t]
-      budgets.append(f"{label(p, t)} {proto.epochs_text(st.epochs)}, lr {st.lr}" if st.epochs else
-                     f"{label(p, t)} pending")
+    budgets = [task_budget(ctx, t) for t in dict.fromkeys([*(c.task for c in comps),
+                                                           *later_tasks])]
     rows.append([text, p.sources.get(key, "—"), "; ".join(cells),
                  "pending" if set(words) == {"pending"} else tally, "; ".join(budgets)])
   for key, s in p.later_claims():
@@ -183,7 +183,7 @@ def claims_table(ctx: Ctx) -> str:
                            + (f"{p.label(r.method)} " if isinstance(r, proto.Comparison) else "")
                            + cell for r, (_, cell) in zip(mine, got)),
                  ", ".join(f"{w} {n}" for w, n in tally.items()),
-                 "; ".join(dict.fromkeys(later_budget(ctx, r.task) for r in mine))])
+                 "; ".join(dict.fromkeys(task_budget(ctx, r.task) for r in mine))])
   rows += [list(r) for r in p.untestable]
   return table(["claim (SPEC §1)", "paper", "ours, per comparison: mean [97.5% interval] "
                 "(seeds ahead / seeds) verdict", "verdict", "budget"], rows)
@@ -396,7 +396,9 @@ TABLES = {
     **{name: (lambda ctx, name=name: later_tables.stage2_md(ctx.p, ctx.idx, ctx.p.labels)[name])
        for name in ("stage2_exits", "stage2_lambda", "stage2_gamma_keep")},
     "holm_summary": lambda ctx: holm.summary(holm_tests(ctx)),
-    "stage2_arms": lambda ctx: lib.arm_tables(ctx, 2),
+    **{f"stage{s}_arms": (lambda ctx, s=s: lib.arm_tables(ctx, s)) for s in (2, 3)},
+    **{f"stage{s}_comparisons": (lambda ctx, s=s: lib.later_comparisons_table(ctx, s))
+       for s in (2, 3)},
 }
 
 

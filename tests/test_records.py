@@ -236,6 +236,8 @@ def test_lr_budget_anchor_and_score_tables(complete):
   assert budget["SST-2"][1:] == ["5e-5", "1", "91.60", "94.00", "+2.40",
                                  "doubles to 2 (gain > 1.5)"]
   assert budget["CoLA"][-2:] == ["+0.50", "keeps 3 (gain ≤ 3)"]
+  assert budget["R52"][1:3] == ["5e-5", "3"]  # a later stage's own check, at R8's rate
+  assert budget["R52"][-1] == "waits on the budget check"
   assert report.anchors_table(ctx).startswith("*pending*: no seed of `anchor_mr_hf`")
   glue = {r[0]: r for r in _cells(report.glue_anchor(ctx))}
   assert glue["CoLA"][1:4] == ["1e-4", "46.00", "46.30 ± 0.30 (n=3)"]
@@ -363,6 +365,13 @@ def test_results_stay_under_30kb_when_every_stage_is_complete():
   assert "claims" in changed and "pending: stage" not in text.split("## Protocol")[0]
   others = next(line for line in text.splitlines() if line.startswith(f"| {p.claims['others']}"))
   assert "RTE CE+ACL-Embed " in others and "MR CE+SCL " in others  # each names its method
+  gloss = next(line for line in text.splitlines() if line.startswith(f"| {p.claims['gloss']}"))
+  budgets = gloss.split(" | ")[-1]  # stage 1's tasks' budgets, then the later stages'
+  assert all(f"{t} 3 epochs, lr" in budgets for t in ("MR", "R8", "R52", "Ohsumed", "20NG"))
+  stage3 = _cells(report.TABLES["stage3_comparisons"](report.context(p, rs)))
+  assert len(stage3) == sum(isinstance(r, proto.Comparison) for r in p.rules[3])
+  assert all(r[3] == "5" and r[8] == "2" and r[9].split(":")[0] in proto.VERDICT_WORDS
+             for r in stage3)  # every one at its second look, with a verdict
   assert len(text.encode()) < 30 * 1024, len(text.encode())
 
 

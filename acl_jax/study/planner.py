@@ -155,6 +155,16 @@ def task_state(p: proto.Protocol, task: str, idx: dict,
   return st, []
 
 
+def task_states(p: proto.Protocol, idx: dict, d: "Decisions") -> dict[str, TaskState]:
+  """Every task's gate decisions: stage 1's (`d.tasks`), then those of the tasks new in a
+  later stage, from the records (`idx`: rows by (record, run name))."""
+  states = dict(d.tasks)
+  for t in _sources_first(p, dict.fromkeys(a.task for s in sorted(p.arms) for a in p.arms[s])):
+    if t not in states:
+      states[t], _ = task_state(p, t, idx, states)
+  return states
+
+
 def check_trained_as_planned(p: proto.Protocol, row: dict, st: TaskState) -> dict:
   """The row, if it trained at the task's picked lr and epochs; else a ValueError. Run names
   leave both out (they are the task's decisions), so a row trained before a decision changed

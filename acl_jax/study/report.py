@@ -50,16 +50,19 @@ METRIC_NAMES = {"accuracy": "accuracy (%)", "f1": "F1 (%)", "mcc": "MCC x100"}
 
 @dataclasses.dataclass
 class Ctx:
-  """The records, stage 1's decisions on them, and the rows by (record, run name)."""
+  """The records, stage 1's decisions on them, the rows by (record, run name), and every
+  task's gate decisions (stage 1's and the later stages' new tasks')."""
   p: proto.Protocol
   rs: dict[str, list[dict]]
   d: planner.Decisions
   idx: dict[tuple[str, str], dict]
+  tasks: dict[str, planner.TaskState]
 
 
 def context(p: proto.Protocol, rs: dict[str, list[dict]]) -> Ctx:
-  return Ctx(p, rs, planner.decisions(p, rs),
-             {(s, r["run"]): r for s, rows in rs.items() for r in rows})
+  d = planner.decisions(p, rs)
+  idx = {(s, r["run"]): r for s, rows in rs.items() for r in rows}
+  return Ctx(p, rs, d, idx, planner.task_states(p, idx, d))
 
 
 
@@ -116,9 +119,9 @@ def not_shown(ctx: Ctx, c: proto.Comparison) -> str:
   return f"pending ({k} of {n} runs recorded)"
 
 
-def later_budget(ctx: Ctx, task: str) -> str:
+def task_budget(ctx: Ctx, task: str) -> str:
   p = ctx.p
-  st = ctx.d.tasks.get(task)
+  st = ctx.tasks.get(task)
   return (f"{label(p, task)} {proto.epochs_text(st.epochs)}, lr {st.lr}" if st and st.epochs else
           f"{label(p, task)} pending")
 
@@ -226,8 +229,8 @@ def budget_table(ctx: Ctx) -> str:
   if not ctx.rs.get(p.budget_record):
     return pending(p, "no budget-check run is recorded yet", ctx.d)
   rows = []
-  for t in dict.fromkeys(c.task for c in p.comparisons):
-    st, e = ctx.d.tasks[t], p.tasks[t].epochs
+  for t in dict.fromkeys([*_stage1_tasks(p), *ctx.tasks]):  # a later stage's new tasks last
+    st, e = ctx.tasks[t], p.tasks[t].epochs
     base = doubled = None
     if st.lr:
       base = ctx.idx.get((p.lr_record, planner.lr_run(p, t, st.lr).name))
@@ -255,27 +258,56 @@ def stage1_table(ctx: Ctx) -> str:
                    "recorded)" + (f". {held}" if held else ""), ctx.d)
   rows = []
   for c in sorted(p.comparisons, key=lambda c: _stage1_tasks(p).index(c.task)):
-    test = f"lower end > {-p.tasks[c.task].margin:g}" if c.kind == "noninferior" else (
-        "lower end > 0")
     v = shown_verdict(ctx, c)
     if v is None:
-      rows.append([label(p, c.task), comparison_label(p, c), test, *[""] * 6,
-                   not_shown(ctx, c), ""])
+      rows.append(verdict_row(p, c, None, not_shown(ctx, c)))
       continue
-    word = v.word
-    if word == "undecided":
+    word = ""
+    if v.word == "undecided":
       k, n = progress(ctx, c, p.look_seeds[1])
-      word += f" (second look: {k} of {n} runs recorded)"
-    elif word == "inconclusive":
-      word += f": any effect lies in {span(*v.decide)}"
-    word += weak_baseline(ctx, c, v)
-    rows.append([label(p, c.task), comparison_label(p, c), test, v.n, f"{v.mean:+.2f}",
-                 span(*v.decide), span(*v.describe), f"{v.ahead}/{v.n}", v.look, word,
-                 f"{v.resolvable:.2f}"])
+      word = f" (second look: {k} of {n} runs recorded)"
+    rows.append(verdict_row(p, c, v, word + weak_baseline(ctx, c, v)))
+  return verdict_table(p, rows)
+
+
+def verdict_row(p: proto.Protocol, c: proto.Comparison, v: proto.Verdict | None,
+                note: str = "") -> list:
+  """A comparison's row of `verdict_table`: `note` follows the verdict, or stands in its place
+  while there is none (`v` None)."""
+  test = f"lower end > {-p.tasks[c.task].margin:g}" if c.kind == "noninferior" else (
+      "lower end > 0")
+  if v is None:
+    return [label(p, c.task), comparison_label(p, c), test, *[""] * 6, note, ""]
+  word = v.word + (f": any effect lies in {span(*v.decide)}" if v.word == "inconclusive"
+                   else "")
+  return [label(p, c.task), comparison_label(p, c), test, v.n, f"{v.mean:+.2f}",
+          span(*v.decide), span(*v.describe), f"{v.ahead}/{v.n}", v.look, word + note,
+          f"{v.resolvable:.2f}"]
+
+
+def verdict_table(p: proto.Protocol, rows: list[list]) -> str:
   return table(["task", "method − baseline", "passes if", "seeds", "mean",
                 f"{100 * p.decide_level:g}% interval", f"{100 * p.describe_level:g}% interval",
                 "ahead", "look", "verdict",
                 f"resolvable ({100 * p.power:g}% power)"], rows)
+
+
+def later_comparisons_table(ctx: Ctx, stage: int) -> str:
+  """One row per plain comparison among a later stage's rules, as `stage1_table`'s: its
+  paired differences' intervals and verdict so far, at the look its seeds allow."""
+  p = ctx.p
+  comps = [r for r in p.rules.get(stage, ()) if isinstance(r, proto.Comparison)]
+  if not comps:
+    return f"Stage {stage} has no plain comparison.\n"
+  rows = []
+  for c in comps:
+    v = later.comparison_result(p, ctx.idx, stage, c)
+    if v is None:
+      rows.append(verdict_row(p, c, None, later_pending(ctx, stage, {(c.task, c.method),
+                                                                    (c.task, c.baseline)})))
+    else:
+      rows.append(verdict_row(p, c, v, " (seeds 3-4 follow)" if v.word == "undecided" else ""))
+  return verdict_table(p, rows)
 
 
 def stage1_scores_table(ctx: Ctx) -> str:
