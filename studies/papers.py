@@ -207,6 +207,13 @@ DEVIATIONS = (
      "A fix, not a new rule: the rule decides each baseline at its own looks, and the "
      "earlier reading would have stopped the planner from asking for KD's seeds 3-4 once "
      "JT's were recorded. Fixed then, before KD's seeds 3-4 were trained."),
+    ("Two stage-2 rows name more than one revision or an edited tree: MRPC ACL λ 0.7 seed 1 "
+     "began at 20ff7cf and was resumed at edd02b5; MR CE+G-Loss gamma_keep 0.9 seed 2 "
+     "trained at edd02b5 with scripts/sweep.py edited (\"+dirty\").",
+     "From 20ff7cf to 33e0ea4, the edit included, only scripts/rules.py and scripts/sweep.py "
+     "change (when the shallow-exit claim reads undecided; which released run starts "
+     "first); train.py, acl_jax/, configs/ and the data are the same, so both runs trained "
+     "the code of the rest of stage 2."),
 )
 
 # Earlier runs at 200-300 steps, kept as records (RESULTS.md labels them short-budget pilots).
