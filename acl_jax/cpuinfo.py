@@ -41,3 +41,12 @@ def describe(info: dict | None = None, cores: int | None = None) -> str:
   parts.append(", ".join(info["isa"]) or "no AVX2")
   cores = os.cpu_count() if cores is None else cores
   return f"{info['name']} ({'; '.join(parts)}), {cores} cores"
+
+
+def kind(info: dict | None = None) -> str:
+  """A file-name-safe tag of the CPU kind: vendor, family and model, e.g. "amd_f25m1" (Zen 3)
+  or "intel_f6m143"; the ISA follows from them."""
+  info = info or cpu()
+  vendor = {"AuthenticAMD": "amd", "GenuineIntel": "intel"}.get(
+      info["vendor"], "".join(c for c in info["vendor"].lower() if c.isalnum()) or "cpu")
+  return f"{vendor}_f{info['family'] or 0}m{info['model'] or 0}"

@@ -30,9 +30,11 @@ def test_one_name_two_kinds(tmp_path):
   spr = cpuinfo.cpu(str(tmp_path / "spr"))
   assert spr["isa"] == ["AMX", "AVX-512", "AVX512-BF16", "AVX512-VNNI", "AVX2", "FMA"]
   assert "family 6, model 143" in cpuinfo.describe(spr, cores=2)
+  assert (cpuinfo.kind(zen3), cpuinfo.kind(spr)) == ("amd_f25m1", "intel_f6m143")  # file tags
 
 
 def test_no_cpuinfo(tmp_path):
   info = cpuinfo.cpu(str(tmp_path / "missing"))
   assert info["isa"] == [] and info["family"] == ""
   assert cpuinfo.describe(info, cores=1).endswith("(no AVX2), 1 cores")
+  assert cpuinfo.kind(info) == "cpu_f0m0"
