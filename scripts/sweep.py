@@ -540,11 +540,22 @@ def wall_per_machine_s(args) -> float:
   return float(getattr(args, "workers", 1) or 1)
 
 
+def start_order(run, stage_record: str, part_trained: bool, est: float,
+                deadline: float | None) -> tuple:
+  """The sort key of a released run, first to start first. Part-trained runs: a stop between
+  runs should leave as little half-done. Then the gates' runs (lr, anchor, budget: those not
+  in the stage's own record), each of which releases a task's arms. Before a deadline, then
+  the longest that still fit: short runs fill the window's end, where a long one would no
+  longer start (and would wait for the next window's start). Otherwise the planner's order
+  (the sort is stable)."""
+  return (not part_trained, run.sweep == stage_record, 0.0 if deadline is None else -est)
+
+
 def run_stage(stage: int, args) -> None:
   """Trains a stage's runs as the protocol's gates release them, on the executor `args` names
   (`make_executor`: `--workers` runs at a time here, each pinned to its own cores when there
   are several, or a Ray cluster's), planning again after every run. With `--until`, a run
-  starts only if its estimate ends before then, the longest of those first."""
+  starts only if its estimate ends before then (`start_order`: which first)."""
   p = args.study
   deadline = parse_until(args.until)
   root = args.root = os.path.abspath(args.root or os.path.join(REPO, "runs", "sweeps"))
@@ -571,11 +582,9 @@ def run_stage(stage: int, args) -> None:
       per_s = wall_per_machine_s(args)
       est = {r.name: per_s * p.estimate_seconds(r.task, r.method, r.epochs, rates)
              for r in ready}
-      # Part-trained runs first: a stop between runs should leave as little half-done. Before
-      # a deadline, then the longest that still fit: short runs fill the window's end, where
-      # a long one would no longer start (and would wait for the next window's start).
-      ready.sort(key=lambda r: (not provenance.checkpoint_steps(job_of(r, root).workdir),
-                                0.0 if deadline is None else -est[r.name]))
+      ready.sort(key=lambda r: start_order(
+          r, p.stage_record[stage], bool(provenance.checkpoint_steps(job_of(r, root).workdir)),
+          est[r.name], deadline))
       for run in ready:
         job = job_of(run, root)
         if job.name in skip:
@@ -652,8 +661,8 @@ def main(argv=None):
                   help="--executor ray: the cluster (host:port, ray://host:port, or auto: the "
                   "one `ray start` made here; default: a new one on this machine)")
   ap.add_argument("--until", default="",
-                  help="--stage: start a run only if its estimate ends before then, the longest "
-                  "that fit first (HH:MM, or seconds from now)")
+                  help="--stage: start a run only if its estimate ends before then, the gates' "
+                  "runs and then the longest that fit first (HH:MM, or seconds from now)")
   ap.add_argument("--records", default="",
                   help="--stage, --status: the folder of the study's records (default "
                   "results/records, or $ACL_JAX_RECORDS)")

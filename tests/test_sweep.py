@@ -9,7 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from acl_jax.study import aggregate, identity as ident, protocol as proto, status as study_status
+from acl_jax.study import aggregate, identity as ident, planner, protocol as proto
+from acl_jax.study import status as study_status
 from scripts import sweep
 from studies.papers import PAPERS
 from tests import helpers
@@ -441,6 +442,24 @@ def test_before_a_deadline_the_longest_run_that_fits_starts_first(tmp_path, monk
   assert short[:2] == ["task=rte,method=ce,optim.lr=2e-5,seed=0",
                        "task=rte,method=ce,optim.lr=5e-5,seed=0"]
   assert not any("task=mr" in r for r in short)
+
+
+def test_a_gate_run_starts_before_a_longer_arm_run():
+  """A task's budget check releases its arms, so it starts before a longer run of another
+  task's arm, as a part-trained run starts before both; without a deadline, the planner's
+  order stands."""
+  gate = planner.budget_run(PAPERS, "ohsumed", "5e-5")
+  arm = dataclasses.replace(gate, sweep=PAPERS.stage_record[3])
+  runs = [(arm, False, 1200.0), (gate, False, 700.0)]
+  def order(runs, deadline):
+    return [r for r, *_ in sorted(runs, key=lambda x: sweep.start_order(
+        x[0], PAPERS.stage_record[3], x[1], x[2], deadline))]
+  assert order(runs, 1e12) == [gate, arm]
+  assert order(runs, None) == [gate, arm]
+  assert order([(arm, True, 1200.0), (gate, False, 700.0)], 1e12) == [arm, gate]
+  arm2 = dataclasses.replace(arm, settings=arm.settings + (("x", "1"),))
+  assert order([(arm, False, 600.0), (arm2, False, 900.0)], 1e12) == [arm2, arm]
+  assert order([(arm, False, 600.0), (arm2, False, 900.0)], None) == [arm, arm2]
 
 
 def test_a_run_that_started_too_late_is_left_not_failed(tmp_path, capsys):
