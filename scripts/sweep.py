@@ -704,6 +704,8 @@ def main(argv=None):
   if args.status:
     print(study_status.status(args.study, records.read_all(), REPO, show_runs=args.runs))
     return
+  if not args.dry_run and not args.aggregate_only:
+    slots.niceness_across_sessions()  # `nice -n 19 setsid`: behind interactive work too
   if args.stage:
     run_stage(args.stage, args)
     return

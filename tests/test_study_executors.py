@@ -192,6 +192,28 @@ def test_a_ray_tasks_run_holds_cores_of_its_own(monkeypatch, tmp_path, capsys):
     assert whole == []  # the whole host: nothing to pin
 
 
+AUTOGROUP = "/proc/sys/kernel/sched_autogroup_enabled"
+
+
+def test_a_niced_session_leader_is_niced_against_other_sessions():
+  """Under autogroup scheduling, `nice -n 19 setsid driver` gives the driver's session, not
+  only its processes, niceness 19; a process that is not a session leader changes nothing
+  (its autogroup is its terminal's)."""
+  code = ("import os; from acl_jax.study import slots; os.nice(7); "
+          "print(slots.niceness_across_sessions()); print(open('/proc/self/autogroup').read() "
+          "if os.path.exists('/proc/self/autogroup') else '')")
+  def run(**kw):
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, cwd=helpers.REPO, **kw).stdout.split("\n")
+  assert run()[0] == "None"  # not a session leader
+  leader = run(start_new_session=True)
+  enabled = os.path.exists(AUTOGROUP) and open(AUTOGROUP).read().strip() == "1"
+  if enabled:
+    assert leader[0] == "7" and leader[1].endswith("nice 7"), leader
+  else:
+    assert leader[0] in ("None", "7"), leader  # no autogroup: the file may be absent
+
+
 # LocalExecutor.
 
 def test_local_executor_runs_each_spec_once_and_times_it(tmp_path):

@@ -136,3 +136,24 @@ def pinned_cores(cpus: float, folder: str | None = None):
   print(f"every group of {width} cores in {folder} is held: this run is not pinned, and may "
         "end a few bits from a pinned one", file=sys.stderr, flush=True)
   yield []
+
+
+def niceness_across_sessions(path: str = "/proc/self/autogroup") -> int | None:
+  """Makes this process's niceness count against other terminal sessions too, and returns it
+  (None where nothing was changed).
+
+  Linux with autogroup scheduling (`kernel.sched_autogroup_enabled=1`) shares the CPU between
+  sessions first and applies `nice` only within one: a driver started with
+  `nice -n 19 setsid ...` is its own session, so its runs would take half the cores from an
+  interactive job, benchmark or test run. A session leader with positive niceness gives its
+  autogroup the same niceness. Nothing is done for a process that is not a session leader
+  (its autogroup is the terminal's) or where the file is missing or not writable."""
+  n = os.nice(0)
+  if n <= 0 or os.getsid(0) != os.getpid():
+    return None
+  try:
+    with open(path, "w") as f:
+      f.write(str(n))
+  except OSError:
+    return None
+  return n
