@@ -20,7 +20,8 @@ steps=("$@")
 kind=$("$PY" -c "from acl_jax import cpuinfo; print(cpuinfo.kind())")
 echo "CPU: $("$PY" -c 'from acl_jax import cpuinfo; print(cpuinfo.describe())') -> $kind"
 
-paused=$(ps -eo pid=,ni=,args= | awk '$2 == 19 && /(train|eval)\.py/ && !/awk/ {print $1}' | tr '\n' ' ')
+paused=$(ps -eo pid=,ni=,args= | awk '$2 == 19 && /(train|eval)\.py/ && !/awk/ {print $1}' |
+  tr '\n' ' ')
 resume() { [ -n "$paused" ] && kill -CONT $paused 2>/dev/null; echo "resumed: ${paused:-nothing}"; }
 trap resume EXIT
 [ -n "$paused" ] && kill -STOP $paused
