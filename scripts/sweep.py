@@ -705,7 +705,7 @@ def main(argv=None):
     print(study_status.status(args.study, records.read_all(), REPO, show_runs=args.runs))
     return
   if not args.dry_run and not args.aggregate_only:
-    slots.niceness_across_sessions()  # `nice -n 19 setsid`: behind interactive work too
+    slots.niceness_for_autogroup()  # `nice -n 19 setsid`: behind interactive work too
   if args.stage:
     run_stage(args.stage, args)
     return

@@ -195,17 +195,17 @@ def test_a_ray_tasks_run_holds_cores_of_its_own(monkeypatch, tmp_path, capsys):
 AUTOGROUP = "/proc/sys/kernel/sched_autogroup_enabled"
 
 
-def test_a_niced_session_leader_is_niced_against_other_sessions():
-  """Under autogroup scheduling, `nice -n 19 setsid driver` gives the driver's session, not
-  only its processes, niceness 19; a process that is not a session leader changes nothing
+def test_a_niced_setsid_leader_gives_its_autogroup_its_niceness():
+  """Under autogroup scheduling, `nice -n 19 setsid driver` gives the driver's autogroup, not
+  only its processes, niceness 19; a process that `setsid` did not start changes nothing
   (its autogroup is its terminal's)."""
   code = ("import os; from acl_jax.study import slots; os.nice(7); "
-          "print(slots.niceness_across_sessions()); print(open('/proc/self/autogroup').read() "
+          "print(slots.niceness_for_autogroup()); print(open('/proc/self/autogroup').read() "
           "if os.path.exists('/proc/self/autogroup') else '')")
   def run(**kw):
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True, cwd=helpers.REPO, **kw).stdout.split("\n")
-  assert run()[0] == "None"  # not a session leader
+  assert run()[0] == "None"  # not a setsid leader
   leader = run(start_new_session=True)
   enabled = os.path.exists(AUTOGROUP) and open(AUTOGROUP).read().strip() == "1"
   if enabled:

@@ -138,16 +138,16 @@ def pinned_cores(cpus: float, folder: str | None = None):
   yield []
 
 
-def niceness_across_sessions(path: str = "/proc/self/autogroup") -> int | None:
-  """Makes this process's niceness count against other terminal sessions too, and returns it
-  (None where nothing was changed).
+def niceness_for_autogroup(path: str = "/proc/self/autogroup") -> int | None:
+  """Gives this process's autogroup its niceness, and returns it (None where nothing was
+  changed).
 
   Linux with autogroup scheduling (`kernel.sched_autogroup_enabled=1`) shares the CPU between
-  sessions first and applies `nice` only within one: a driver started with
-  `nice -n 19 setsid ...` is its own session, so its runs would take half the cores from an
-  interactive job, benchmark or test run. A session leader with positive niceness gives its
-  autogroup the same niceness. Nothing is done for a process that is not a session leader
-  (its autogroup is the terminal's) or where the file is missing or not writable."""
+  autogroups first and applies `nice` only within one. `setsid` starts a new autogroup, so a
+  driver started with `nice -n 19 setsid ...` would still take half the cores from an
+  interactive job, benchmark or test run. A `setsid` leader (its sid is its pid) with positive
+  niceness gives its autogroup the same niceness. Any other process shares its terminal's
+  autogroup and changes nothing; so does one where the file is missing or not writable."""
   n = os.nice(0)
   if n <= 0 or os.getsid(0) != os.getpid():
     return None
