@@ -540,6 +540,21 @@ def wall_per_machine_s(args) -> float:
   return float(getattr(args, "workers", 1) or 1)
 
 
+def host_rates(rows: dict, told: dict | None) -> dict:
+  """The estimates' seconds per epoch on this machine's CPU (`study_status.rates_on`): the
+  records' rates, scaled by how much slower or faster this CPU ran the runs it shares with
+  them. A new factor is printed once (`told` holds the last; None prints every time)."""
+  host = study_status.rates_on(rows, study_status.cpu_of({"timed_on": records.machine()}))
+  key = (round(host.factor, 2), host.pairs, host.own)
+  if told is None or told.get("key") != key:
+    print(f"estimates for this CPU: x{host.factor:.2f} the other CPUs' rates, from "
+          f"{host.pairs} (task, method) pairs timed both here and elsewhere; {host.own} "
+          "timed here keep their own", flush=True)
+    if told is not None:
+      told["key"] = key
+  return host.rates
+
+
 def start_order(run, stage_record: str, part_trained: bool, est: float,
                 deadline: float | None) -> tuple:
   """The sort key of a released run, first to start first. Part-trained runs: a stop between
@@ -562,7 +577,7 @@ def run_stage(stage: int, args) -> None:
   if args.dry_run:
     rows = records.read_all()
     ready, waiting = study_status.stage_runs(p, stage, rows)
-    rates = study_status.measured_rates(rows)
+    rates = host_rates(rows, None)
     per_s = wall_per_machine_s(args)
     for run in ready:
       est = per_s * p.estimate_seconds(run.task, run.method, run.epochs, rates)
@@ -571,14 +586,14 @@ def run_stage(stage: int, args) -> None:
       print(f"{task}: waits on {what}")
     return
 
-  declined = set()
+  declined, told = set(), {}
 
   def next_spec(skip):
     skip = skip | declined
     while True:
       rows = records.read_all()
       ready, _ = study_status.stage_runs(p, stage, rows)
-      rates = study_status.measured_rates(rows)
+      rates = host_rates(rows, told)
       per_s = wall_per_machine_s(args)
       est = {r.name: per_s * p.estimate_seconds(r.task, r.method, r.epochs, rates)
              for r in ready}
@@ -662,7 +677,8 @@ def main(argv=None):
                   "one `ray start` made here; default: a new one on this machine)")
   ap.add_argument("--until", default="",
                   help="--stage: start a run only if its estimate ends before then, the gates' "
-                  "runs and then the longest that fit first (HH:MM, or seconds from now)")
+                  "runs and then the longest that fit first (HH:MM, or seconds from now); the "
+                  "estimates are the records' rates on this machine's CPU (printed)")
   ap.add_argument("--records", default="",
                   help="--stage, --status: the folder of the study's records (default "
                   "results/records, or $ACL_JAX_RECORDS)")

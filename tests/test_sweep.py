@@ -534,6 +534,57 @@ def test_a_runs_wall_time_is_its_machine_time_over_its_share_of_the_cores(tmp_pa
   assert sweep.wall_per_machine_s(_args(tmp_path, executor="ray", workers=2)) == 4.0
 
 
+def _timed(task, method, per_epoch, cpu, epochs=3, cores=2):
+  return {"sweep": "bench", "run": f"{task},{method},{cpu},{per_epoch}", "task": task,
+          "method": method, "seconds": per_epoch * epochs, "cpu_seconds": per_epoch * epochs
+          * cores, "timed_on": f"{cpu}, {cores} cores", "budget": {"num_epochs": epochs}}
+
+
+def test_rates_on_a_cpu_scale_the_others_by_the_runs_it_shares_with_them():
+  """A (task, method) timed on this CPU keeps its own rate; the rest are the other CPUs'
+  rates times the median of this CPU's over theirs on the pairs timed on both."""
+  rows = {"bench": [_timed("rte", "ce", 100, "Fast"), _timed("mrpc", "ce", 50, "Fast"),
+                    _timed("mrpc", "ce", 90, "Slow"), _timed("cola", "ce", 10, "Fast"),
+                    _timed("cola", "ce", 30, "Slow"), _timed("sst2", "ce", 40, "Fast"),
+                    _timed("sst2", "ce", 80, "Slow"),
+                    _timed("mr", "ce", 7, "CPU model not recorded")]}
+  host = study_status.rates_on(rows, "Slow")
+  assert (host.factor, host.pairs, host.own) == (2.0, 3, 3)  # median of 1.8, 3 and 2
+  assert host.rates[("rte", "ce")] == 200.0
+  assert host.rates[("mrpc", "ce")] == 90.0 and host.rates[("cola", "ce")] == 30.0
+  assert host.rates[("mr", "ce")] == 14.0  # an unnamed CPU is another CPU
+  fresh = study_status.rates_on(rows, "Never seen")
+  assert fresh.factor == 1.0 and fresh.rates == study_status.measured_rates(rows)
+  assert study_status.rates_on(rows, "").rates == study_status.measured_rates(rows)
+  assert study_status.cpu_of({"timed_on": "2 CPU cores, CPU model not recorded"}) == ""
+
+
+def test_the_deadline_estimates_are_this_cpus(tmp_path, monkeypatch, capsys):
+  """`--until` and the dry run's minutes use this machine's CPU's rates: a record timed
+  twice as slow here as elsewhere doubles the estimate of a run timed only elsewhere."""
+  folder = tmp_path / "records"
+  monkeypatch.setattr(sweep.records, "RECORDS", str(folder))
+  monkeypatch.setattr(sweep.records, "machine", lambda: "Here CPU (family 1, model 2), 2 cores")
+  p = dataclasses.replace(PAPERS, prior_epoch_s={k: 600 for k in PAPERS.prior_epoch_s})
+  lr_run = "lr: task=rte,method=ce,optim.lr=2e-5,seed=0 "
+
+  def minutes(rows):
+    folder.mkdir(exist_ok=True)
+    with open(folder / "bench.jsonl", "w") as f:
+      f.writelines(json.dumps(r) + "\n" for r in rows)
+    sweep.run_stage(1, _args(tmp_path, root=str(tmp_path / "runs"), dry_run=True, workers=1,
+                             until="", executor="local", study=p))
+    out = capsys.readouterr().out
+    line = next(x for x in out.splitlines() if x.startswith(lr_run))
+    return float(line.split("(~")[1].split(" min")[0]), out
+
+  elsewhere = [_timed("rte", "ce", 120, "Other CPU"), _timed("mrpc", "ce", 60, "Other CPU")]
+  base, _ = minutes(elsewhere)
+  slow, out = minutes(elsewhere + [_timed("mrpc", "ce", 120, "Here CPU (family 1, model 2)")])
+  assert base > 0 and slow == 2 * base
+  assert "x2.00 the other CPUs' rates, from 1 (task, method) pairs" in out
+
+
 def test_preset_grid_points_are_the_presets():
   """The protocol's presets (grid points that train the preset run) agree with
   configs/common.py."""

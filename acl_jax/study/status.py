@@ -31,18 +31,50 @@ def machine_seconds(row: dict) -> float:
   return row.get("seconds", 0.0) / row.get("workers", 1)
 
 
-def measured_rates(rows: dict[str, list[dict]]) -> dict[tuple[str, str], float]:
+def measured_rates(rows: dict[str, list[dict]], keep=None) -> dict[tuple[str, str], float]:
   """{(task, method): mean machine seconds per epoch} over the recorded runs that measured
-  their time (a reused row is the same run, counted once)."""
+  their time (a reused row is the same run, counted once), or over those `keep(row)` keeps."""
   acc = {}
   for rs in rows.values():
     for r in rs:
       epochs = r.get("budget", {}).get("num_epochs")
       # (an anchor's rows time other programs: HF PyTorch, a benchmark's child)
       if ("seconds" in r and not r.get("reused_from") and epochs and "framework" not in r
-          and not r.get("timing_incomplete")):
+          and not r.get("timing_incomplete") and (keep is None or keep(r))):
         acc.setdefault((r["task"], r["method"]), []).append(machine_seconds(r) / epochs)
   return {k: float(np.mean(v)) for k, v in acc.items()}
+
+
+def cpu_of(row: dict) -> str:
+  """The CPU a row was timed on, as `acl_jax.cpuinfo.describe()` names it without the core
+  count ("" where the row names none)."""
+  cpu = re.sub(r"(^|, )\d+ (?:CPU )?cores.*$", "", row.get("timed_on") or "")
+  return "" if "not recorded" in cpu else cpu
+
+
+@dataclasses.dataclass(frozen=True)
+class HostRates:
+  """Seconds per epoch as one CPU runs them (`rates_on`): `rates` for the cost model, and how
+  they were found: `factor`, this CPU's seconds over the other CPUs' for the same (task,
+  method), the median over the `pairs` timed on both; `own`, the pairs timed on it."""
+  rates: dict
+  factor: float
+  pairs: int
+  own: int
+
+
+def rates_on(rows: dict[str, list[dict]], cpu: str) -> HostRates:
+  """The measured rates for a machine with this CPU (`cpu_of`'s form). A (task, method) timed
+  on it keeps its own rate; every other is the other CPUs' rate times `factor`, learned from
+  the pairs timed both here and elsewhere (1.0 before any is). The same records then plan a
+  deadline right on a CPU twice as slow as the one most runs were timed on, as soon as one run
+  has finished on it."""
+  here = measured_rates(rows, lambda r: bool(cpu) and cpu_of(r) == cpu)
+  elsewhere = measured_rates(rows, lambda r: not cpu or cpu_of(r) != cpu)
+  shared = [here[k] / elsewhere[k] for k in here if k in elsewhere and elsewhere[k] > 0]
+  factor = float(np.median(shared)) if shared else 1.0
+  return HostRates({**{k: v * factor for k, v in elsewhere.items()}, **here}, factor,
+                   len(shared), len(here))
 
 
 def stage_runs(p: proto.Protocol, stage: int, rows: dict) -> tuple[list[planner.Run], dict]:
