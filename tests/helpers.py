@@ -89,16 +89,17 @@ _cli = {}
 
 
 def _cli_server(e: dict):
-  """This test process's warm parent, started with environment `e`; None where a request
-  with another environment needs a process of its own."""
+  """This test process's warm parent for environment `e`: what the children import at its
+  start is imported under `e`, so a request in another environment starts a new one."""
   # (pytest names the current test in the environment; the child is given the request's)
   e = {k: v for k, v in e.items() if k != "PYTEST_CURRENT_TEST"}
-  if "server" not in _cli:
+  if "server" not in _cli or _cli["env"] != e or _cli["server"].poll() is not None:
+    if "server" in _cli:
+      _cli["server"].stdin.close()  # the parent exits at the end of its input
+      _cli["server"].wait()
     proc = subprocess.Popen([sys.executable, "-m", "tests.cli_server"], cwd=REPO, env=e,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    _cli.update(server=proc, env=e, lock=threading.Lock())
-  if _cli["env"] != e or _cli["server"].poll() is not None:
-    return None
+    _cli.update(server=proc, env=e, lock=_cli.get("lock") or threading.Lock())
   return _cli
 
 
@@ -106,13 +107,11 @@ def run_py(args, timeout=300, input_text="", **env_extra):
   """Runs python with args in the repo, `input_text` on its stdin; returns CompletedProcess
   (text)."""
   e = env(**env_extra)
-  cli = (_cli_server(e) if args and args[0] in CLI_SCRIPTS
-         and os.environ.get("ACL_JAX_TEST_CLI_SERVER", "1") != "0" else None)
-  if cli is None:
+  if not (args and args[0] in CLI_SCRIPTS and os.environ.get("ACL_JAX_TEST_CLI_SERVER") != "0"):
     return subprocess.run([sys.executable, *args], cwd=REPO, env=e, text=True,
                           capture_output=True, timeout=timeout, input=input_text)
-  with cli["lock"]:
-    server = cli["server"]
+  with _cli.setdefault("lock", threading.Lock()):
+    server = _cli_server(e)["server"]
     server.stdin.write(json.dumps({"argv": list(args), "cwd": REPO, "env": e,
                                    "input": input_text, "timeout": timeout}) + "\n")
     server.stdin.flush()
