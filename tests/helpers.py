@@ -86,6 +86,7 @@ def env(**extra):
 # process all the same, without its ~1.5 s of imports. ACL_JAX_TEST_CLI_SERVER=0 turns it off.
 CLI_SCRIPTS = ("train.py", "eval.py", "predict.py", "export.py")
 _cli = {}
+_cli_lock = threading.Lock()
 
 
 def _cli_server(e: dict):
@@ -99,7 +100,7 @@ def _cli_server(e: dict):
       _cli["server"].wait()
     proc = subprocess.Popen([sys.executable, "-m", "tests.cli_server"], cwd=REPO, env=e,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    _cli.update(server=proc, env=e, lock=_cli.get("lock") or threading.Lock())
+    _cli.update(server=proc, env=e)
   return _cli
 
 
@@ -110,7 +111,7 @@ def run_py(args, timeout=300, input_text="", **env_extra):
   if not (args and args[0] in CLI_SCRIPTS and os.environ.get("ACL_JAX_TEST_CLI_SERVER") != "0"):
     return subprocess.run([sys.executable, *args], cwd=REPO, env=e, text=True,
                           capture_output=True, timeout=timeout, input=input_text)
-  with _cli.setdefault("lock", threading.Lock()):
+  with _cli_lock:
     server = _cli_server(e)["server"]
     server.stdin.write(json.dumps({"argv": list(args), "cwd": REPO, "env": e,
                                    "input": input_text, "timeout": timeout}) + "\n")
