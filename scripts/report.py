@@ -194,8 +194,7 @@ def stage_hours_table(ctx: Ctx) -> str:
   stage's estimate (the protocol's cost model at the measured rates) and the machine."""
   rows = []
   for stage, t in study_status.stage_totals(ctx.p, ctx.rs, REPO).items():
-    hours = f"{t.seconds / 3600:.1f}" + (
-        f" ({t.untimed} untimed or partly timed)" if t.untimed else "")
+    hours = t.hours() + (f" ({t.untimed} untimed or partly timed)" if t.untimed else "")
     whole = "; ".join(f"{len(runs)} runs, {sec / 3600:.1f} h" + (
         f" ({what})" if what != "all" else "") for what, runs, sec in t.whole)
     machines = sorted({r["timed_on"] for r in t.recorded if "seconds" in r and r.get("timed_on")})

@@ -668,7 +668,7 @@ def main(argv=None):
   ap.add_argument("--runs", action="store_true", help="with --status: list the runs left")
   ap.add_argument("--workers", type=int, default=1,
                   help="--executor local: runs at a time, each pinned to its share of the "
-                  "cores (or its accelerators)")
+                  "cores (or its accelerators; more runs than GPUs share them)")
   ap.add_argument("--executor", default="local", choices=("local", "ray"),
                   help="where runs train: this machine, or a Ray cluster's nodes (one task "
                   "each); any number of drivers may share the runs (claims in their workdirs)")

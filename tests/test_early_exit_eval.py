@@ -109,6 +109,9 @@ def test_a_stage_runs_evaluations_come_before_its_row(jt_workdir, tmp_path):
   assert [r["threshold"] for r in row["early_exit"]["entropy"]] == [0.01, 0.7]
   assert all(r["speedup"] is None for r in row["early_exit"]["entropy"])  # untimed
   assert row["latest"]["checkpoint_step"] == row["train"]["final_step"]
+  # what trained it, from train.py's record: here the CPU, so the row is timed on the CPU
+  assert row["train"]["devices"] == {"platform": "cpu", "kind": "cpu", "count": 1}
+  assert row["timed_on"] == records.machine() and ", host " not in row["timed_on"]
   assert "test/accuracy" in records.scores(row, "latest")
   spent = runs.read_timing(wd)
   assert len(spent["spans"]) == 3 and spent["cpu_seconds"] > 4.0  # training, then 2 evals

@@ -156,8 +156,11 @@ def test_local_slots_give_each_run_its_accelerators_and_cores(monkeypatch):
   assert slots.local_slots() == [slots.Slot({"CUDA_VISIBLE_DEVICES": "4"}, (0, 1)),
                                  slots.Slot({"CUDA_VISIBLE_DEVICES": "5"}, (2, 3))]
   assert slots.local_slots(1) == [slots.Slot({"CUDA_VISIBLE_DEVICES": "4,5"}, ())]
-  with pytest.raises(ValueError, match="3 slots for 2 accelerators"):
-    slots.local_slots(3)
+  # more runs than GPUs: they share them round-robin, each taking memory as it needs it
+  shared = slots.local_slots(4)
+  assert [s.env["CUDA_VISIBLE_DEVICES"] for s in shared] == ["4", "5", "4", "5"]
+  assert {s.env["XLA_PYTHON_CLIENT_PREALLOCATE"] for s in shared} == {"false"}
+  assert [s.cpus for s in shared] == [(0,), (1,), (2,), (3,)]
   monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
   monkeypatch.setenv("TPU_VISIBLE_CHIPS", "0,1,2,3")
   tpu = slots.local_slots()
@@ -165,6 +168,8 @@ def test_local_slots_give_each_run_its_accelerators_and_cores(monkeypatch):
   assert {s.env["TPU_CHIPS_PER_HOST_BOUNDS"] for s in tpu} == {"1,1,1"}
   assert len({s.env["TPU_MESH_CONTROLLER_PORT"] for s in tpu}) == 4
   assert [s.cpus for s in tpu] == [(0,), (1,), (2,), (3,)]
+  with pytest.raises(ValueError, match="5 slots for 4 TPU chips"):
+    slots.local_slots(5)
   monkeypatch.delenv("TPU_VISIBLE_CHIPS")
   monkeypatch.setattr(slots, "tpu_chips", lambda: [])
   assert slots.local_slots() == [slots.Slot({}, (i,)) for i in range(4)]

@@ -559,6 +559,33 @@ def test_rates_on_a_cpu_scale_the_others_by_the_runs_it_shares_with_them():
   assert study_status.cpu_of({"timed_on": "2 CPU cores, CPU model not recorded"}) == ""
 
 
+def test_a_run_trained_on_an_accelerator_is_its_seconds_not_a_cpu_rate():
+  """A row timed with a GPU names it (records.machine from the train record's devices); its
+  machine seconds are its wall time over the runs that shared the GPU, not its host CPU's,
+  and it gives no CPU rate: the estimates plan CPU machines."""
+  from acl_jax.study import records  # pylint: disable=import-outside-toplevel
+  gpu = {"platform": "gpu", "kind": "NVIDIA H200", "count": 1}
+  timed = records.machine(gpu)
+  assert timed.startswith("NVIDIA H200 GPU x1, host ") and timed.endswith(" cores")
+  assert records.machine({"platform": "tpu", "kind": "TPU v5 lite", "count": 4}).startswith(
+      "TPU v5 lite x4, host ")
+  assert records.machine({"platform": "cpu", "kind": "cpu", "count": 8}) == records.machine()
+  assert study_status.accelerator_of({"timed_on": timed}) == "NVIDIA H200 GPU"
+  assert study_status.accelerator_of(
+      {"timed_on": "NVIDIA H200 GPU (JAX CUDA), host Intel(R) Xeon(R) Processor, 16 cores"}
+  ) == "NVIDIA H200 GPU"
+  assert study_status.accelerator_of(_timed("rte", "ce", 100, "Fast")) == ""
+  on_gpu = {**_timed("rte", "ce", 4, "x", cores=16), "timed_on": timed, "workers": 8,
+            "seconds": 240.0, "cpu_seconds": 300.0}
+  assert study_status.machine_seconds(on_gpu) == 30.0  # 240 s of a GPU shared by 8 runs
+  rows = {"bench": [_timed("rte", "ce", 100, "Fast"), on_gpu]}
+  assert study_status.measured_rates(rows) == {("rte", "ce"): 100.0}
+  assert study_status.rates_on(rows, "Fast").rates == {("rte", "ce"): 100.0}
+  t = study_status.StageTotals([], 3600.0 * 3.3, 0, [], 0.0, [], {},
+                               {"NVIDIA H200 GPU": (18, 360.0)})
+  assert t.hours() == "3.3; NVIDIA H200 GPU: 18 runs, 0.1 h"
+
+
 def test_the_deadline_estimates_are_this_cpus(tmp_path, monkeypatch, capsys):
   """`--until` and the dry run's minutes use this machine's CPU's rates: a record timed
   twice as slow here as elsewhere doubles the estimate of a run timed only elsewhere."""

@@ -21,6 +21,8 @@ can rebuild every table (scripts/report.py) and a sweep can tell which runs are 
    "latest": {...},                       # the final weights' scores, where evaluated
    "early_exit": {"entropy": [...]},      # eval.py's early-exit rows, where run
    "timed_on": "<CPU model>, 2 cores",    # where those rows' wall-clock times were taken
+                                          # ("<GPU> x1, host <CPU model>, 16 cores": trained
+                                          # on an accelerator, from the train record)
    "seconds": 812.4, "cpu_seconds": 790.2, "workers": 2,  # the run's wall and CPU time
    "train": {"best_step": 234, "final_step": 234, "gate_on_fraction": 1.0, ...},
    "code": ["<git revision>", ...]}       # the revisions that trained it ("+dirty": edited)
@@ -187,10 +189,16 @@ def make_row(**fields) -> Row:
   return Row(**fields)
 
 
-def machine() -> str:
+def machine(devices: dict | None = None) -> str:
   """The CPU (name, family, model, vector ISA) and core count that a row's timings were taken
-  on (acl_jax.cpuinfo)."""
-  return cpuinfo.describe()
+  on (acl_jax.cpuinfo); where the run trained on an accelerator (`devices`, the train
+  record's: platform, kind, count), that first: "NVIDIA H200 GPU x1, host <CPU>, N cores"."""
+  cpu = cpuinfo.describe()
+  if not devices or devices.get("platform", "cpu") == "cpu":
+    return cpu
+  kind, platform = str(devices.get("kind") or ""), str(devices["platform"]).upper()
+  name = kind if platform in kind.upper() else f"{kind} {platform}".strip()
+  return f"{name} x{devices.get('count', 1)}, host {cpu}"
 
 
 def row_from_run(workdir: str, sweep: str, settings: dict, config: str = "",
@@ -222,7 +230,7 @@ def row_from_run(workdir: str, sweep: str, settings: dict, config: str = "",
                      **runs.scores(run.latest)}
   if run.early_exit:
     row["early_exit"] = run.early_exit
-    row["timed_on"] = machine()  # the sweep runs eval.py's timed passes here
+    row["timed_on"] = machine(train.get("devices"))  # the sweep runs eval.py's timed passes
   spent = run.timing  # None where untimed, or timed for another folder (a copied run)
   if spent:  # wall seconds of train.py and the post steps, all attempts; on this machine
     row["seconds"] = round(spent["seconds"], 1)
@@ -237,7 +245,7 @@ def row_from_run(workdir: str, sweep: str, settings: dict, config: str = "",
     # (a run that train.py finished outside the sweep): these times are too low
     if spent.get("lost") or spent.get("open") or not spent.get("attempts"):
       row["timing_incomplete"] = True
-    row["timed_on"] = machine()
+    row["timed_on"] = machine(train.get("devices"))
   row["train"] = train
   row["code"] = code
   return make_row(**row)

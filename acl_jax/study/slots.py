@@ -75,18 +75,25 @@ def host_cores() -> list[int]:
 def local_slots(n: int | None = None) -> list[Slot]:
   """This host's slots: one per CUDA device, else one per TPU chip, else one per core (`n`
   slots instead, sharing them out). Several slots split the cores between them, each pinned
-  to its own."""
+  to its own. More slots than CUDA devices share them round-robin (a small model leaves most
+  of a GPU idle): each of those runs then takes GPU memory as it needs it
+  (XLA_PYTHON_CLIENT_PREALLOCATE=false) instead of most of the card up front. A TPU chip
+  is one process's, so TPU slots cannot outnumber the chips."""
   cores = host_cores()
   gpus = cuda_devices()
   tpus = [] if gpus else tpu_chips()
   devices = gpus or tpus
   n = n or len(devices) or len(cores)
-  if devices and n > len(devices):
-    raise ValueError(f"{n} slots for {len(devices)} accelerators ({', '.join(devices)}): "
-                     "a slot needs one at least.")
-  groups = _split(devices, n) if devices else [[]] * n
-  envs = ([{"CUDA_VISIBLE_DEVICES": ",".join(g)} for g in groups] if gpus
-          else [tpu_env(g, i) for i, g in enumerate(groups)] if tpus else [{}] * n)
+  if tpus and n > len(tpus):
+    raise ValueError(f"{n} slots for {len(tpus)} TPU chips ({', '.join(tpus)}): a TPU slot "
+                     "needs a chip of its own; ask for at most that many runs at a time.")
+  if gpus and n > len(gpus):
+    envs = [{"CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)],
+             "XLA_PYTHON_CLIENT_PREALLOCATE": "false"} for i in range(n)]
+  else:
+    groups = _split(devices, n) if devices else [[]] * n
+    envs = ([{"CUDA_VISIBLE_DEVICES": ",".join(g)} for g in groups] if gpus
+            else [tpu_env(g, i) for i, g in enumerate(groups)] if tpus else [{}] * n)
   pins = _split(cores, n) if n > 1 else [[]]
   return [Slot(env, tuple(pin)) for env, pin in zip(envs, pins)]
 

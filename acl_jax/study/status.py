@@ -20,27 +20,40 @@ def cores_of(row: dict) -> int | None:
   return int(m.group(1)) if m else None
 
 
+def accelerator_of(row: dict) -> str:
+  """The accelerator a row's run trained on, as its `timed_on` names it before ", host "
+  ("NVIDIA H200 GPU x1, host <CPU>, 16 cores": "NVIDIA H200 GPU"); "" for a CPU run."""
+  timed = row.get("timed_on") or ""
+  if ", host " not in timed:
+    return ""
+  return re.sub(r"\s*(\(.*\)|x\d+)$", "", timed.split(", host ")[0]).strip()
+
+
 def machine_seconds(row: dict) -> float:
   """A recorded run's seconds of the whole machine it ran on: its CPU seconds over that
   machine's cores (from the row's `timed_on`), where both are recorded, else its wall time
   over the runs that shared the machine (`--workers`). Wall time also counts the waits
-  behind other work on the machine; CPU time does not."""
+  behind other work on the machine; CPU time does not. A run trained on an accelerator
+  (`accelerator_of`) counts its wall time over the runs that shared it: the accelerator's
+  seconds, which are not the host CPU's."""
   cores = cores_of(row)
-  if "cpu_seconds" in row and cores:
+  if "cpu_seconds" in row and cores and not accelerator_of(row):
     return row["cpu_seconds"] / cores
   return row.get("seconds", 0.0) / row.get("workers", 1)
 
 
 def measured_rates(rows: dict[str, list[dict]], keep=None) -> dict[tuple[str, str], float]:
-  """{(task, method): mean machine seconds per epoch} over the recorded runs that measured
-  their time (a reused row is the same run, counted once), or over those `keep(row)` keeps."""
+  """{(task, method): mean machine seconds per epoch} over the recorded CPU runs that measured
+  their time (a reused row is the same run, counted once), or over those `keep(row)` keeps.
+  The estimates plan CPU machines: a run trained on an accelerator is no CPU rate."""
   acc = {}
   for rs in rows.values():
     for r in rs:
       epochs = r.get("budget", {}).get("num_epochs")
       # (an anchor's rows time other programs: HF PyTorch, a benchmark's child)
       if ("seconds" in r and not r.get("reused_from") and epochs and "framework" not in r
-          and not r.get("timing_incomplete") and (keep is None or keep(r))):
+          and not r.get("timing_incomplete") and not accelerator_of(r)
+          and (keep is None or keep(r))):
         acc.setdefault((r["task"], r["method"]), []).append(machine_seconds(r) / epochs)
   return {k: float(np.mean(v)) for k, v in acc.items()}
 
@@ -96,8 +109,9 @@ def stage_of_row(p: proto.Protocol, record: str, row: dict, first: dict[str, int
 
 @dataclasses.dataclass
 class StageTotals:
-  """A stage's recorded runs (each once), their machine seconds, the runs known to be left
-  and the whole stage's runs (stage 1: through the first looks, and with every second look)."""
+  """A stage's recorded runs (each once), their CPU machines' seconds, the runs known to be
+  left and the whole stage's runs (stage 1: through the first looks, and with every second
+  look); `accelerated`: {accelerator: (runs, its seconds)} of the runs trained on one."""
   recorded: list
   seconds: float
   untimed: int
@@ -105,6 +119,12 @@ class StageTotals:
   left_s: float
   whole: list  # [(what, runs, machine seconds)]
   waiting: dict
+  accelerated: dict = dataclasses.field(default_factory=dict)
+
+  def hours(self) -> str:
+    """The recorded machine-hours, e.g. "3.3; NVIDIA H200 GPU: 18 runs, 0.1 h"."""
+    return "; ".join([_hours(self.seconds)] + [f"{name}: {n} runs, {_hours(sec)} h"
+                                               for name, (n, sec) in self.accelerated.items()])
 
 
 def stage_totals(p: proto.Protocol, rows: dict, checkout: str) -> dict[int, StageTotals]:
@@ -128,10 +148,16 @@ def stage_totals(p: proto.Protocol, rows: dict, checkout: str) -> dict[int, Stag
             if stage_of_row(p, name, r, of_task) == stage and not r.get("reused_from")]
     left, waiting = stage_runs(p, stage, rows)
     left = identity.not_reused(left, rows, checkout)
-    out[stage] = StageTotals(done, sum(machine_seconds(r) for r in done),
+    accelerated = {}
+    for r in done:
+      if accelerator_of(r):
+        n, sec = accelerated.get(accelerator_of(r), (0, 0.0))
+        accelerated[accelerator_of(r)] = (n + 1, sec + machine_seconds(r))
+    out[stage] = StageTotals(done, sum(machine_seconds(r) for r in done
+                                       if not accelerator_of(r)),
                              sum("seconds" not in r or bool(r.get("timing_incomplete"))
                                  for r in done), left, est(left),
-                             whole.get(stage, []), waiting)
+                             whole.get(stage, []), waiting, dict(sorted(accelerated.items())))
   return out
 
 
@@ -141,7 +167,7 @@ def _hours(seconds: float) -> str:
 
 def status(p: proto.Protocol, rows: dict, checkout: str, show_runs: bool = False) -> str:
   """Markdown: per stage, the runs recorded and their measured machine-hours (of the machine
-  each ran on: `machine_seconds`), the runs known to be left and their estimate from the
+  each ran on: `machine_seconds`; an accelerator's apart), the runs known to be left and their estimate from the
   recorded run times (the protocol's cost model), the whole stage's estimate, and what waits
   on what."""
   rates = measured_rates(rows)
@@ -150,7 +176,7 @@ def status(p: proto.Protocol, rows: dict, checkout: str, show_runs: bool = False
   out_runs, notes = [], []
   for stage, t in stage_totals(p, rows, checkout).items():
     whole = ", ".join(f"{_hours(sec)} ({what})" for what, _, sec in t.whole)
-    lines.append(f"| {stage} | {len(t.recorded)} | {_hours(t.seconds)} | {len(t.left)} | "
+    lines.append(f"| {stage} | {len(t.recorded)} | {t.hours()} | {len(t.left)} | "
                  f"{_hours(t.left_s)} | {whole} |")
     if show_runs:
       out_runs += [f"- stage {stage}, {r.sweep}: {r.name} "

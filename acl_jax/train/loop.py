@@ -59,6 +59,13 @@ class LoopState:
     return {**dataclasses.asdict(self), **extra}
 
 
+def devices_used() -> dict:
+  """What this process trained on, for the run's record: the backend's platform ("cpu",
+  "gpu", "tpu"), its device kind ("NVIDIA H200") and the device count over all processes."""
+  d = jax.devices()
+  return {"platform": d[0].platform, "kind": d[0].device_kind, "count": len(d)}
+
+
 def _last_good(workdir: str) -> str:
   """Where a run that stopped on a non-finite step can go on from: its newest checkpoint (each
   is written after the steps before it were checked finite)."""
@@ -254,7 +261,7 @@ def _train(config, workdir: str, origin: dict | None, on_phase: Callable[[str], 
   summary = {"final_step": int(state.step), "best_step": ls.best_step,
              "best_dev": ls.best_metric, "main_metric": main_metric,
              "params_sha256": params_fingerprint(state.params),
-             "code_versions": ls.code_versions}
+             "code_versions": ls.code_versions, "devices": devices_used()}
   summary.update(step_lib.run_summary(ls.run_sums, ls.run_sum_steps))
   if ls.early_stopped_at is not None:
     summary["early_stopped_at"] = ls.early_stopped_at
