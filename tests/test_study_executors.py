@@ -417,9 +417,9 @@ DRIVER = """
 import sys
 from acl_jax.study import executors as ex
 from tests.test_study_executors import DONE, tiny_specs
-kind, root, address = sys.argv[1:4]
+kind, root, address, sleep = sys.argv[1:5]
 exe = ex.LocalExecutor(slots=2) if kind == "local" else ex.RayExecutor(address)
-for r in exe.run(tiny_specs(root, sleep=2.0), DONE):
+for r in exe.run(tiny_specs(root, sleep=float(sleep)), DONE):
   print(r.identity, r.status, flush=True)
 """
 
@@ -430,11 +430,14 @@ def test_a_killed_driver_loses_and_repeats_nothing(kind, request, tmp_path):
   (a dead owner) and the next driver runs them again, and the runs not yet started, once."""
   address = request.getfixturevalue("ray_address") if kind == "ray" else ""
   root = str(tmp_path)
-  driver = subprocess.Popen([sys.executable, "-c", DRIVER, kind, root, address],
+  # Its runs sleep long enough that neither ends before the kill, however slowly a loaded
+  # host starts the second (Ray's worker start can take seconds).
+  driver = subprocess.Popen([sys.executable, "-c", DRIVER, kind, root, address, "30"],
                             cwd=helpers.REPO, env=helpers.env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
   log, deadline = os.path.join(root, "runs.log"), time.time() + 60
-  while not (os.path.exists(log) and len(open(log).readlines()) >= 2):
+  while not (os.path.exists(log) and sum(line.startswith("start ")
+                                         for line in open(log)) >= 2):
     assert driver.poll() is None and time.time() < deadline, driver.communicate()
     time.sleep(0.05)
   driver.send_signal(signal.SIGKILL)
@@ -454,6 +457,25 @@ def test_a_killed_driver_loses_and_repeats_nothing(kind, request, tmp_path):
   assert counts["end"] == {s.identity: 1 for s in specs}
   assert counts["start"] == {s.identity: 1 + started[s.identity] for s in specs}
   assert outputs(specs) == {s.identity: f"{s.identity} {s.identity}" for s in specs}
+  # the killed driver's runs died with it: none is left to write into the runs' folders
+  deadline = time.time() + 20
+  while _runs_alive(log, "30.0") and time.time() < deadline:
+    time.sleep(0.2)
+  assert not _runs_alive(log, "30.0")
+
+
+def _runs_alive(log: str, sleep: str) -> list[int]:
+  """The pids of live tiny runs (RUN) that write to `log` and sleep `sleep` seconds."""
+  out = []
+  for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+      with open(f"/proc/{pid}/cmdline", "rb") as f:
+        argv = f.read().split(b"\0")
+    except OSError:
+      continue
+    if log.encode() in argv and sleep.encode() in argv:
+      out.append(int(pid))
+  return out
 
 
 @pytest.mark.slow
