@@ -214,22 +214,15 @@ DEVIATIONS = (
      "change (when the shallow-exit claim reads undecided; which released run starts "
      "first); train.py, acl_jax/, configs/ and the data are the same, so both runs trained "
      "the code of the rest of stage 2."),
-    ("18 stage-3 runs (20NG and Ohsumed CE and CE+G-Loss, their first and second looks, and "
-     "six MRPC runs) trained on one NVIDIA H200 GPU, 8 at a time, not on the 2-core CPUs of "
-     "the other rows. Same code (c0e7f3f), configs, data and pinned flax/optax/orbax/"
-     "transformers/tokenizers; JAX 0.11.2 with CUDA (the GPU machine's) for 0.10.2; float32 "
-     "at the highest matmul precision (JAX_DEFAULT_MATMUL_PRECISION=highest, no TF32) and "
-     "deterministic XLA ops (--xla_gpu_deterministic_ops). Their rows name the GPU in "
-     "timed_on.",
-     "The protocol names no device, and the GPU trained in 9 minutes what the CPUs would "
-     "take about 13 machine-hours for (20NG alone 5 runs of 85 minutes each). A GPU run of a "
-     "seed is not bit-identical to a CPU run of it (other kernels and summation orders); "
-     "the seeds stay the replicates. A seed's pair mixes the two where one side was trained "
-     "before: 20NG seed 0 and Ohsumed seed 1 (CE on a CPU), and MRPC's methods against CE's "
-     "CPU runs. No run was trained on both, so the device's own effect is not measured. "
-     "The GPU's seconds are counted apart "
-     "from the CPU machine-hours and give no CPU rate. The early-exit run left (SST-2 2ST "
-     "seed 2) stays on a CPU: its speed-up is timed."),
+    ("18 stage-3 runs (20NG and Ohsumed CE and CE+G-Loss, six MRPC runs) trained on one "
+     "NVIDIA H200 GPU, 8 at a time: same code (c0e7f3f), configs, data and pinned libraries "
+     "but JAX 0.11.2 with CUDA; float32 at the highest matmul precision, deterministic XLA "
+     "ops. Their rows name the GPU in timed_on.",
+     "The protocol names no device; the GPU trained in 9 minutes what the study's CPU rates "
+     "put at 6.5 machine-hours. A seed's GPU run is not bit-identical to its CPU run, and "
+     "no run was trained on both, so the device's own effect is not measured; pairs mix the "
+     "two at 20NG seed 0, Ohsumed seed 1 and MRPC (CE on a CPU). GPU seconds are counted "
+     "apart and give no CPU rate. BENCHMARKS.md has the setup."),
 )
 
 # Earlier runs at 200-300 steps, kept as records (RESULTS.md labels them short-budget pilots).
