@@ -540,16 +540,19 @@ def wall_per_machine_s(args) -> float:
   return float(getattr(args, "workers", 1) or 1)
 
 
-def host_rates(rows: dict, told: dict | None) -> dict:
-  """The estimates' seconds per epoch on this machine's CPU (`study_status.rates_on`): the
-  records' rates, scaled by how much slower or faster this CPU ran the runs it shares with
-  them. A new factor is printed once (`told` holds the last; None prints every time)."""
-  host = study_status.rates_on(rows, study_status.cpu_of({"timed_on": records.machine()}))
+def host_rates(rows: dict, told: dict | None, args=None) -> dict:
+  """The estimates' seconds per epoch on this machine (`study_status.rates_on`): the records'
+  CPU rates, scaled by how much slower or faster this CPU, or the GPU that `--executor local`
+  trains on here, ran the runs it shares with them. A new factor is printed once (`told`
+  holds the last; None prints every time)."""
+  local = args is not None and getattr(args, "executor", "local") == "local"
+  gpu = slots.cuda_device_name() if local else ""
+  host = study_status.rates_on(rows, study_status.cpu_of({"timed_on": records.machine()}), gpu)
   key = (round(host.factor, 2), host.pairs, host.own)
   if told is None or told.get("key") != key:
-    print(f"estimates for this CPU: x{host.factor:.2f} the other CPUs' rates, from "
-          f"{host.pairs} (task, method) pairs timed both here and elsewhere; {host.own} "
-          "timed here keep their own", flush=True)
+    print(f"estimates for {gpu or 'this CPU'}: x{host.factor:.2f} the "
+          f"{'CPUs' if gpu else 'other CPUs'}' rates, from {host.pairs} (task, method) pairs "
+          f"timed both here and elsewhere; {host.own} timed here keep their own", flush=True)
     if told is not None:
       told["key"] = key
   return host.rates
@@ -577,7 +580,7 @@ def run_stage(stage: int, args) -> None:
   if args.dry_run:
     rows = records.read_all()
     ready, waiting = study_status.stage_runs(p, stage, rows)
-    rates = host_rates(rows, None)
+    rates = host_rates(rows, None, args)
     per_s = wall_per_machine_s(args)
     for run in ready:
       est = per_s * p.estimate_seconds(run.task, run.method, run.epochs, rates)
@@ -593,7 +596,7 @@ def run_stage(stage: int, args) -> None:
     while True:
       rows = records.read_all()
       ready, _ = study_status.stage_runs(p, stage, rows)
-      rates = host_rates(rows, told)
+      rates = host_rates(rows, told, args)
       per_s = wall_per_machine_s(args)
       est = {r.name: per_s * p.estimate_seconds(r.task, r.method, r.epochs, rates)
              for r in ready}

@@ -156,6 +156,12 @@ def test_local_slots_give_each_run_its_accelerators_and_cores(monkeypatch):
   assert slots.local_slots() == [slots.Slot({"CUDA_VISIBLE_DEVICES": "4"}, (0, 1)),
                                  slots.Slot({"CUDA_VISIBLE_DEVICES": "5"}, (2, 3))]
   assert slots.local_slots(1) == [slots.Slot({"CUDA_VISIBLE_DEVICES": "4,5"}, ())]
+  # the name a run's row gives the GPU (records.machine), from nvidia-smi for the first one
+  asked = []
+  with monkeypatch.context() as m:
+    m.setattr(slots.subprocess, "run", lambda argv, **_: asked.append(argv) or
+              subprocess.CompletedProcess(argv, 0, stdout="NVIDIA H200\n"))
+    assert slots.cuda_device_name() == "NVIDIA H200 GPU" and asked[0][-2:] == ["-i", "4"]
   # more runs than GPUs: they share them round-robin, each taking memory as it needs it
   shared = slots.local_slots(4)
   assert [s.env["CUDA_VISIBLE_DEVICES"] for s in shared] == ["4", "5", "4", "5"]
@@ -170,6 +176,7 @@ def test_local_slots_give_each_run_its_accelerators_and_cores(monkeypatch):
   assert [s.cpus for s in tpu] == [(0,), (1,), (2,), (3,)]
   with pytest.raises(ValueError, match="5 slots for 4 TPU chips"):
     slots.local_slots(5)
+  assert slots.cuda_device_name() == ""  # no CUDA device visible
   monkeypatch.delenv("TPU_VISIBLE_CHIPS")
   monkeypatch.setattr(slots, "tpu_chips", lambda: [])
   assert slots.local_slots() == [slots.Slot({}, (i,)) for i in range(4)]

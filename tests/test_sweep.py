@@ -578,9 +578,16 @@ def test_a_run_trained_on_an_accelerator_is_its_seconds_not_a_cpu_rate():
   on_gpu = {**_timed("rte", "ce", 4, "x", cores=16), "timed_on": timed, "workers": 8,
             "seconds": 240.0, "cpu_seconds": 300.0}
   assert study_status.machine_seconds(on_gpu) == 30.0  # 240 s of a GPU shared by 8 runs
-  rows = {"bench": [_timed("rte", "ce", 100, "Fast"), on_gpu]}
-  assert study_status.measured_rates(rows) == {("rte", "ce"): 100.0}
-  assert study_status.rates_on(rows, "Fast").rates == {("rte", "ce"): 100.0}
+  rows = {"bench": [_timed("rte", "ce", 100, "Fast"), on_gpu, _timed("mrpc", "ce", 50, "Fast")]}
+  assert study_status.measured_rates(rows) == {("rte", "ce"): 100.0, ("mrpc", "ce"): 50.0}
+  assert study_status.rates_on(rows, "Fast").rates == {("rte", "ce"): 100.0,
+                                                       ("mrpc", "ce"): 50.0}
+  # on the GPU's host the GPU's own runs set the rates, and scale the CPUs' for the rest
+  assert study_status.measured_rates(rows, accelerator="NVIDIA H200 GPU") == {
+      ("rte", "ce"): 10.0}
+  gpu_host = study_status.rates_on(rows, "Fast", "NVIDIA H200 GPU")
+  assert (gpu_host.factor, gpu_host.pairs, gpu_host.own) == (0.1, 1, 1)
+  assert gpu_host.rates == {("rte", "ce"): 10.0, ("mrpc", "ce"): 5.0}
   t = study_status.StageTotals([], 3600.0 * 3.3, 0, [], 0.0, [], {},
                                {"NVIDIA H200 GPU": (18, 360.0)})
   assert t.hours() == "3.3; NVIDIA H200 GPU: 18 runs, 0.1 h"
@@ -588,7 +595,8 @@ def test_a_run_trained_on_an_accelerator_is_its_seconds_not_a_cpu_rate():
 
 def test_the_deadline_estimates_are_this_cpus(tmp_path, monkeypatch, capsys):
   """`--until` and the dry run's minutes use this machine's CPU's rates: a record timed
-  twice as slow here as elsewhere doubles the estimate of a run timed only elsewhere."""
+  twice as slow here as elsewhere doubles the estimate of a run timed only elsewhere; on a
+  GPU host, one timed ten times as fast on its GPU divides it by ten."""
   folder = tmp_path / "records"
   monkeypatch.setattr(sweep.records, "RECORDS", str(folder))
   monkeypatch.setattr(sweep.records, "machine", lambda: "Here CPU (family 1, model 2), 2 cores")
@@ -610,6 +618,13 @@ def test_the_deadline_estimates_are_this_cpus(tmp_path, monkeypatch, capsys):
   slow, out = minutes(elsewhere + [_timed("mrpc", "ce", 120, "Here CPU (family 1, model 2)")])
   assert base > 0 and slow == 2 * base
   assert "x2.00 the other CPUs' rates, from 1 (task, method) pairs" in out
+  # runs that train on this host's GPU: its own recorded runs scale the CPUs' rates to it
+  monkeypatch.setattr(sweep.slots, "cuda_device_name", lambda: "Test GPU")
+  on_gpu = {**_timed("mrpc", "ce", 6, "x"),
+            "timed_on": "Test GPU x1, host Here CPU (family 1, model 2), 2 cores"}
+  fast, out = minutes(elsewhere + [on_gpu])
+  assert fast == pytest.approx(base / 10, abs=0.5)
+  assert "estimates for Test GPU: x0.10 the CPUs' rates, from 1 (task, method) pairs" in out
 
 
 def test_preset_grid_points_are_the_presets():

@@ -29,6 +29,22 @@ def cuda_devices() -> list[str]:
   return [str(i) for i, _ in enumerate(re.findall(r"^GPU \d+", out, re.M))]
 
 
+def cuda_device_name() -> str:
+  """The first visible CUDA device's name as a run's record names it ("NVIDIA H200 GPU":
+  records.machine from JAX's device kind), or "" without one."""
+  gpus = cuda_devices()
+  if not gpus:
+    return ""
+  try:
+    out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i",
+                          gpus[0]], capture_output=True, text=True, timeout=30,
+                         check=False).stdout.strip()
+  except (OSError, subprocess.SubprocessError):
+    return ""
+  name = out.splitlines()[0].strip() if out else ""
+  return name if not name or "GPU" in name.upper() else f"{name} GPU"
+
+
 def tpu_chips() -> list[str]:
   """The TPU chips of this host: TPU_VISIBLE_CHIPS when set, else the /dev/accel<N> devices
   (character devices; some GPU drivers make /dev/accel a folder)."""

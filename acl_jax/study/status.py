@@ -42,17 +42,19 @@ def machine_seconds(row: dict) -> float:
   return row.get("seconds", 0.0) / row.get("workers", 1)
 
 
-def measured_rates(rows: dict[str, list[dict]], keep=None) -> dict[tuple[str, str], float]:
+def measured_rates(rows: dict[str, list[dict]], keep=None,
+                   accelerator: str = "") -> dict[tuple[str, str], float]:
   """{(task, method): mean machine seconds per epoch} over the recorded CPU runs that measured
   their time (a reused row is the same run, counted once), or over those `keep(row)` keeps.
-  The estimates plan CPU machines: a run trained on an accelerator is no CPU rate."""
+  A run trained on an accelerator is no CPU rate: with `accelerator` (as `accelerator_of`
+  names it), the runs trained on that one instead."""
   acc = {}
   for rs in rows.values():
     for r in rs:
       epochs = r.get("budget", {}).get("num_epochs")
       # (an anchor's rows time other programs: HF PyTorch, a benchmark's child)
       if ("seconds" in r and not r.get("reused_from") and epochs and "framework" not in r
-          and not r.get("timing_incomplete") and not accelerator_of(r)
+          and not r.get("timing_incomplete") and accelerator_of(r) == accelerator
           and (keep is None or keep(r))):
         acc.setdefault((r["task"], r["method"]), []).append(machine_seconds(r) / epochs)
   return {k: float(np.mean(v)) for k, v in acc.items()}
@@ -76,14 +78,19 @@ class HostRates:
   own: int
 
 
-def rates_on(rows: dict[str, list[dict]], cpu: str) -> HostRates:
-  """The measured rates for a machine with this CPU (`cpu_of`'s form). A (task, method) timed
-  on it keeps its own rate; every other is the other CPUs' rate times `factor`, learned from
-  the pairs timed both here and elsewhere (1.0 before any is). The same records then plan a
-  deadline right on a CPU twice as slow as the one most runs were timed on, as soon as one run
-  has finished on it."""
-  here = measured_rates(rows, lambda r: bool(cpu) and cpu_of(r) == cpu)
-  elsewhere = measured_rates(rows, lambda r: not cpu or cpu_of(r) != cpu)
+def rates_on(rows: dict[str, list[dict]], cpu: str, accelerator: str = "") -> HostRates:
+  """The measured rates for a machine with this CPU (`cpu_of`'s form), or whose runs train on
+  `accelerator` (`accelerator_of`'s form). A (task, method) timed on it keeps its own rate;
+  every other is the other CPUs' rate times `factor`, learned from the pairs timed both here
+  and elsewhere (1.0 before any is). The same records then plan a deadline right on a CPU
+  twice as slow as the one most runs were timed on, or on a GPU fifty times as fast, as soon
+  as one run has finished on it."""
+  if accelerator:
+    here = measured_rates(rows, accelerator=accelerator)
+    elsewhere = measured_rates(rows)
+  else:
+    here = measured_rates(rows, lambda r: bool(cpu) and cpu_of(r) == cpu)
+    elsewhere = measured_rates(rows, lambda r: not cpu or cpu_of(r) != cpu)
   shared = [here[k] / elsewhere[k] for k in here if k in elsewhere and elsewhere[k] > 0]
   factor = float(np.median(shared)) if shared else 1.0
   return HostRates({**{k: v * factor for k, v in elsewhere.items()}, **here}, factor,
