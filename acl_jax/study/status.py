@@ -155,13 +155,15 @@ def stage_totals(p: proto.Protocol, rows: dict, checkout: str) -> dict[int, Stag
             if stage_of_row(p, name, r, of_task) == stage and not r.get("reused_from")]
     left, waiting = stage_runs(p, stage, rows)
     left = identity.not_reused(left, rows, checkout)
-    accelerated = {}
+    cpu_s, accelerated = 0.0, {}
     for r in done:
-      if accelerator_of(r):
-        n, sec = accelerated.get(accelerator_of(r), (0, 0.0))
-        accelerated[accelerator_of(r)] = (n + 1, sec + machine_seconds(r))
-    out[stage] = StageTotals(done, sum(machine_seconds(r) for r in done
-                                       if not accelerator_of(r)),
+      name = accelerator_of(r)
+      if name:
+        n, sec = accelerated.get(name, (0, 0.0))
+        accelerated[name] = (n + 1, sec + machine_seconds(r))
+      else:
+        cpu_s += machine_seconds(r)
+    out[stage] = StageTotals(done, cpu_s,
                              sum("seconds" not in r or bool(r.get("timing_incomplete"))
                                  for r in done), left, est(left),
                              whole.get(stage, []), waiting, dict(sorted(accelerated.items())))
@@ -174,9 +176,9 @@ def _hours(seconds: float) -> str:
 
 def status(p: proto.Protocol, rows: dict, checkout: str, show_runs: bool = False) -> str:
   """Markdown: per stage, the runs recorded and their measured machine-hours (of the machine
-  each ran on: `machine_seconds`; an accelerator's apart), the runs known to be left and their estimate from the
-  recorded run times (the protocol's cost model), the whole stage's estimate, and what waits
-  on what."""
+  each ran on: `machine_seconds`; an accelerator's apart), the runs known to be left and
+  their estimate from the recorded run times (the protocol's cost model), the whole stage's
+  estimate, and what waits on what."""
   rates = measured_rates(rows)
   lines = ["| stage | runs recorded | machine-h recorded | runs left (known now) | machine-h left "
            "(estimate) | whole stage, machine-h (estimate) |", "|---|---|---|---|---|---|"]
