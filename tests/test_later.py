@@ -300,3 +300,17 @@ def test_the_pilot_tables_take_any_task_and_baseline():
   assert f"| {p.label('acl_cl')} | +1.00 " in text and "| JT | −1.00 " in text.replace("-", "−")
   early = tables.early_exit_table(p, rows)
   assert early.count("| RTE |") == 3 and "| 0.1 | −0.50 " in early.replace("-", "−")
+
+
+def test_a_later_multi_exit_arm_gains_over_the_baseline_of_an_earlier_stage():
+  """Stage 3's 2ST and ALT arm does not train JT, the per-exit table's baseline: its gains are
+  over JT's runs of the same settings in stage 2's record."""
+  from acl_jax.study import report as study_report  # pylint: disable=import-outside-toplevel
+  row = lambda m, s, g: (lambda r: dict(r, final={"dev": r["evals"][-1]["dev"]}))(
+      _multi_exit_row(m, s, g))
+  rs = {S2: [row("jt", s, {}) for s in SEEDS],
+        p.stage_record[3]: [row(m, s, {1: g}) for s in SEEDS
+                            for m, g in (("2st", 1.0), ("alt", -2.0))]}
+  text = study_report.arm_tables(study_report.context(p, rs), 3)
+  assert "| JT | 81.10 ± 0.10 (n=3) |" in text
+  assert "| 2ST | +1.00 [" in text and "| ALT | -2.00 [" in text

@@ -368,7 +368,10 @@ def arm_tables(ctx: Ctx, stage: int) -> str:
                     f"{task.scored} {task.metric}", "*pending*" if got is None else
                     fmt_mean([p.score(r) for r in got if p.score(r) is not None])])
     if exits and not arm.grid:
-      got = [arm_rows(ctx, stage, arm, m) for m in exits]
+      # the gains are over the protocol's first multi-exit method: where this arm does not
+      # train it, its runs of the same settings from the stage that did (`later.find`)
+      base = p.multi_exit[0]
+      got = [arm_rows(ctx, stage, arm, m) for m in ([] if base in exits else [base]) + exits]
       if None in got:
         out.append(f"{what}, per exit: *pending* (first look not recorded).\n")
         continue
