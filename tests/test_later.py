@@ -302,7 +302,7 @@ def test_the_pilot_tables_take_any_task_and_baseline():
   assert early.count("| RTE |") == 3 and "| 0.1 | −0.50 " in early.replace("-", "−")
 
 
-def test_a_later_multi_exit_arm_gains_over_the_baseline_of_an_earlier_stage():
+def test_a_later_multi_exit_arm_gains_over_the_baseline_of_the_stage_before():
   """Stage 3's 2ST and ALT arm does not train JT, the per-exit table's baseline: its gains are
   over JT's runs of the same settings in stage 2's record."""
   from acl_jax.study import report as study_report  # pylint: disable=import-outside-toplevel
