@@ -48,7 +48,8 @@ def collect(of: str, run: str, workdir: str, tag: str) -> dict:
   settings = records.parse_name(run)
   old = original(of, run)
   row = records.row_from_run(workdir, record_of(tag), settings, old["config"], old["set"])
-  row.setdefault("timed_on", records.machine())  # trained here, by this command
+  # trained here, by this command (on the devices its train record names)
+  row.setdefault("timed_on", records.machine(row["train"].get("devices")))
   row.update(rerun_of=of, xla_flags=os.environ.get("XLA_FLAGS", ""))
   row = records.make_row(**row)
   records.append(records.path_of(record_of(tag)), row)

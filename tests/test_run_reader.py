@@ -229,3 +229,21 @@ def test_the_reader_imports_nothing_heavy():
                       "print(sorted({m.split('.')[0] for m in sys.modules} & "
                       "{'jax', 'flax', 'numpy', 'transformers', 'ml_collections'}))"])
   assert p.returncode == 0 and p.stdout.strip() == "[]", p.stderr
+
+
+def test_a_row_names_the_gpu_its_run_trained_on(tmp_path, monkeypatch):
+  """train.py's record names the devices; the row's timed_on puts the GPU before its host,
+  whether the sweep timed the run or scripts/rerun.py trained it untimed."""
+  from scripts import rerun  # pylint: disable=import-outside-toplevel
+  wd = _full(tmp_path / NAME)
+  gpu = {"platform": "gpu", "kind": "NVIDIA H200", "count": 2}
+  _write(wd, {"results.json": {**RESULTS, "train": {**RESULTS["train"], "devices": gpu}}})
+  row = records.row_from_run(wd, "s", SETTINGS)
+  assert row["timed_on"] == f"NVIDIA H200 GPU x2, host {records.machine()}"
+  assert row["train"]["devices"] == gpu
+  for name in ("sweep_time.json", "early_exit_entropy_dev.json"):  # as rerun's train.py
+    os.remove(os.path.join(wd, name))                              # leaves a folder
+  monkeypatch.setattr(records, "RECORDS", str(tmp_path / "records"))
+  records.append(records.path_of("orig"), {**row, "sweep": "orig"})
+  again = rerun.collect("orig", NAME, wd, "gpu")
+  assert again["timed_on"] == row["timed_on"] and again["rerun_of"] == "orig"
