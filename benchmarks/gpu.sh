@@ -5,7 +5,8 @@
 # CE and ACL-Grad (gated, angle over all params) at BERT-base and MiniLM-L6 shape, B32 L128,
 # float32 and bfloat16, random-init weights. It uses the machine's own Python and its
 # preinstalled jax, flax and optax (no package index, data or checkpoint is needed). Extra
-# arguments go to benchmarks/gpu_step.py (see its --help). Never needed by tests or CI.
+# arguments go to benchmarks/gpu_step.py (see its --help; --profile TOP traces each case). Never
+# needed by tests or CI.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"

@@ -157,8 +157,11 @@ def synthetic_batch(shape: Shape, seed: int):
           "labels": rng.integers(0, NUM_LABELS, shape.batch).astype(np.int32)}
 
 
-def time_one(shape: Shape, objective: str, dtype: str, min_time: float, max_steps: int):
-  """Compiles, warms up, then times steps until `min_time` seconds (at least 5 steps)."""
+def time_one(shape: Shape, objective: str, dtype: str, min_time: float, max_steps: int,
+             profile: int = 0):
+  """Compiles, warms up, then times steps until `min_time` seconds (at least 5 steps); with
+  `profile`, then traces 3 more steps and sums their op time by kind of op
+  (benchmarks/profile_step.py), keeping the `profile` top ops."""
   import jax  # pylint: disable=import-outside-toplevel
   t0 = time.perf_counter()
   train_step, state, batch, n_params = build_step(shape, objective, dtype)
@@ -179,10 +182,15 @@ def time_one(shape: Shape, objective: str, dtype: str, min_time: float, max_step
   jax.block_until_ready((state, metrics))
   elapsed = time.perf_counter() - t0
   loss = float(metrics["loss"])
+  out = {"setup_s": setup_s, "first_step_s": first_s, "steps": n, "step_s": elapsed / n,
+         "loss": loss, "n_params": n_params}
+  if profile:
+    from benchmarks import profile_step  # pylint: disable=import-outside-toplevel
+    res, wall = profile_step.trace_step(train_step, state, batch, 3, profile)
+    out["profile"] = {"traced_step_s": wall, **res}
   del state, batch, train_step
   gc.collect()
-  return {"setup_s": setup_s, "first_step_s": first_s, "steps": n, "step_s": elapsed / n,
-          "loss": loss, "n_params": n_params}
+  return out
 
 
 def main(argv=None):
@@ -198,6 +206,9 @@ def main(argv=None):
   ap.add_argument("--max_steps", type=int, default=200)
   ap.add_argument("--budget", type=float, default=420.0,
                   help="seconds; cases not started by then are skipped (and listed)")
+  ap.add_argument("--profile", type=int, default=0, metavar="TOP",
+                  help="also trace 3 steps of each case and print their op time by kind of "
+                  "op and the TOP longest ops (benchmarks/profile_step.py)")
   ap.add_argument("--out", default="", help="JSON results path (default benchmarks/results/"
                   "gpu_<device kind>.json, or $OUT/ when OUT is set)")
   args = ap.parse_args(argv)
@@ -247,7 +258,7 @@ def main(argv=None):
       skipped.append(case)
       continue
     try:
-      r = time_one(shape, obj, dtype, min_time, max_steps)
+      r = time_one(shape, obj, dtype, min_time, max_steps, args.profile)
     except Exception as e:  # pylint: disable=broad-except
       # One case failing (say, out of memory) must not lose the others' numbers.
       print(f"{case}: FAILED {type(e).__name__}: {str(e)[:300]}", flush=True)
@@ -273,6 +284,13 @@ def main(argv=None):
           f"{model_tflops:.3g} model TFLOP/s, MFU {pct(mfu)} of {peak_name}, "
           f"compile+first step {r['first_step_s']:.1f} s, loss {r['loss']:.4f}",
           flush=True)
+    if "profile" in r:
+      prof = r["profile"]
+      total = sum(prof["kinds_ms"].values())
+      print(f"  traced {1000 * prof['traced_step_s']:.1f} ms/step, op time {total:.1f} ms/step: "
+            + ", ".join(f"{k} {v:.1f}" for k, v in prof["kinds_ms"].items()), flush=True)
+      for op, ms in prof["top_ops_ms"].items():
+        print(f"  {ms:8.2f} ms  {op}", flush=True)
 
   from benchmarks import common  # pylint: disable=import-outside-toplevel
   print()

@@ -62,15 +62,40 @@ def summarize(trace_file: str, names: dict, steps: int, top: int) -> dict:
     events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
   kinds, ops = collections.Counter(), collections.Counter()
   for e in events:
-    if e["name"] not in names:
+    # XLA:CPU names an op's event by its HLO instruction; a GPU kernel's event (a cuBLAS
+    # kernel, say) carries the instruction in its "hlo_op" argument.
+    name = e["name"] if e["name"] in names else e.get("args", {}).get("hlo_op", "")
+    if name not in names:
       continue
-    op, ty = names[e["name"]]
+    op, ty = names[name]
     ms = e["dur"] / 1e3 / steps
-    kinds[kind_of(e["name"], op, ty)] += ms
+    kinds[kind_of(name, op, ty)] += ms
     short = re.sub(r"layer_\d+", "layer_N", op.replace("jit(per_device)/", ""))
-    base = re.sub(r"[.]\d+$", "", e["name"])
+    base = re.sub(r"[.]\d+$", "", name)
     ops[f"{base} {ty} {short[-90:]}"] += ms
   return {"kinds_ms": dict(kinds.most_common()), "top_ops_ms": dict(ops.most_common(top))}
+
+
+def trace_step(fn, state, batch, steps: int, top: int) -> tuple[dict, float]:
+  """Runs the jitted `fn(state, batch) -> (state, metrics)` once, then traces `steps` steps:
+  (`summarize`'s per-kind and top-op times per step, wall seconds per traced step). The
+  state is donated: the caller's `state` is spent."""
+  import jax  # pylint: disable=import-outside-toplevel
+  names = hlo_op_names(fn.lower(state, batch).compile().as_text())
+  state, _ = fn(state, batch)
+  jax.block_until_ready(state)
+  with tempfile.TemporaryDirectory() as tmp:
+    jax.profiler.start_trace(tmp)
+    start = time.perf_counter()
+    for _ in range(steps):
+      state, _ = fn(state, batch)
+      jax.block_until_ready(state)
+    wall = (time.perf_counter() - start) / steps
+    jax.profiler.stop_trace()
+    trace = glob.glob(os.path.join(tmp, "**", "*.trace.json.gz"), recursive=True)
+    if not trace:
+      raise SystemExit("jax.profiler wrote no *.trace.json.gz; is the profiler plugin intact?")
+    return summarize(trace[0], names, steps, top), wall
 
 
 def minilm_ce_step(batch: int, seq: int):
@@ -97,24 +122,9 @@ def main():
   p.add_argument("--out", default=None, help="JSON path (default benchmarks/results/"
                  "profile_step_L<seq>.json)")
   a = p.parse_args()
-  import jax
   info = common.machine_info(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   fn, state, batch = minilm_ce_step(a.batch, a.seq)
-  names = hlo_op_names(fn.lower(state, batch).compile().as_text())
-  state, _ = fn(state, batch)
-  jax.block_until_ready(state)
-  with tempfile.TemporaryDirectory() as tmp:
-    jax.profiler.start_trace(tmp)
-    start = time.perf_counter()
-    for _ in range(a.steps):
-      state, _ = fn(state, batch)
-      jax.block_until_ready(state)
-    wall = (time.perf_counter() - start) / a.steps
-    jax.profiler.stop_trace()
-    trace = glob.glob(os.path.join(tmp, "**", "*.trace.json.gz"), recursive=True)
-    if not trace:
-      raise SystemExit("jax.profiler wrote no *.trace.json.gz; is the profiler plugin intact?")
-    res = summarize(trace[0], names, a.steps, a.top)
+  res, wall = trace_step(fn, state, batch, a.steps, a.top)
   total = sum(res["kinds_ms"].values())
   print(f"MiniLM-L6 B{a.batch} L{a.seq}: wall {wall * 1e3:.0f} ms/step (traced), "
         f"summed op time {total:.0f} ms/step; load average at start {info['load_average_start']}")
