@@ -170,20 +170,28 @@ def claims_table(ctx: Ctx) -> str:
                  "pending" if set(words) == {"pending"} else tally, "; ".join(budgets)])
   for key, s in p.later_claims():
     paper = p.sources.get(key, "—")
-    mine = [r for r in p.rules[s] if r.claim == key]
-    got = [later.claim_word(p, ctx.idx, s, r) for r in mine]
-    if None in got:
-      pairs = {(r.task, m) for r in mine for m in later.rule_methods(r)}
+    # every stage's rules of the claim (stage 3 tests the shallow-exit claim again, against
+    # 2ST and ALT): each decided one's cell, each other's pending note
+    mine = [(st, r) for st in sorted(p.rules) for r in p.rules[st] if r.claim == key]
+    got = [later.claim_word(p, ctx.idx, st, r) for st, r in mine]
+    if all(g is None for g in got):
+      pairs = {(r.task, m) for _, r in mine for m in later.rule_methods(r)}
       rows.append([p.claims[key], paper, later_pending(ctx, s, pairs), f"pending: stage {s}",
                    "—"])
       continue
-    tally = collections.Counter(w for w, _ in got)
-    rows.append([p.claims[key], paper,
-                 "; ".join(f"{label(p, r.task)} "
-                           + (f"{p.label(r.method)} " if isinstance(r, proto.Comparison) else "")
-                           + cell for r, (_, cell) in zip(mine, got)),
+    cells, tally, waiting = [], collections.Counter(), {}
+    for (st, r), g in zip(mine, got):
+      if g is None:  # one note per stage for the rules still before their first look
+        waiting.setdefault(st, set()).update((r.task, m) for m in later.rule_methods(r))
+        tally["pending"] += 1
+      else:
+        cells.append(f"{label(p, r.task)} " + (f"{p.label(r.method)} " if isinstance(
+            r, proto.Comparison) else "") + g[1])
+        tally[g[0]] += 1
+    cells += [f"the others {later_pending(ctx, st, pairs)}" for st, pairs in waiting.items()]
+    rows.append([p.claims[key], paper, "; ".join(cells),
                  ", ".join(f"{w} {n}" for w, n in tally.items()),
-                 "; ".join(dict.fromkeys(task_budget(ctx, r.task) for r in mine))])
+                 "; ".join(dict.fromkeys(task_budget(ctx, r.task) for _, r in mine))])
   rows += [list(r) for r in p.untestable]
   return table(["claim (SPEC §1)", "paper", "ours, per comparison: mean [97.5% interval] "
                 "(seeds ahead / seeds) verdict", "verdict", "budget"], rows)

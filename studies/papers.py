@@ -214,7 +214,7 @@ DEVIATIONS = (
      "change (when the shallow-exit claim reads undecided; which released run starts "
      "first); train.py, acl_jax/, configs/ and the data are the same, so both runs trained "
      "the code of the rest of stage 2."),
-    ("18 stage-3 runs (20NG and Ohsumed CE and CE+G-Loss, six MRPC runs) trained on one "
+    ("18 stage-3 runs (20NG, Ohsumed and six of MRPC) trained on one "
      "NVIDIA H200 GPU, 8 at a time: same code (c0e7f3f), configs, data and pinned libraries "
      "but JAX 0.11.2 with CUDA; float32 at the highest matmul precision, deterministic XLA "
      "ops. Their rows name the GPU in timed_on.",
@@ -222,7 +222,7 @@ DEVIATIONS = (
      "put at 6.5 machine-hours. A seed's GPU run is not bit-identical to its CPU run, and "
      "no run was trained on both, so the device's own effect is not measured; pairs mix the "
      "two at 20NG seed 0, Ohsumed seed 1 and MRPC (CE on a CPU). GPU seconds are counted "
-     "apart and give no CPU rate. BENCHMARKS.md has the setup."),
+     "apart and give no CPU rate."),
 )
 
 # Earlier runs at 200-300 steps, kept as records (RESULTS.md labels them short-budget pilots).

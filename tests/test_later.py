@@ -113,10 +113,18 @@ def test_the_claims_table_shows_a_decided_later_claim():
                        ("kd", {}))]
   for r in rows:
     r["sweep"] = S2
-  ctx = report.context(p, {S2: rows})
-  claims = report.claims_table(ctx)
-  cells = next(line for line in claims.splitlines() if line.startswith(f"| {p.claims['exits']}"))
-  assert "SST-2 vs JT shallow − deep +" in cells and "| holds 1 |" in cells
+  def cells(records):
+    claims = report.claims_table(report.context(p, records))
+    return next(x for x in claims.splitlines() if x.startswith(f"| {p.claims['exits']}"))
+  # stage 3 tests the claim again, against 2ST and ALT: pending, then decided beside stage 2's
+  got = cells({S2: rows})
+  assert "SST-2 vs JT shallow − deep +" in got and "| holds 1, pending 1 |" in got
+  assert "the others pending: stage 3 (0 of 6 runs recorded)" in got
+  later_rows = [dict(_multi_exit_row(m, s, {}), sweep=p.stage_record[3])
+                for s in SEEDS for m in ("2st", "alt")]
+  got = cells({S2: rows, p.stage_record[3]: later_rows})
+  assert "vs 2ST shallow − deep +" in got and "vs ALT shallow − deep +" in got
+  assert "| holds 2 |" in got and "the others pending" not in got
 
 
 def test_an_undecided_later_rule_releases_its_second_look():
