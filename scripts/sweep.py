@@ -540,13 +540,17 @@ def wall_per_machine_s(args) -> float:
   return float(getattr(args, "workers", 1) or 1)
 
 
-def host_rates(rows: dict, told: dict | None, args=None) -> dict:
+def local_gpu(args) -> str:
+  """The GPU that `--executor local` runs train on here, as the records name it; ""
+  on a CPU host or with another executor."""
+  return slots.cuda_device_name() if getattr(args, "executor", "local") == "local" else ""
+
+
+def host_rates(rows: dict, told: dict | None, gpu: str = "") -> dict:
   """The estimates' seconds per epoch on this machine (`study_status.rates_on`): the records'
-  CPU rates, scaled by how much slower or faster this CPU, or the GPU that `--executor local`
-  trains on here, ran the runs it shares with them. A new factor is printed once (`told`
+  CPU rates, scaled by how much slower or faster this CPU, or this host's `gpu`
+  (`local_gpu`), ran the runs it shares with them. A new factor is printed once (`told`
   holds the last; None prints every time)."""
-  local = args is not None and getattr(args, "executor", "local") == "local"
-  gpu = slots.cuda_device_name() if local else ""
   host = study_status.rates_on(rows, study_status.cpu_of({"timed_on": records.machine()}), gpu)
   key = (round(host.factor, 2), host.pairs, host.own)
   if told is None or told.get("key") != key:
@@ -577,10 +581,11 @@ def run_stage(stage: int, args) -> None:
   p = args.study
   deadline = parse_until(args.until)
   root = args.root = os.path.abspath(args.root or os.path.join(REPO, "runs", "sweeps"))
+  gpu = local_gpu(args)  # once: the host's GPU does not change during a sweep
   if args.dry_run:
     rows = records.read_all()
     ready, waiting = study_status.stage_runs(p, stage, rows)
-    rates = host_rates(rows, None, args)
+    rates = host_rates(rows, None, gpu)
     per_s = wall_per_machine_s(args)
     for run in ready:
       est = per_s * p.estimate_seconds(run.task, run.method, run.epochs, rates)
@@ -596,7 +601,7 @@ def run_stage(stage: int, args) -> None:
     while True:
       rows = records.read_all()
       ready, _ = study_status.stage_runs(p, stage, rows)
-      rates = host_rates(rows, told, args)
+      rates = host_rates(rows, told, gpu)
       per_s = wall_per_machine_s(args)
       est = {r.name: per_s * p.estimate_seconds(r.task, r.method, r.epochs, rates)
              for r in ready}

@@ -41,7 +41,7 @@ import typing
 from typing import Any, Required, TypedDict
 
 from acl_jax import cpuinfo, provenance  # light: no jax
-from acl_jax.study import runs
+from acl_jax.study import runs, slots
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -196,8 +196,7 @@ def machine(devices: dict | None = None) -> str:
   cpu = cpuinfo.describe()
   if not devices or devices.get("platform", "cpu") == "cpu":
     return cpu
-  kind, platform = str(devices.get("kind") or ""), str(devices["platform"]).upper()
-  name = kind if platform in kind.upper() else f"{kind} {platform}".strip()
+  name = slots.accelerator_name(str(devices["platform"]), str(devices.get("kind") or ""))
   return f"{name} x{devices.get('count', 1)}, host {cpu}"
 
 

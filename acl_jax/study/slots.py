@@ -29,9 +29,17 @@ def cuda_devices() -> list[str]:
   return [str(i) for i, _ in enumerate(re.findall(r"^GPU \d+", out, re.M))]
 
 
+def accelerator_name(platform: str, kind: str) -> str:
+  """An accelerator as the records name it: its device kind, with the platform after it
+  where the kind does not say it ("NVIDIA H200", "gpu": "NVIDIA H200 GPU"; "TPU v4", "tpu":
+  "TPU v4")."""
+  platform = platform.upper()
+  return kind if platform in kind.upper() else f"{kind} {platform}".strip()
+
+
 def cuda_device_name() -> str:
   """The first visible CUDA device's name as a run's record names it ("NVIDIA H200 GPU":
-  records.machine from JAX's device kind), or "" without one."""
+  `accelerator_name` of JAX's device kind, which is nvidia-smi's name), or "" without one."""
   gpus = cuda_devices()
   if not gpus:
     return ""
@@ -42,7 +50,7 @@ def cuda_device_name() -> str:
   except (OSError, subprocess.SubprocessError):
     return ""
   name = out.splitlines()[0].strip() if out else ""
-  return name if not name or "GPU" in name.upper() else f"{name} GPU"
+  return accelerator_name("gpu", name) if name else ""
 
 
 def tpu_chips() -> list[str]:
