@@ -1,4 +1,5 @@
-"""results/STAGE2.md's tables: each stage-2 rule's numbers in full, from the records
+"""results/STAGE2.md's tables, and STAGE3.md's shallow-exit rule: each later rule's numbers in
+full, from the records
 (acl_jax/study/later.py reads them under the rules; RESULTS.md's claims table gives the verdicts).
 
 Every function takes the records index ({(record, run): row}) and the method labels, and
@@ -120,3 +121,10 @@ def stage2_md(p: proto.Protocol, idx: dict, labels: dict) -> dict[str, str]:
           "stage2_lambda": range_table(p, idx, lam, labels),
           "stage2_gamma_keep": stable_table(p, idx, gamma, labels, arm.grid[0][1])}
 
+
+
+def stage3_exits(p: proto.Protocol, idx: dict, labels: dict) -> str:
+  """results/STAGE3.md's shallow-exit block: stage 3's ExitRule (ACL-CL against 2ST and ALT),
+  laid out as stage 2's."""
+  rule = next(r for r in p.rules[3] if isinstance(r, proto.ExitRule))
+  return exits_table(p, idx, rule, labels, stage=3)

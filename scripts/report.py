@@ -402,6 +402,7 @@ TABLES = {
     "reruns": reruns_table,
     **{name: (lambda ctx, name=name: later_tables.stage2_md(ctx.p, ctx.idx, ctx.p.labels)[name])
        for name in ("stage2_exits", "stage2_lambda", "stage2_gamma_keep")},
+    "stage3_exits": lambda ctx: later_tables.stage3_exits(ctx.p, ctx.idx, ctx.p.labels),
     "holm_summary": lambda ctx: holm.summary(holm_tests(ctx)),
     **{f"stage{s}_arms": (lambda ctx, s=s: lib.arm_tables(ctx, s)) for s in (2, 3)},
     **{f"stage{s}_comparisons": (lambda ctx, s=s: lib.later_comparisons_table(ctx, s))

@@ -218,6 +218,22 @@ def test_stage2_detail_tables_render_the_rules():
   assert "**stable**" in text and "| 0.7 (preset) |" in text and "| 0.3 |" in text
 
 
+def test_stage3_exit_table_reads_acl_cl_from_stage2_and_its_baselines_from_stage3():
+  """STAGE3.md's shallow-exit block: ACL-CL's rows come from stage 2's record, 2ST's and ALT's
+  from stage 3's; a missing baseline run leaves the block pending."""
+  from scripts import later_tables  # pylint: disable=import-outside-toplevel
+  S3 = p.stage_record[3]
+  acl = [_multi_exit_row("acl_cl", s, {k: v + 0.05 * s for k, v in SHALLOW.items()})
+         for s in SEEDS]
+  base = [_multi_exit_row(m, s, {}) for s in SEEDS for m in ("2st", "alt")]
+  text = later_tables.stage3_exits(p, {**_idx(acl), **_idx(base, S3)}, p.labels)
+  lines = text.splitlines()
+  assert lines[2].startswith("| ACL-CL − 2ST | 1 | 3 | +3.05 |")
+  assert lines[3].startswith("| ACL-CL − ALT | 1 | 3 |") and text.count(" holds |") == 2
+  assert later_tables.stage3_exits(p, {**_idx(acl), **_idx(base[:-1], S3)}, p.labels) == \
+      "*pending*: 8 of 9 first-look runs recorded.\n"
+
+
 def test_an_exit_rule_keeps_asking_for_a_baselines_second_look():
   """The shallow-exit rule with JT's second look recorded (the contrast still open:
   inconclusive there) and KD's undecided at its first: the claim waits, and the planner still
