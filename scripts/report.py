@@ -20,6 +20,7 @@ tests/test_records.py runs the check.
 import argparse
 import collections
 import os
+import re
 import sys
 
 import numpy as np
@@ -197,6 +198,17 @@ def claims_table(ctx: Ctx) -> str:
                 "(seeds ahead / seeds) verdict", "verdict", "budget"], rows)
 
 
+def _vector_isa(machine: str) -> str:
+  """A "timed on" with its ISA list cut to the kinds that tell CPUs apart (AMX, AVX-512, AVX2):
+  "AMD EPYC (family 25, model 17; AVX-512), 2 cores". The records keep the whole list."""
+  def cut(m):
+    isa = m.group(2).split(", ")
+    widest = next((k for k in ("AVX-512", "AVX2") if k in isa), None)
+    kinds = ["AMX"] * ("AMX" in isa) + [widest] * (widest is not None)
+    return f"{m.group(1)}; {', '.join(kinds)})" if kinds else m.group(0)
+  return re.sub(r"(\(family \d+, model \d+); ([^)]*)\)", cut, machine)
+
+
 def stage_hours_table(ctx: Ctx) -> str:
   """Per stage: runs recorded (a reused row once), their measured machine-hours, the whole
   stage's estimate (the protocol's cost model at the measured rates) and the machine."""
@@ -205,7 +217,8 @@ def stage_hours_table(ctx: Ctx) -> str:
     hours = t.hours() + (f" ({t.untimed} untimed or partly timed)" if t.untimed else "")
     whole = "; ".join(f"{len(runs)} runs, {sec / 3600:.1f} h" + (
         f" ({what})" if what != "all" else "") for what, runs, sec in t.whole)
-    machines = sorted({r["timed_on"] for r in t.recorded if "seconds" in r and r.get("timed_on")})
+    machines = sorted({_vector_isa(r["timed_on"]) for r in t.recorded
+                       if "seconds" in r and r.get("timed_on")})
     rows.append([stage, len(t.recorded), hours, whole, "; ".join(machines) or "—"])
   return table(["stage", "runs recorded", "machine-h recorded", "whole stage (estimate)",
                 "timed on"], rows)

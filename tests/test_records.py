@@ -286,6 +286,18 @@ def test_stage_hours_count_a_reused_run_once(complete):
                       r"look\)", stage["1"][3])
 
 
+def test_stage_hours_name_each_cpu_by_its_vector_isa():
+  """The table cuts a machine's ISA list to what tells the kinds apart (AMX, then AVX-512 or
+  AVX2); a machine named without family and model stays as it is."""
+  full = "(family 6, model 207; AMX, AVX-512, AVX512-BF16, AVX512-VNNI, AVX2, FMA)"
+  assert report._vector_isa(f"GPU, host Xeon {full}, 16 cores") == \
+      "GPU, host Xeon (family 6, model 207; AMX, AVX-512), 16 cores"
+  assert report._vector_isa("AMD EPYC (family 25, model 1; AVX2, FMA), 2 cores") == \
+      "AMD EPYC (family 25, model 1; AVX2), 2 cores"
+  for kept in ("AMD EPYC, 2 cores", "CPU (family 6, model 1; FMA), 2 cores"):
+    assert report._vector_isa(kept) == kept
+
+
 def test_pending_text_where_records_are_missing(complete):
   empty = report.context(p, {})
   for name in ("lr", "budget", "stage1", "stage1_scores", "gate"):
