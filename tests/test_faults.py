@@ -315,6 +315,35 @@ def test_gloss_at_a_tiny_sigma_warns_with_the_floor_share(tiny_model_dir, tmp_pa
   assert float(warned[0].split("features, ")[1].split("%")[0]) > 90.0
 
 
+@pytest.mark.parametrize("classes,warns", [(2, False), (20, True)])
+def test_gloss_calibration_states_how_much_of_it_is_unreachable(classes, warns, caplog):
+  """Before training, the calibration logs the expected share of hidden items (and of the
+  class-weighted loss) with no kept item of their class in a batch graph, and warns with the
+  fixes where it passes a quarter: 20 equal classes in a 32-node graph leave about a third."""
+  import numpy as np
+  from acl_jax.losses import balanced_class_weights, unreachable_share
+  from acl_jax.train import objectives
+  from configs import textgcn
+  cfg = textgcn.get_config("20ng,gloss")
+  rng = np.random.default_rng(0)
+  labels = np.arange(4000) % classes
+  weights = balanced_class_weights(labels, classes)
+  with caplog.at_level("INFO"):
+    objectives.calibrate(cfg.loss, lambda n: rng.normal(size=(n, 16)).astype(np.float32), 32,
+                         1, labels, classes, weights)
+  items, weight = unreachable_share(labels, classes, 32, 0.7, weights)
+  said = [r.getMessage() for r in caplog.records
+          if r.levelname == "INFO" and "no kept item" in r.getMessage()]
+  assert len(said) == 1 and f"{100 * items:.1f}% of the hidden items" in said[0], caplog.text
+  assert "32-node batch graph keeping 22 labels" in said[0]
+  assert f"({100 * weight:.1f}% of the weighted loss)" in said[0]
+  warned = [r.getMessage() for r in caplog.records
+            if r.levelname == "WARNING" and "reaches little" in r.getMessage()]
+  assert len(warned) == int(warns), caplog.text
+  if warns:
+    assert 0.30 < items < 0.34 and "loss.gloss_global" in warned[0]
+
+
 def test_a_failed_save_is_one_message_and_orbax_thread_tracebacks_are_dropped(
     tiny_model_dir, ce_run, tmp_path, monkeypatch):
   """A full disk: Orbax logs each write thread's traceback, then raises to the caller. The

@@ -11,7 +11,7 @@ from acl_jax.losses import (
     balanced_class_weights, check_labels, cross_entropy, gloss, propagate, resolve_gamma,
     sigma_sqrt_heuristic)
 from acl_jax.losses.graph import (
-    DEFAULT_W_FLOOR, check_gamma_keep, split_order, transition_matrix)
+    DEFAULT_W_FLOOR, check_gamma_keep, split_order, transition_matrix, unreachable_share)
 from tests import numerics
 
 SIGMA = 0.667
@@ -147,6 +147,52 @@ def test_lp_acc_is_the_argmax_accuracy(seed):
   xp, yp = x[perm], y[perm]
   f_u = ref_propagate(xp, np.eye(3)[yp[:6]], SIGMA)
   np.testing.assert_allclose(float(aux["lp_acc"]), np.mean(f_u.argmax(1) == yp[6:]), rtol=1e-6)
+
+
+def test_lp_unreachable_counts_hidden_items_whose_class_no_kept_item_has():
+  """Padded or not, the measured share is the hidden items whose class is absent from the
+  kept labels, and propagation gives those items exactly zero mass on their class."""
+  x, _ = _data(6, n=10)
+  y = jnp.asarray([0, 0, 0, 0, 0, 1, 2, 2, 1, 2], jnp.int32)
+  key = jax.random.key(21)  # keeps no 2: 3 of the 4 hidden items are unreachable
+  perm = np.asarray(split_order(key, jnp.arange(10)))
+  yp, xp = np.asarray(y)[perm], x[perm]
+  kept, hidden = set(yp[:6].tolist()), yp[6:]
+  want = np.mean([c not in kept for c in hidden])
+  assert 0 < want < 1, "the split should leave a class out"
+  fn = jax.jit(lambda x, y, m: gloss(x, y, key, 3, SIGMA, 0.6, example_mask=m)[1])
+  for mask in (None, jnp.ones(10)):
+    np.testing.assert_allclose(float(fn(x, y, mask)["lp_unreachable"]), want, rtol=1e-6)
+  f_u = ref_propagate(xp, np.eye(3)[yp[:6]], SIGMA)
+  out = [u for u, c in enumerate(hidden) if c not in kept]
+  assert np.all(f_u[out, hidden[out]] == 0.0)
+
+
+def test_unreachable_share_is_the_hypergeometric_expectation():
+  """Exact against enumerating every batch graph of a small population, and close to a
+  simulation of uniform batches on a larger one; class weights weigh the share by class."""
+  import itertools  # pylint: disable=import-outside-toplevel
+  labels = np.asarray([0, 0, 0, 1, 1, 2, 3])  # 7 examples, graphs of 4 keeping 3
+  hit = total = 0
+  for graph in itertools.permutations(range(7), 4):  # ordered: kept first, hidden last
+    kept = {labels[i] for i in graph[:3]}
+    hit += labels[graph[3]] not in kept
+    total += 1
+  items, weight = unreachable_share(labels, 4, 4, 0.75)
+  assert items == pytest.approx(hit / total, rel=1e-12) and weight == items
+  rng = np.random.default_rng(0)
+  big = rng.choice(20, size=3000, p=np.arange(1, 21) / 210.0)
+  items, _ = unreachable_share(big, 20, 32, 0.7)
+  runs = [(lambda g: np.mean([c not in set(big[g[:22]]) for c in big[g[22:]]]))(
+      rng.choice(len(big), 32, replace=False)) for _ in range(4000)]
+  sem = np.std(runs) / np.sqrt(len(runs))
+  assert abs(np.mean(runs) - items) < 4 * sem, (np.mean(runs), items, sem)
+  weights = np.zeros(20)
+  weights[0] = 1.0  # only the rarest class counts
+  _, weight = unreachable_share(big, 20, 32, 0.7, weights)
+  n0 = np.sum(big == 0)
+  expect = np.exp(sum(np.log((len(big) - n0 - i) / (len(big) - 1 - i)) for i in range(22)))
+  assert weight == pytest.approx(expect, rel=1e-9)
 
 
 def _edge_batches():
@@ -504,3 +550,27 @@ def test_floor_share_counts_each_graphs_edges_below_the_floor():
     assert got == pytest.approx(ref(x, sigma, g), abs=1e-12)
   assert 0.0 < gloss_floor_share(x, 0.1, 6) < 1.0
   assert gloss_floor_share(x[:1], 0.01, 8) == 0.0
+
+
+def test_gloss_reach_reads_each_corpus_train_split(tmp_path, capsys):
+  """scripts.gloss_reach: the shares of a TextGCN corpus's train split (dev held out), its
+  balanced weights included, printed under the study's name for the corpus."""
+  import gzip  # pylint: disable=import-outside-toplevel
+  from acl_jax import data  # pylint: disable=import-outside-toplevel
+  from acl_jax.losses import balanced_class_weights  # pylint: disable=import-outside-toplevel
+  from scripts import gloss_reach  # pylint: disable=import-outside-toplevel
+  root = tmp_path / "20ng"
+  (root / "corpus").mkdir(parents=True)
+  labels = [f"c{i % 5}" for i in range(60)] + [f"c{i}" for i in range(5, 8)]  # 3 singletons
+  (root / "20ng.txt").write_text("\n".join(
+      f"{i}\t20news-bydate-{'test' if i % 7 == 0 else 'train'}\t{c}"
+      for i, c in enumerate(labels)))
+  with gzip.open(root / "corpus" / "20ng.txt.gz", "wb") as f:
+    f.write("\n".join(f"document {i}" for i in range(len(labels))).encode())
+  train = np.asarray(data.load_task("20ng", str(tmp_path)).splits["train"]["label"])
+  items, weight = unreachable_share(train, 8, 8, 0.75, balanced_class_weights(train, 8))
+  assert weight > items > 0
+  assert gloss_reach.main(["--data_dir", str(tmp_path), "--tasks", "20ng", "--batch_size", "8",
+                           "--gamma_keep", "0.75"]) == 0
+  row = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("| 20NG"))
+  assert row == f"| 20NG | 8 | {len(train)} | {100 * items:.1f} | {100 * weight:.1f} |"

@@ -12,7 +12,7 @@ from acl_jax.losses.gate import (
     check_gate_args, encoder_angle_mask, sq_norm, top_angle_mask)
 from acl_jax.losses.graph import (
     GLOSS_FORMS, check_gamma_keep, check_labels, check_sigma, gloss, propagate, resolve_gamma,
-    sigma_sqrt_heuristic, transition_matrix)
+    sigma_sqrt_heuristic, transition_matrix, unreachable_share)
 from acl_jax.losses.metric_learning import cosine_loss, triplet_loss
 from acl_jax.losses.silhouette import silhouette_defined, silhouette_scores
 
@@ -23,5 +23,5 @@ __all__ = [
     "check_tau", "cosine_loss", "cross_entropy", "encoder_angle_mask", "gloss", "masked_supcon",
     "propagate", "resolve_gamma", "safe_normalize", "scl_loss", "sigma_sqrt_heuristic",
     "silhouette_defined", "silhouette_scores", "sq_norm", "top_angle_mask", "transition_matrix",
-    "triplet_loss", "weighted_mean",
+    "triplet_loss", "unreachable_share", "weighted_mean",
 ]

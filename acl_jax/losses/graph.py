@@ -226,7 +226,8 @@ def gloss(
 
   Returns:
     loss: scalar (0 when fewer than two rows are real: no hidden node is left).
-    aux: {"lp_acc": accuracy of argmax F_U against the hidden labels}.
+    aux: {"lp_acc": accuracy of argmax F_U against the hidden labels, "lp_unreachable":
+      the share of hidden items whose class no kept item has (`unreachable_share`)}.
   """
   check_known(form, GLOSS_FORMS, "G-Loss form")
   check_sigma(sigma)
@@ -247,6 +248,46 @@ def gloss(
       jnp.all(real), full,
       lambda x, y: _gloss_masked(x, y, real, gamma_keep, num_classes, sigma, form, cw, eps,
                                  w_floor), x, y)
+
+
+def unreachable_share(labels, num_classes: int, graph_size: int, gamma_keep: float,
+                      class_weights=None) -> tuple[float, float]:
+  """How much of G-Loss cannot reach its target, expected over uniform batch graphs.
+
+  Propagation gives a hidden item's class mass only through kept items of that class. A hidden
+  item whose class has no kept item in its graph gets F_U[u, y_u] = 0 whatever the features:
+  in the clean form its term is the clipped constant -log(eps), with no gradient. With n_L =
+  round(gamma_keep * graph_size) kept items drawn uniformly from the N - 1 other examples, a
+  hidden item of class c (n_c examples) is unreachable with probability
+  C(N - n_c, n_L) / C(N - 1, n_L).
+
+  Args:
+    labels: [N] int training labels, in [0, num_classes).
+    num_classes: K.
+    graph_size: the nodes of one batch graph (the per-device batch, or the global batch
+      with loss.gloss_global).
+    gamma_keep: the kept fraction.
+    class_weights: optional [K] weights of the loss's weighted mean.
+
+  Returns:
+    (share of hidden items, share of the loss's weight) that are unreachable; the two are
+    equal without class weights.
+  """
+  n_l = check_gamma_keep(gamma_keep, graph_size)
+  counts = np.bincount(np.asarray(labels, np.int64), minlength=num_classes).astype(np.float64)
+  total = counts.sum()
+  if total < graph_size:
+    raise ValueError(f"{int(total)} examples make no batch graph of {graph_size} nodes.")
+
+  def log_choose(a, k):
+    return math.lgamma(a + 1) - math.lgamma(k + 1) - math.lgamma(a - k + 1)
+  p = np.array([math.exp(log_choose(total - n, n_l) - log_choose(total - 1, n_l))
+                if total - n >= n_l else 0.0 for n in counts])
+  weights = np.ones(num_classes) if class_weights is None else np.asarray(class_weights,
+                                                                             np.float64)
+  items = float(np.sum(counts * p) / total)
+  mass = counts * weights
+  return items, float(np.sum(mass * p) / np.sum(mass)) if np.sum(mass) > 0 else 0.0
 
 
 def split_order(key: jax.Array, example_ids: jax.Array) -> jax.Array:
@@ -282,7 +323,9 @@ def _gloss_split(x, y, num_labelled, num_classes, sigma, form, class_weights, ep
     weights = class_weights.astype(f_u.dtype)[y_u]
   loss = _nll(f_u, y_u, weights, x.shape[0] - num_labelled, form, eps)
   lp_acc = jnp.mean((jnp.argmax(f_u, axis=-1) == y_u).astype(jnp.float32))
-  return loss, {"lp_acc": lp_acc}
+  # A hidden item whose class no kept item has gets no mass on it, whatever the features.
+  reached = jnp.take(jnp.sum(y_l, axis=0) > 0, y_u)
+  return loss, {"lp_acc": lp_acc, "lp_unreachable": 1.0 - jnp.mean(reached.astype(jnp.float32))}
 
 
 def _gloss_masked(x, y, real, gamma_keep, num_classes, sigma, form, class_weights, eps, w_floor):
@@ -308,7 +351,9 @@ def _gloss_masked(x, y, real, gamma_keep, num_classes, sigma, form, class_weight
   num_hidden = jnp.maximum(jnp.sum(u), 1.0)
   loss = _nll(f, y, weights, num_hidden, form, eps)
   lp_acc = jnp.sum(u * (jnp.argmax(f, axis=-1) == y)) / num_hidden
-  return loss, {"lp_acc": lp_acc}
+  reached = jnp.take(jnp.sum(y_l, axis=0) > 0, y)
+  lp_unreachable = jnp.sum(u * (1.0 - reached.astype(t.dtype))) / num_hidden
+  return loss, {"lp_acc": lp_acc, "lp_unreachable": lp_unreachable}
 
 
 def sigma_sqrt_heuristic(embeddings: np.ndarray, max_rows: int = 2000, seed: int = 0) -> float:

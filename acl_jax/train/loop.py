@@ -146,14 +146,15 @@ def _train(config, workdir: str, origin: dict | None, on_phase: Callable[[str], 
   # loss with the calibration its run started with.
   prior = ckpts.latest_meta()
   ls = LoopState() if prior is None else LoopState.from_meta(prior)
+  train_labels = np.asarray(s.tok["train"]["label"])
+  class_weights = setup_lib.class_weights(cfg, train_labels, s.task.num_labels)
   if ls.calibration is None:
     ls.calibration = objectives.calibrate(
         cfg.loss, lambda n: scoring.train_features(sc, s.params, n), cfg.batch_size,
-        jax.device_count())
+        jax.device_count(), train_labels, s.task.num_labels, class_weights)
   tr = setup_lib.make_trainer(
       cfg, s.model, s.params, s.mesh, num_labels=s.task.num_labels, total_steps=total,
-      class_weights=setup_lib.class_weights(cfg, s.tok["train"]["label"], s.task.num_labels),
-      calibration=ls.calibration)
+      class_weights=class_weights, calibration=ls.calibration)
   state = tr.state
   restored = ckpts.restore(state)
   if restored is not None:

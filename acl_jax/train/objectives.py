@@ -158,10 +158,16 @@ class CalibrationInputs:
       examples; computed on demand, and a call for fewer rows than an earlier one reuses them.
     batch_size: the global batch.
     num_devices: the devices the global batch is split over.
+    labels: [N] the train split's labels, or None where the caller has none.
+    num_labels: K.
+    class_weights: [K] the loss's class weights, or None.
   """
   features: Callable[[int], np.ndarray]
   batch_size: int
   num_devices: int
+  labels: Optional[np.ndarray] = None
+  num_labels: int = 0
+  class_weights: Optional[np.ndarray] = None
 
 
 AuxFn = Callable[[AuxInputs], Any]  # -> loss, (loss, metrics) or (loss, metrics, new state)
@@ -209,6 +215,8 @@ def _acl_embed(cfg, ctx):
 
 
 GAMMA_KEEP = 0.7  # SPEC §2.6
+# Above this share of unreachable hidden items (or of their weight), calibration warns.
+UNREACHABLE_WARN = 0.25
 
 
 def _gloss_sigma(cfg, ctx) -> float | None:
@@ -218,15 +226,21 @@ def _gloss_sigma(cfg, ctx) -> float | None:
   return float(cfg.sigma)
 
 
+def _gamma_keep(cfg) -> float:
+  """The kept fraction the config's gamma_keep or gamma_hide gives (SPEC's 0.7 when unset)."""
+  keep, hide = cfg.gamma_keep, cfg.gamma_hide
+  if keep == GAMMA_UNSET and hide == GAMMA_UNSET:
+    return GAMMA_KEEP
+  return losses.resolve_gamma(None if keep == GAMMA_UNSET else keep,
+                              None if hide == GAMMA_UNSET else hide)
+
+
 def _gloss(cfg, ctx):
   check_known(cfg.sigma_mode, ("fixed", "sqrt"), "loss.sigma_mode")
   sigma = _gloss_sigma(cfg, ctx)
   if sigma is not None:
     losses.check_sigma(sigma)
-  keep, hide = cfg.gamma_keep, cfg.gamma_hide
-  gamma_keep = GAMMA_KEEP if keep == GAMMA_UNSET and hide == GAMMA_UNSET else \
-      losses.resolve_gamma(None if keep == GAMMA_UNSET else keep,
-                           None if hide == GAMMA_UNSET else hide)
+  gamma_keep = _gamma_keep(cfg)
   check_known(cfg.gloss_form, losses.GLOSS_FORMS, "loss.gloss_form")
 
   def fn(x):
@@ -268,7 +282,28 @@ def _gloss_calibrate(cfg, x: CalibrationInputs) -> dict:
         "at 100%% G-Loss is a constant with zero gradient. Raise loss.sigma (SPEC: %g) "
         "or use loss.sigma_mode=sqrt.", sigma, 100 * share, size, DEFAULT_W_FLOOR,
         LOSSES["gloss"].defaults["sigma"])
+  if x.labels is not None and x.num_labels:
+    _gloss_reach(x, size, _gamma_keep(cfg))
   return out
+
+
+def _gloss_reach(x: CalibrationInputs, size: int, gamma_keep: float) -> None:
+  """Logs how much of G-Loss's hidden items, and of its weight, has no kept item of its class
+  in a batch graph of `size` nodes (`losses.unreachable_share`), with a warning above
+  UNREACHABLE_WARN."""
+  items, weight = losses.unreachable_share(x.labels, x.num_labels, size, gamma_keep,
+                                           x.class_weights)
+  weighted = "" if x.class_weights is None else f" ({100 * weight:.1f}% of the weighted loss)"
+  log.info("G-Loss: in a %d-node batch graph keeping %d labels, %.1f%% of the hidden items%s "
+           "have no kept item of their class (expected, from the train labels).", size,
+           losses.check_gamma_keep(gamma_keep, size), 100 * items, weighted)
+  if max(items, weight) > UNREACHABLE_WARN:
+    log.warning(
+        "G-Loss reaches little here: %.0f%% of its loss weight is on hidden items whose class "
+        "no kept item in their %d-node batch graph has. Propagation gives them no mass on "
+        "their class whatever the features, so (clean form) their term is a constant with no "
+        "gradient. A larger graph reaches more: a larger batch_size, loss.gloss_global on "
+        "several devices, or a higher loss.gamma_keep.", 100 * max(items, weight), size)
 
 
 def _triplet(cfg, ctx):
@@ -325,7 +360,8 @@ def spec_default(field: str):
 
 
 def calibrate(loss_cfg, features: Callable[[int], np.ndarray], batch_size: int,
-              num_devices: int) -> dict:
+              num_devices: int, labels: Optional[np.ndarray] = None, num_labels: int = 0,
+              class_weights: Optional[np.ndarray] = None) -> dict:
   """The loss family's calibration ({} for a family without one), before a fresh run trains.
 
   Args:
@@ -333,6 +369,8 @@ def calibrate(loss_cfg, features: Callable[[int], np.ndarray], batch_size: int,
     features: n -> [n, hidden] pretrained features on n train examples.
     batch_size: the global batch.
     num_devices: devices the batch is split over.
+    labels, num_labels, class_weights: the train labels, K and the loss's class weights
+      (`CalibrationInputs`), for what a family reads off the label counts.
   """
   family = get_loss(loss_cfg.name)
   if family.calibrate is None:
@@ -344,7 +382,10 @@ def calibrate(loss_cfg, features: Callable[[int], np.ndarray], batch_size: int,
     if not cache or len(cache[0]) < n:
       cache[:] = [features(n)]
     return cache[0][:n]
-  return family.calibrate(loss_cfg, CalibrationInputs(cached, batch_size, num_devices))
+  return family.calibrate(loss_cfg, CalibrationInputs(
+      cached, batch_size, num_devices,
+      None if labels is None else np.asarray(labels), num_labels,
+      None if class_weights is None else np.asarray(class_weights)))
 
 
 # ---------------------------------------------------------------------------------------------
