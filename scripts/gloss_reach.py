@@ -5,8 +5,9 @@ r"""How much of G-Loss can reach its target on each TextGCN corpus.
 
 Per corpus, from its train split as training reads it (configs/textgcn.py: the seeded 10%
 dev holdout taken out): the expected share of a batch graph's hidden items whose class no kept
-item has (`acl_jax.losses.unreachable_share`), and that share of the class-balanced loss
-(`loss.class_weights=balanced`, as the study trains the TextGCN corpora). Propagation gives
+item has (`acl_jax.losses.unreachable_share`), and their expected share of a step's
+class-balanced loss weight (`loss.class_weights=balanced`, as the study trains the TextGCN
+corpora; simulated, seeded). Propagation gives
 such an item no mass on its class whatever the features, so its clean-form term is a constant
 with no gradient. train.py logs the same numbers for its own run before training.
 """
@@ -49,8 +50,8 @@ def main(argv=None) -> int:
   a = ap.parse_args(argv)
   rows = reach_rows(a.data_dir, [x.strip() for x in a.tasks.split(",") if x.strip()],
                     a.batch_size, a.gamma_keep)
-  print("| corpus | classes | train examples | unreachable hidden items, % | unreachable "
-        "share of the balanced loss, % |\n|---|---|---|---|---|")
+  print("| corpus | classes | train examples | unreachable hidden items, % | their share of "
+        "a step's balanced loss, % |\n|---|---|---|---|---|")
   for r in rows:
     print("| " + " | ".join(str(x) for x in r) + " |")
   print(f"\n{a.batch_size}-node graphs keeping gamma_keep={a.gamma_keep:g} of the labels.")

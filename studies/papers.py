@@ -221,7 +221,8 @@ DEVIATIONS = (
      "The protocol names no device; the GPU trained in 9 minutes what the study's CPU rates "
      "put at 6.5 machine-hours. Pairs mix the two at 20NG seed 0, Ohsumed seed 1 and MRPC "
      "(CE on a CPU). Two MRPC runs trained again on a CPU give the same F1 and dev "
-     "evaluations (results/STAGE1.md, reruns). GPU seconds are counted apart."),
+     "evaluations, not the same params (results/STAGE1.md, reruns). GPU seconds are counted "
+     "apart."),
 )
 
 # Earlier runs at 200-300 steps, kept as records (RESULTS.md labels them short-budget pilots).

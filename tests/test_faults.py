@@ -313,20 +313,28 @@ def test_gloss_at_a_tiny_sigma_warns_with_the_floor_share(tiny_model_dir, tmp_pa
   assert "G-Loss at sigma=0.0001 learns next to nothing" in warned[0]
   assert "of the edges of a 8-node batch graph" in warned[0] and "loss.sigma_mode=sqrt" in warned[0]
   assert float(warned[0].split("features, ")[1].split("%")[0]) > 90.0
+  # the train labels reach the calibration: it states G-Loss's reach too
+  assert any("have no kept item of their class" in r.getMessage() for r in caplog.records)
 
 
-@pytest.mark.parametrize("classes,warns", [(2, False), (20, True)])
-def test_gloss_calibration_states_how_much_of_it_is_unreachable(classes, warns, caplog):
+@pytest.mark.parametrize("case,warns", [("2 equal", False), ("20 equal", True),
+                                        ("8 skewed", True)])
+def test_gloss_calibration_states_how_much_of_it_is_unreachable(case, warns, caplog):
   """Before training, the calibration logs the expected share of hidden items (and of the
   class-weighted loss) with no kept item of their class in a batch graph, and warns with the
-  fixes where it passes a quarter: 20 equal classes in a 32-node graph leave about a third."""
+  fixes where either passes a quarter: 20 equal classes in a 32-node graph leave about a
+  third of the items; 8 skewed classes leave few items but, balanced, much of the loss."""
   import numpy as np
   from acl_jax.losses import balanced_class_weights, unreachable_share
   from acl_jax.train import objectives
   from configs import textgcn
   cfg = textgcn.get_config("20ng,gloss")
   rng = np.random.default_rng(0)
-  labels = np.arange(4000) % classes
+  classes = int(case.split()[0])
+  if case.endswith("skewed"):  # R8's train counts
+    labels = np.repeat(np.arange(8), [2840, 1596, 253, 251, 206, 190, 108, 41])
+  else:
+    labels = np.arange(4000) % classes
   weights = balanced_class_weights(labels, classes)
   with caplog.at_level("INFO"):
     objectives.calibrate(cfg.loss, lambda n: rng.normal(size=(n, 16)).astype(np.float32), 32,
@@ -341,7 +349,12 @@ def test_gloss_calibration_states_how_much_of_it_is_unreachable(classes, warns, 
             if r.levelname == "WARNING" and "reaches little" in r.getMessage()]
   assert len(warned) == int(warns), caplog.text
   if warns:
-    assert 0.30 < items < 0.34 and "loss.gloss_global" in warned[0]
+    assert (f"{100 * items:.0f}% of the hidden items ({100 * weight:.0f}% of the weighted "
+            "loss)") in warned[0] and "loss.gloss_global" in warned[0]
+  if case == "20 equal":
+    assert 0.30 < items < 0.34
+  if case == "8 skewed":
+    assert items < objectives.UNREACHABLE_WARN < weight
 
 
 def test_a_failed_save_is_one_message_and_orbax_thread_tracebacks_are_dropped(

@@ -163,6 +163,20 @@ def test_lp_unreachable_counts_hidden_items_whose_class_no_kept_item_has():
   fn = jax.jit(lambda x, y, m: gloss(x, y, key, 3, SIGMA, 0.6, example_mask=m)[1])
   for mask in (None, jnp.ones(10)):
     np.testing.assert_allclose(float(fn(x, y, mask)["lp_unreachable"]), want, rtol=1e-6)
+  # Padding rows (the masked path) are neither kept nor hidden: two padded rows labelled
+  # with a class no kept row has leave the share of the real hidden rows as it was.
+  key2 = jax.random.key(5)
+  mask = np.asarray([1.0] * 10 + [0.0, 0.0], np.float32)
+  order = np.asarray(split_order(key2, jnp.arange(12)))
+  real = [i for i in order if mask[i] > 0]  # the masked path keeps round(0.6 * 10) = 6 real
+  kept2, hidden2 = {int(y[i]) for i in real[:6]}, [int(y[i]) for i in real[6:]]
+  absent = next(c for c in range(3) if c not in kept2)
+  yy = np.concatenate([np.asarray(y), [absent, absent]]).astype(np.int32)
+  xx = np.concatenate([x, x[:2]])
+  want2 = np.mean([c not in kept2 for c in hidden2])
+  got = jax.jit(lambda x, y, m: gloss(x, y, key2, 3, SIGMA, 0.6, example_mask=m)[1])(
+      jnp.asarray(xx), jnp.asarray(yy), jnp.asarray(mask))
+  np.testing.assert_allclose(float(got["lp_unreachable"]), want2, rtol=1e-6)
   f_u = ref_propagate(xp, np.eye(3)[yp[:6]], SIGMA)
   out = [u for u, c in enumerate(hidden) if c not in kept]
   assert np.all(f_u[out, hidden[out]] == 0.0)
@@ -170,16 +184,21 @@ def test_lp_unreachable_counts_hidden_items_whose_class_no_kept_item_has():
 
 def test_unreachable_share_is_the_hypergeometric_expectation():
   """Exact against enumerating every batch graph of a small population, and close to a
-  simulation of uniform batches on a larger one; class weights weigh the share by class."""
+  simulation of uniform batches on a larger one; the weighted share is each graph's share of
+  its hidden weight, within the simulation's error of the enumerated and the exact value."""
   import itertools  # pylint: disable=import-outside-toplevel
+  import math  # pylint: disable=import-outside-toplevel
   labels = np.asarray([0, 0, 0, 1, 1, 2, 3])  # 7 examples, graphs of 4 keeping 3
-  hit = total = 0
+  w = np.asarray([1.0, 2.0, 3.0, 4.0])
+  hit, shares = [], []
   for graph in itertools.permutations(range(7), 4):  # ordered: kept first, hidden last
     kept = {labels[i] for i in graph[:3]}
-    hit += labels[graph[3]] not in kept
-    total += 1
+    hit.append(labels[graph[3]] not in kept)
+    shares.append(float(hit[-1]))  # one hidden item: its weight is the graph's
   items, weight = unreachable_share(labels, 4, 4, 0.75)
-  assert items == pytest.approx(hit / total, rel=1e-12) and weight == items
+  assert items == pytest.approx(np.mean(hit), rel=1e-12) and weight == items
+  _, weight = unreachable_share(labels, 4, 4, 0.75, w)
+  assert weight == pytest.approx(np.mean(shares), abs=0.02)
   rng = np.random.default_rng(0)
   big = rng.choice(20, size=3000, p=np.arange(1, 21) / 210.0)
   items, _ = unreachable_share(big, 20, 32, 0.7)
@@ -187,12 +206,19 @@ def test_unreachable_share_is_the_hypergeometric_expectation():
       rng.choice(len(big), 32, replace=False)) for _ in range(4000)]
   sem = np.std(runs) / np.sqrt(len(runs))
   assert abs(np.mean(runs) - items) < 4 * sem, (np.mean(runs), items, sem)
-  weights = np.zeros(20)
-  weights[0] = 1.0  # only the rarest class counts
-  _, weight = unreachable_share(big, 20, 32, 0.7, weights)
-  n0 = np.sum(big == 0)
-  expect = np.exp(sum(np.log((len(big) - n0 - i) / (len(big) - 1 - i)) for i in range(22)))
-  assert weight == pytest.approx(expect, rel=1e-9)
+  # Weight on the rarest class alone: a graph's share is 1 when it hides class 0 and keeps
+  # none, so the expectation is P(none kept | some hidden), from the hypergeometric law.
+  only = np.zeros(20)
+  only[0] = 1.0
+  _, weight = unreachable_share(big, 20, 32, 0.7, only)
+  n, n0, g, k = len(big), int(np.sum(big == 0)), 32, 22
+  c = lambda a, b: math.exp(math.lgamma(a + 1) - math.lgamma(b + 1) - math.lgamma(a - b + 1))
+  none_kept = c(n - n0, k) / c(n, k)
+  some_hidden_given = 1 - c(n - k - n0, g - k) / c(n - k, g - k)
+  some_hidden = 1 - c(n - n0, g - k) / c(n, g - k)
+  exact = none_kept * some_hidden_given / some_hidden
+  graphs = 20000 * some_hidden
+  assert abs(weight - exact) < 4 * math.sqrt(exact * (1 - exact) / graphs), (weight, exact)
 
 
 def _edge_batches():

@@ -251,7 +251,8 @@ def gloss(
 
 
 def unreachable_share(labels, num_classes: int, graph_size: int, gamma_keep: float,
-                      class_weights=None) -> tuple[float, float]:
+                      class_weights=None, draws: int = 20000, seed: int = 0
+                      ) -> tuple[float, float]:
   """How much of G-Loss cannot reach its target, expected over uniform batch graphs.
 
   Propagation gives a hidden item's class mass only through kept items of that class. A hidden
@@ -259,7 +260,8 @@ def unreachable_share(labels, num_classes: int, graph_size: int, gamma_keep: flo
   in the clean form its term is the clipped constant -log(eps), with no gradient. With n_L =
   round(gamma_keep * graph_size) kept items drawn uniformly from the N - 1 other examples, a
   hidden item of class c (n_c examples) is unreachable with probability
-  C(N - n_c, n_L) / C(N - 1, n_L).
+  C(N - n_c, n_L) / C(N - 1, n_L). Graphs are uniform samples of the train split, as the
+  default packed batches draw them (`task.packing`); unpacked batches group similar lengths.
 
   Args:
     labels: [N] int training labels, in [0, num_classes).
@@ -268,26 +270,41 @@ def unreachable_share(labels, num_classes: int, graph_size: int, gamma_keep: flo
       with loss.gloss_global).
     gamma_keep: the kept fraction.
     class_weights: optional [K] weights of the loss's weighted mean.
+    draws, seed: the simulation of the weighted share.
 
   Returns:
-    (share of hidden items, share of the loss's weight) that are unreachable; the two are
-    equal without class weights.
+    (items, weight): the expected share of a graph's hidden items that are unreachable
+    (exact, from the formula above); and the expected share of one step's class weight on
+    them, which is how much of a step's weighted loss they hold (it divides by the graph's
+    hidden weight): simulated over `draws` seeded uniform graphs, leaving out graphs whose
+    hidden items weigh nothing. Without class weights the two are equal.
   """
   n_l = check_gamma_keep(gamma_keep, graph_size)
-  counts = np.bincount(np.asarray(labels, np.int64), minlength=num_classes).astype(np.float64)
-  total = counts.sum()
+  labels = np.asarray(labels, np.int64)
+  counts = np.bincount(labels, minlength=num_classes).astype(np.float64)
+  total = len(labels)
   if total < graph_size:
-    raise ValueError(f"{int(total)} examples make no batch graph of {graph_size} nodes.")
+    raise ValueError(f"{total} examples make no batch graph of {graph_size} nodes.")
 
   def log_choose(a, k):
     return math.lgamma(a + 1) - math.lgamma(k + 1) - math.lgamma(a - k + 1)
   p = np.array([math.exp(log_choose(total - n, n_l) - log_choose(total - 1, n_l))
                 if total - n >= n_l else 0.0 for n in counts])
-  weights = np.ones(num_classes) if class_weights is None else np.asarray(class_weights,
-                                                                             np.float64)
   items = float(np.sum(counts * p) / total)
-  mass = counts * weights
-  return items, float(np.sum(mass * p) / np.sum(mass)) if np.sum(mass) > 0 else 0.0
+  if class_weights is None:
+    return items, items
+  w = np.asarray(class_weights, np.float64)[labels]
+  rng = np.random.default_rng(seed)
+  shares = []
+  for _ in range(draws):
+    graph = rng.choice(total, graph_size, replace=False)
+    kept = np.zeros(num_classes, bool)
+    kept[labels[graph[:n_l]]] = True
+    hidden = graph[n_l:]
+    weight = w[hidden].sum()
+    if weight > 0:
+      shares.append(w[hidden][~kept[labels[hidden]]].sum() / weight)
+  return items, float(np.mean(shares)) if shares else 0.0
 
 
 def split_order(key: jax.Array, example_ids: jax.Array) -> jax.Array:

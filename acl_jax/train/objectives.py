@@ -288,9 +288,9 @@ def _gloss_calibrate(cfg, x: CalibrationInputs) -> dict:
 
 
 def _gloss_reach(x: CalibrationInputs, size: int, gamma_keep: float) -> None:
-  """Logs how much of G-Loss's hidden items, and of its weight, has no kept item of its class
-  in a batch graph of `size` nodes (`losses.unreachable_share`), with a warning above
-  UNREACHABLE_WARN."""
+  """Logs how much of G-Loss's hidden items, and of a step's class-weighted loss, has no kept
+  item of its class in a batch graph of `size` nodes (`losses.unreachable_share`), with a
+  warning where either passes UNREACHABLE_WARN."""
   items, weight = losses.unreachable_share(x.labels, x.num_labels, size, gamma_keep,
                                            x.class_weights)
   weighted = "" if x.class_weights is None else f" ({100 * weight:.1f}% of the weighted loss)"
@@ -299,11 +299,13 @@ def _gloss_reach(x: CalibrationInputs, size: int, gamma_keep: float) -> None:
            losses.check_gamma_keep(gamma_keep, size), 100 * items, weighted)
   if max(items, weight) > UNREACHABLE_WARN:
     log.warning(
-        "G-Loss reaches little here: %.0f%% of its loss weight is on hidden items whose class "
-        "no kept item in their %d-node batch graph has. Propagation gives them no mass on "
-        "their class whatever the features, so (clean form) their term is a constant with no "
-        "gradient. A larger graph reaches more: a larger batch_size, loss.gloss_global on "
-        "several devices, or a higher loss.gamma_keep.", 100 * max(items, weight), size)
+        "G-Loss reaches little here: %.0f%% of the hidden items%s have no kept item of their "
+        "class in their %d-node batch graph. Propagation gives them no mass on their class "
+        "whatever the features; in the clean form (the default) their term is a constant "
+        "with no gradient. A larger graph reaches more: a larger batch_size, "
+        "loss.gloss_global on several devices, or a higher loss.gamma_keep.", 100 * items,
+        "" if x.class_weights is None else f" ({100 * weight:.0f}% of the weighted loss)",
+        size)
 
 
 def _triplet(cfg, ctx):
