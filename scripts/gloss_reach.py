@@ -7,9 +7,9 @@ Per corpus, from its train split as training reads it (configs/textgcn.py: the s
 dev holdout taken out): the expected share of a batch graph's hidden items whose class no kept
 item has (`acl_jax.losses.unreachable_share`), and their expected share of a step's
 class-balanced loss weight (`loss.class_weights=balanced`, as the study trains the TextGCN
-corpora; simulated, seeded). Propagation gives
-such an item no mass on its class whatever the features, so its clean-form term is a constant
-with no gradient. train.py logs the same numbers for its own run before training.
+corpora; simulated, seeded). Propagation gives such an item no mass on its class whatever
+the features, so its clean-form term is a constant with no gradient. train.py logs the same
+numbers for its own run before training.
 """
 import argparse
 import sys

@@ -122,7 +122,6 @@ def stage2_md(p: proto.Protocol, idx: dict, labels: dict) -> dict[str, str]:
           "stage2_gamma_keep": stable_table(p, idx, gamma, labels, arm.grid[0][1])}
 
 
-
 def stage3_exits(p: proto.Protocol, idx: dict, labels: dict) -> str:
   """results/STAGE3.md's shallow-exit block: stage 3's ExitRule (ACL-CL against 2ST and ALT),
   laid out as stage 2's."""

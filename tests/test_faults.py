@@ -349,7 +349,7 @@ def test_gloss_calibration_states_how_much_of_it_is_unreachable(case, warns, cap
             if r.levelname == "WARNING" and "reaches little" in r.getMessage()]
   assert len(warned) == int(warns), caplog.text
   if warns:
-    assert (f"{100 * items:.0f}% of the hidden items ({100 * weight:.0f}% of the weighted "
+    assert (f"{100 * items:.1f}% of the hidden items ({100 * weight:.1f}% of the weighted "
             "loss)") in warned[0] and "loss.gloss_global" in warned[0]
   if case == "20 equal":
     assert 0.30 < items < 0.34

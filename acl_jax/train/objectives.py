@@ -299,13 +299,12 @@ def _gloss_reach(x: CalibrationInputs, size: int, gamma_keep: float) -> None:
            losses.check_gamma_keep(gamma_keep, size), 100 * items, weighted)
   if max(items, weight) > UNREACHABLE_WARN:
     log.warning(
-        "G-Loss reaches little here: %.0f%% of the hidden items%s have no kept item of their "
+        "G-Loss reaches little here: %.1f%% of the hidden items%s have no kept item of their "
         "class in their %d-node batch graph. Propagation gives them no mass on their class "
         "whatever the features; in the clean form (the default) their term is a constant "
         "with no gradient. A larger graph reaches more: a larger batch_size, "
         "loss.gloss_global on several devices, or a higher loss.gamma_keep.", 100 * items,
-        "" if x.class_weights is None else f" ({100 * weight:.0f}% of the weighted loss)",
-        size)
+        weighted, size)
 
 
 def _triplet(cfg, ctx):
