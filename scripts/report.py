@@ -25,7 +25,7 @@ import sys
 
 import numpy as np
 
-from acl_jax.study import later, planner, protocol as proto, records, report as lib
+from acl_jax.study import later, planner, protocol as proto, records, report as lib, rules
 from acl_jax.study import status as study_status
 from acl_jax.study.fmt import mean_sd as fmt_mean, span, table
 from acl_jax.study.report import (Ctx, _stage1_tasks, budget_table, ce_seed0,
@@ -193,9 +193,41 @@ def claims_table(ctx: Ctx) -> str:
     rows.append([p.claims[key], paper, "; ".join(cells),
                  ", ".join(f"{w} {n}" for w, n in tally.items()),
                  "; ".join(dict.fromkeys(task_budget(ctx, r.task) for _, r in mine))])
+  rows += [cost_row(ctx, rule) for rule in p.cost_rules]
   rows += [list(r) for r in p.untestable]
   return table(["claim (SPEC §1)", "paper", "ours, per comparison: mean [97.5% interval] "
                 "(seeds ahead / seeds) verdict", "verdict", "budget"], rows)
+
+
+def cost_row(ctx: Ctx, rule: proto.CostRule) -> list:
+  """A cost claim's row: its verdict on each CPU that measured it, from the rule's record
+  (`benchmarks/cost_claims.py`: a row per method and CPU, its rounds' step seconds, and for
+  the method its loss term's)."""
+  p = ctx.p
+  by_cpu = collections.defaultdict(dict)
+  for r in ctx.rs.get(rule.record, []):
+    if r.get("task") == rule.task:
+      by_cpu[r.get("timed_on", "")][r["method"]] = r
+  cells, words, budget = [], collections.Counter(), "—"
+  for cpu, got in sorted(by_cpu.items()):
+    if rule.method not in got or (rule.kind == "ratio" and rule.baseline not in got):
+      continue
+    mine = got[rule.method]
+    other = (mine["term_seconds"] if rule.kind == "share"
+             else got[rule.baseline]["step_seconds"])
+    v = rules.cost_verdict(p, rule, mine["step_seconds"], other)
+    what = (f"{100 * v.mean:.2f}% [{100 * v.low:.2f}, {100 * v.high:.2f}] of the step"
+            if rule.kind == "share" else f"{v.mean:.3f}x [{v.low:.3f}, {v.high:.3f}]")
+    cells.append(f"{what} ({v.n} rounds; {_vector_isa(cpu).rpartition(', ')[0] or cpu}): "
+                 f"{v.word}")
+    words[v.word] += 1
+    b = mine["budget"]
+    budget = f"{label(p, rule.task)} B{b['batch_size']} L{b['max_length']}, train step"
+  if not cells:
+    return [p.claims[rule.claim], p.sources.get(rule.claim, "—"),
+            f"pending: no `{rule.record}` record yet (benchmarks/cost_claims.py)", "pending", "—"]
+  return [p.claims[rule.claim], p.sources.get(rule.claim, "—"), "; ".join(cells),
+          ", ".join(f"{w} {n}" for w, n in words.items()), budget]
 
 
 def _vector_isa(machine: str) -> str:

@@ -122,6 +122,16 @@ def test_a_stage1_baselines_second_look_keeps_its_comparisons_extra():
     (dict(arms={2: (proto.Arm("t", ("scl",), seeds=(0, 1)),)},
           rules={2: (proto.Comparison("c", "t", "scl", "ce", "superior"),)}),
      r"lacks the first look's seeds \(0, 1, 2\)"),
+    (dict(cost_rules=(proto.CostRule("nope", "t", "share", "gloss", 0.02),)),
+     "its claim and task must be the protocol's"),
+    (dict(cost_rules=(proto.CostRule("c", "t", "share", "gloss", 2.0),)),
+     r"a share's bound is a fraction in \(0, 1\)"),
+    (dict(cost_rules=(proto.CostRule("c", "t", "ratio", "gloss", 0.84),)),
+     "a ratio rule needs a baseline"),
+    (dict(cost_rules=(proto.CostRule("c", "t", "speed", "gloss", 0.84),)),
+     "kind 'speed' is not 'share' or 'ratio'"),
+    (dict(cost_rules=(proto.CostRule("c", "t", "share", "gloss", 0.02, record="a/b"),)),
+     "is not a record name"),
 ])
 def test_a_protocol_the_planner_cannot_finish_is_refused(change, says):
   with pytest.raises(ValueError, match=says):

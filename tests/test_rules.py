@@ -171,3 +171,40 @@ def test_holm_step_down_and_the_p_of_a_verdict():
       pytest.approx(stats.t.sf(1.0 / (0.1 / math.sqrt(3)), 2), rel=1e-6)
   # Holm's bound is inclusive: p = alpha / m survives.
   assert holm.holm([holm.Test("a", "beats", holm.ALPHA)]) == {"a": True}
+
+
+def test_cost_share_rule_decides_on_the_rounds_interval():
+  """The share's interval over rounds against the bound: below it holds, above it fails,
+  across it stays open; each round is the term over that round's own step."""
+  share = proto.CostRule("c", "t", "share", "gloss", 0.02)
+  steps = [1.0, 1.1, 0.9, 1.0]
+  low = rules.cost_verdict(p, share, steps, [0.001 * s for s in steps])
+  assert (low.word, low.n) == ("holds", 4) and low.mean == pytest.approx(0.001)
+  assert low.low == pytest.approx(0.001) and low.high == pytest.approx(0.001)
+  high = rules.cost_verdict(p, share, steps, [0.05, 0.06, 0.04, 0.05])
+  assert high.word == "fails" and high.low > 0.02
+  across = rules.cost_verdict(p, share, steps, [0.01, 0.033, 0.009, 0.03])
+  assert across.word == "inconclusive" and across.low < 0.02 < across.high
+  # The share is the term over the step: the term's seconds alone would read ~0.001
+  # whatever the step took; with steps 10x as long the share is 10x smaller.
+  assert rules.cost_verdict(p, share, [10 * s for s in steps],
+                            [0.01 * s for s in steps]).mean == pytest.approx(0.001)
+
+
+def test_cost_ratio_rule_decides_on_the_log_ratio():
+  """Faster (the interval below 1) holds; an interval from above the paper's ratio that does
+  not lie below 1 fails; one reaching down to the paper's ratio stays open."""
+  ratio = proto.CostRule("c", "t", "ratio", "gloss", 0.84, baseline="scl")
+  base = [1.0, 1.2, 0.8, 1.1]
+  faster = rules.cost_verdict(p, ratio, [0.8 * b for b in base], base)
+  assert faster.word == "holds" and faster.mean == pytest.approx(0.8)
+  same = rules.cost_verdict(p, ratio, [b * f for b, f in zip(base, (1.01, 0.99, 1.0, 1.02))],
+                            base)
+  assert same.word == "fails" and same.low < 1 < same.high and same.low > 0.84
+  wide = rules.cost_verdict(p, ratio, [b * f for b, f in zip(base, (0.7, 1.3, 0.9, 1.1))],
+                            base)
+  assert wide.word == "inconclusive" and wide.low < 0.84
+  # the geometric mean: 2x and 0.5x average to 1, not to 1.25
+  assert rules.cost_verdict(p, ratio, [2.0, 0.5], [1.0, 1.0]).mean == pytest.approx(1.0)
+  with pytest.raises(ValueError, match="the same 2 or more rounds"):
+    rules.cost_verdict(p, ratio, [1.0, 1.0], [1.0])

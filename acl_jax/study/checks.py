@@ -19,6 +19,7 @@ def check(p: "proto.Protocol") -> None:
   _extras(p)
   _anchors(p)
   _rules(p)
+  _costs(p)
 
 
 def _stages(p) -> None:
@@ -172,3 +173,22 @@ def _rules(p) -> None:
         raise ValueError(f"stage {stage} rule {rule}: kind {rule.kind!r} is not "
                          "'noninferior' or 'superior'.")
 
+
+def _costs(p) -> None:
+  """Each cost rule names a claim and a task of the protocol, a kind its rule knows, and a
+  bound that kind can decide on."""
+  for rule in p.cost_rules:
+    if rule.claim not in p.claims or rule.task not in p.tasks:
+      raise ValueError(f"cost rule {rule}: its claim and task must be the protocol's "
+                       f"(claims: {', '.join(p.claims)}; tasks: {', '.join(p.tasks)}).")
+    if rule.kind == "share" and not 0 < rule.bound < 1:
+      raise ValueError(f"cost rule {rule}: a share's bound is a fraction in (0, 1), got "
+                       f"{rule.bound}.")
+    elif rule.kind == "ratio" and (not rule.baseline or not 0 < rule.bound < 1):
+      raise ValueError(f"cost rule {rule}: a ratio rule needs a baseline and the paper's "
+                       f"ratio in (0, 1) as its bound, got {rule.baseline!r} and {rule.bound}.")
+    elif rule.kind not in ("share", "ratio"):
+      raise ValueError(f"cost rule {rule}: kind {rule.kind!r} is not 'share' or 'ratio'.")
+    if not records.SWEEP_NAME.fullmatch(rule.record):
+      raise ValueError(f"cost rule {rule}: record {rule.record!r} is not a record name "
+                       "(letters, digits, '_', '.', '-').")

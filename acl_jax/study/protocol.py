@@ -131,6 +131,27 @@ class StableRule:
   preset: str
 
 
+@dataclasses.dataclass(frozen=True)
+class CostRule:
+  """A cost claim, decided on train-step times that `benchmarks/cost_claims.py` measures in
+  one process with nothing else running and appends to `record`: per round, one time per
+  method, the methods taking turns. The statistic is the mean over rounds with its two-sided
+  t-interval at the deciding level.
+  - kind "share": the seconds of `method`'s own loss term alone (its forward and backward,
+    timed apart from the model) over `method`'s whole train step. Holds when the interval lies
+    below `bound`, fails when it lies above it.
+  - kind "ratio": `method`'s step over `baseline`'s, on the log scale. Holds when the interval
+    lies below 1 (faster); fails when it does not but lies above `bound` (the paper's ratio:
+    neither a saving nor the paper's saving is shown)."""
+  claim: str
+  task: str
+  kind: str  # "share" or "ratio"
+  method: str
+  bound: float
+  baseline: str = ""
+  record: str = "cost"
+
+
 def same_lr(a, b) -> bool:
   """Two learning rates, as strings or floats, are the same rate: equal up to float32 rounding
   (a config may have stored 1e-4 as 9.99999974e-05), while a protocol's rates differ by more."""
@@ -196,6 +217,7 @@ class Protocol:
   sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
   published: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
   untestable: tuple[tuple[str, ...], ...] = ()
+  cost_rules: tuple[CostRule, ...] = ()  # claims decided on measured step times
   exit_thresholds: str = "0.05,0.1,0.2,0.3,0.4,0.5,0.6"  # eval.py's early-exit sweep
   multi_exit: tuple[str, ...] = MULTI_EXIT
   # The cost model: seconds per CE epoch before a task has a recorded run, the per-process

@@ -79,6 +79,8 @@ class Row(TypedDict, total=False):
   latest: dict[str, Any]
   early_exit: dict[str, list]
   steps: list[dict]  # per-step measurements (scripts/grad_conflict.py)
+  step_seconds: list[float]  # a cost record's rounds: one train step's seconds per round
+  term_seconds: list[float]  # ... and the method's loss term alone (benchmarks/cost_claims.py)
   timed_on: str
   seconds: float
   cpu_seconds: float

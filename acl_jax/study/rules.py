@@ -114,3 +114,35 @@ def stable_verdict(p: proto.Protocol, diffs, margin: float, look: int) -> tuple[
   if lo > margin or hi < -margin:
     return "unstable", v
   return _open(look), v
+
+
+# ---- CostRule -----------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class CostVerdict:
+  """A cost rule's word, and the statistic's mean and deciding interval in the rule's own
+  units (a share of the step, or a ratio of steps) over `n` rounds."""
+  word: str
+  mean: float
+  low: float
+  high: float
+  n: int
+
+
+def cost_verdict(p: proto.Protocol, rule: proto.CostRule, method_s: list[float],
+                 other_s: list[float]) -> CostVerdict:
+  """A cost rule's verdict from its rounds' seconds, round by round: for a "share" rule the
+  method's term alone (`other_s`) over its step (`method_s`); for a "ratio" rule the method's
+  step (`method_s`) over the baseline's (`other_s`)."""
+  if len(method_s) != len(other_s) or len(method_s) < 2:
+    raise ValueError(f"{rule.claim}: a cost rule needs the same 2 or more rounds of both "
+                     f"timings, got {len(method_s)} and {len(other_s)}.")
+  if rule.kind == "share":
+    mean, lo, hi = proto.interval([o / m for m, o in zip(method_s, other_s)], p.decide_level)
+    word = "holds" if hi < rule.bound else "fails" if lo > rule.bound else "inconclusive"
+  elif rule.kind == "ratio":
+    logs = [math.log(m / o) for m, o in zip(method_s, other_s)]
+    mean, lo, hi = (math.exp(v) for v in proto.interval(logs, p.decide_level))
+    word = "holds" if hi < 1 else "fails" if lo > rule.bound else "inconclusive"
+  else:
+    raise ValueError(f"{rule.claim}: cost rule kind {rule.kind!r} is not 'share' or 'ratio'.")
+  return CostVerdict(word, mean, lo, hi, len(method_s))
