@@ -40,7 +40,8 @@ def test_committed_reports_are_what_the_committed_records_give():
 
 def test_committed_records_are_whole():
   """Every committed row names its record, run, task, method and seed, has a budget and its
-  scores, its name spells its settings, and no run appears twice in a file."""
+  scores (a cost record's: its timings), its name spells its settings, and no run appears
+  twice in a file."""
   rs = records.read_all()
   assert rs, "results/records/ holds no record"
   for sweep, rows in rs.items():
@@ -49,7 +50,8 @@ def test_committed_records_are_whole():
     for r in rows:
       assert r["sweep"] == sweep and r["run"] and r["task"] and r["method"], r.get("run")
       assert isinstance(r["seed"], int) and r["budget"].get("batch_size"), r["run"]
-      assert r.get("final") or r.get("latest") or r.get("steps"), f"{r['run']}: no scores"
+      assert (r.get("final") or r.get("latest") or r.get("steps")  # a cost row: its rounds
+              or r.get("step_seconds")), f"{r['run']}: no scores"
       settings = records.parse_name(r["run"])
       assert settings["task"] == r["task"], r["run"]
       assert settings.get("method", r["method"]) == r["method"], r["run"]
