@@ -7,9 +7,9 @@ B32 L64 batches from the real train set, balanced CE weights, each method at its
 each method gets its own jitted train step, compiled for every batch shape and warmed up
 first. Then every round times each method's steps over the same `--batches` real batches (the
 first of the epoch), the methods taking turns (the first one changes every round, so drift
-hits them alike), and then the G-Loss term alone:
-the objective's G-Loss term (graph, propagation and loss) with its gradient, jitted apart
-from the model, on features of the step's shape, `--term_calls` calls. Dispatching that small a
+hits them alike), and then the G-Loss term alone: the objective's term (graph, propagation
+and loss) with its gradient, built by the objective's own builder and jitted apart from the
+model, on features of the step's shape, `--term_calls` calls. Dispatching that small a
 function costs more than it does inside the step, so its share is an upper bound.
 
 Pause everything else first (the sweep: SIGSTOP, then SIGCONT); the machine's busy share
@@ -34,7 +34,8 @@ def task_settings(p, task: str) -> tuple[str, list[str]]:
   study's own settings for `task`, read from its CE seed-0 row."""
   from acl_jax.study import records  # pylint: disable=import-outside-toplevel
   rows = records.read_all().get(p.stage_record[1], [])
-  row = next((r for r in rows if r["task"] == task and r["method"] == "ce"), None)
+  row = next((r for r in rows if r["task"] == task and r["method"] == "ce"
+              and r["seed"] == 0), None)
   if row is None:
     raise SystemExit(f"No stage-1 CE row of {task} is recorded: the cost claims are measured "
                      "at its settings. Run stage 1 first.")
@@ -85,15 +86,23 @@ def run(a) -> None:
   from acl_jax import data as data_lib  # pylint: disable=import-outside-toplevel
   from acl_jax.study import protocol, records  # pylint: disable=import-outside-toplevel
   from acl_jax.train import objectives, scoring  # pylint: disable=import-outside-toplevel
-  from acl_jax.train import setup as setup_lib, step as step_lib  # pylint: disable=import-outside-toplevel
+  from acl_jax.train import setup as setup_lib  # pylint: disable=import-outside-toplevel
+  from acl_jax.train import step as step_lib  # pylint: disable=import-outside-toplevel
 
   p = protocol.load()
   if not p.cost_rules:
     raise SystemExit("The protocol has no cost_rules.")
   task, record = p.cost_rules[0].task, p.cost_rules[0].record
-  if any((r.task, r.record) != (task, record) for r in p.cost_rules):
-    raise SystemExit("The cost rules must share one task and record.")
-  term_method = next(r.method for r in p.cost_rules if r.kind == "share")
+  term_method = next((r.method for r in p.cost_rules if r.kind == "share"), None)
+  if term_method is None or any((r.task, r.record) != (task, record) for r in p.cost_rules):
+    raise SystemExit("This script measures cost rules that share one task and record, one "
+                     "of them a share rule.")
+  kind = cpuinfo.kind()
+  if a.record:
+    have = {r["run"] for r in records.read_all().get(record, [])}
+    if any(f"cpu={kind}" in run for run in have):
+      raise SystemExit(f"{record} already holds this CPU kind's rows ({kind}): remove them "
+                       "to measure it again.")
   methods = list(dict.fromkeys(m for r in p.cost_rules for m in (r.method, r.baseline) if m))
   config_file, sets = task_settings(p, task)
   configs = {m: study_config(config_file, task, m, sets) for m in methods}
@@ -104,7 +113,7 @@ def run(a) -> None:
   total = c0.num_epochs * data_lib.num_train_batches(n_train, c0.batch_size)
   labels = np.asarray(s.tok["train"]["label"])
   class_weights = setup_lib.class_weights(c0, labels, s.task.num_labels)
-  params = step_lib.replicate(s.params, s.mesh)
+  params = step_lib.replicate(s.params, s.mesh)  # read by calibration, never donated
   batches = []
   for _, batch in s.train_batches(0):
     batches.append(step_lib.shard_batch(batch, s.mesh))
@@ -116,9 +125,10 @@ def run(a) -> None:
     calibration = objectives.calibrate(
         c.loss, lambda n: scoring.train_features(sc, params, n), c.batch_size,
         jax.device_count(), labels, s.task.num_labels, class_weights)
-    tr = setup_lib.make_trainer(c, s.model, params, s.mesh, num_labels=s.task.num_labels,
-                                total_steps=total, class_weights=class_weights,
-                                calibration=calibration, donate=False)
+    # each its own copy of the weights: the step donates its state, as in training
+    tr = setup_lib.make_trainer(c, s.model, step_lib.replicate(s.params, s.mesh), s.mesh,
+                                num_labels=s.task.num_labels, total_steps=total,
+                                class_weights=class_weights, calibration=calibration)
     runs[m] = {"fn": tr.train_step, "state": tr.state, "times": [],
                "calibration": calibration}
 
@@ -128,12 +138,14 @@ def run(a) -> None:
                                runs[term_method]["calibration"])
   term_fn = objectives.get_loss(configs[term_method].loss.name).build(
       configs[term_method].loss, ctx)
+  # Inputs as the step passes them: labels, ids and a packed batch's example mask (whose
+  # cond the term takes) are arguments, not constants XLA could fold.
   b = c0.batch_size
   feats = jax.random.normal(jax.random.key(0), (b, s.model.cfg.hidden_size))
-  term_labels, ids = jnp.asarray(labels[:b]), jnp.arange(b)
-  term = jax.jit(jax.value_and_grad(lambda x, key: term_fn(objectives.AuxInputs(
-      None, x, term_labels, key, None, ids))[0]))
-  keys = jax.random.split(jax.random.key(1), a.term_calls)
+  term_args = (jnp.asarray(labels[:b]), jnp.ones((b,), jnp.float32), jnp.arange(b))
+  term = jax.jit(jax.value_and_grad(lambda x, key, y, mask, ids: term_fn(
+      objectives.AuxInputs(None, x, y, key, mask, ids))[0]))
+  keys = list(jax.random.split(jax.random.key(1), a.term_calls))
 
   def steps(m):
     """Seconds per step of `m` over the batches."""
@@ -145,10 +157,9 @@ def run(a) -> None:
     return (time.perf_counter() - t0) / len(batches)
 
   def term_seconds():
+    """Seconds per call of the term and its gradient."""
     t0 = time.perf_counter()
-    for k in keys:
-      out = term(feats, k)
-    jax.block_until_ready(out)
+    jax.block_until_ready([term(feats, k, *term_args) for k in keys])
     return (time.perf_counter() - t0) / len(keys)
 
   for m in runs:  # compiles each batch shape, then warms up
@@ -168,9 +179,9 @@ def run(a) -> None:
     print(f"round {i}: " + ", ".join(f"{m} {runs[m]['times'][-1]:.3f} s/step" for m in methods)
           + f"; G-Loss term {1e3 * terms[-1]:.3f} ms", flush=True)
 
-  kind = cpuinfo.kind()
   out = a.out or os.path.join(REPO, "benchmarks", "results", f"cost_claims_{kind}.json")
-  summary = {m: common.summarize(r["times"]) for m, r in runs.items()}
+  summary = {m: {**common.summarize(r["times"]), "compile_s": r["compile_s"]}
+             for m, r in runs.items()}
   common.write_json(out, {"command": common.command_line(), "machine": common.machine_info(REPO),
                           "busy_before": busy, "config": config_file, "set": sets,
                           "step_seconds": {m: r["times"] for m, r in runs.items()},
@@ -187,9 +198,7 @@ def run(a) -> None:
           step_seconds=[round(t, 6) for t in r["times"]],
           **({"term_seconds": [round(t, 8) for t in terms]} if m == term_method else {}),
           timed_on=records.machine(), code=code)
-      if not records.append(records.path_of(record), row):
-        raise SystemExit(f"{record} already holds {row['run']}: remove that CPU's rows to "
-                         "measure it again.")
+      records.append(records.path_of(record), row)
     print(f"recorded in {records.path_of(record)}")
 
 

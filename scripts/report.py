@@ -3,9 +3,9 @@ r"""RESULTS.md's tables and results/PILOTS.md, rebuilt from the run records and 
   python -m scripts.report            # RESULTS.md's tables, results/PILOTS.md, results/figures/
   python -m scripts.report --check    # exit 1, naming what differs from the records
 
-A table sits in RESULTS.md between marker lines naming it:
+A table sits in RESULTS.md (or a results/*.md beside it) between marker lines naming it:
 
-  <!-- table: stage1 -->
+  <!-- table: claims -->
   ...written by this script...
   <!-- /table -->
 
@@ -133,7 +133,8 @@ def reruns_table(ctx: Ctx) -> str:
 
 def claims_table(ctx: Ctx) -> str:
   """Per claim of SPEC §1: the paper's number, each stage-1 comparison's look so far, a tally
-  of the verdicts and the budgets; the later stages' claims pending; the untestable ones."""
+  of the verdicts and the budgets; the later stages' claims pending; the cost claims
+  (`cost_row`); the untestable ones."""
   p = ctx.p
   rows = []
   for key in dict.fromkeys(c.claim for c in p.comparisons):

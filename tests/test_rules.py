@@ -183,8 +183,12 @@ def test_cost_share_rule_decides_on_the_rounds_interval():
   assert low.low == pytest.approx(0.001) and low.high == pytest.approx(0.001)
   high = rules.cost_verdict(p, share, steps, [0.05, 0.06, 0.04, 0.05])
   assert high.word == "fails" and high.low > 0.02
-  across = rules.cost_verdict(p, share, steps, [0.01, 0.033, 0.009, 0.03])
+  terms = [0.01, 0.033, 0.009, 0.03]
+  across = rules.cost_verdict(p, share, steps, terms)
   assert across.word == "inconclusive" and across.low < 0.02 < across.high
+  # the two-sided interval at the deciding level (97.5%), not the describing one
+  assert (across.low, across.high) == pytest.approx(proto.interval(
+      [t / s for s, t in zip(steps, terms)], p.decide_level)[1:])
   # The share is the term over the step: the term's seconds alone would read ~0.001
   # whatever the step took; with steps 10x as long the share is 10x smaller.
   assert rules.cost_verdict(p, share, [10 * s for s in steps],
@@ -204,6 +208,8 @@ def test_cost_ratio_rule_decides_on_the_log_ratio():
   wide = rules.cost_verdict(p, ratio, [b * f for b, f in zip(base, (0.7, 1.3, 0.9, 1.1))],
                             base)
   assert wide.word == "inconclusive" and wide.low < 0.84
+  assert (math.log(wide.low), math.log(wide.high)) == pytest.approx(proto.interval(
+      [math.log(f) for f in (0.7, 1.3, 0.9, 1.1)], p.decide_level)[1:])
   # the geometric mean: 2x and 0.5x average to 1, not to 1.25
   assert rules.cost_verdict(p, ratio, [2.0, 0.5], [1.0, 1.0]).mean == pytest.approx(1.0)
   with pytest.raises(ValueError, match="the same 2 or more rounds"):

@@ -189,6 +189,10 @@ def _costs(p) -> None:
                        f"ratio in (0, 1) as its bound, got {rule.baseline!r} and {rule.bound}.")
     elif rule.kind not in ("share", "ratio"):
       raise ValueError(f"cost rule {rule}: kind {rule.kind!r} is not 'share' or 'ratio'.")
+    unknown = [m for m in (rule.method, rule.baseline) if m and p.labels and m not in p.labels]
+    if unknown:
+      raise ValueError(f"cost rule {rule}: {', '.join(unknown)} is no method the protocol "
+                       f"labels ({', '.join(p.labels)}).")
     if not records.SWEEP_NAME.fullmatch(rule.record):
       raise ValueError(f"cost rule {rule}: record {rule.record!r} is not a record name "
                        "(letters, digits, '_', '.', '-').")
