@@ -42,6 +42,13 @@ def task_settings(p, task: str) -> tuple[str, list[str]]:
   return row["config"].partition(":")[0], list(row["set"])
 
 
+def kind_recorded(rows: list[dict], kind: str) -> bool:
+  """Whether a cost record's rows hold a CPU kind's measurement (by the run names' `cpu`, so a
+  Zen 3's amd_f25m1 is not a Zen 4's amd_f25m17)."""
+  from acl_jax.study import records  # pylint: disable=import-outside-toplevel
+  return any(records.parse_name(r["run"]).get("cpu") == kind for r in rows)
+
+
 def study_config(config_file: str, task: str, method: str, sets: list[str]):
   """The config a sweep run of (task, method) starts from: the file's preset, then `sets`."""
   import importlib.util  # pylint: disable=import-outside-toplevel
@@ -99,8 +106,7 @@ def run(a) -> None:
                      "of them a share rule.")
   kind = cpuinfo.kind()
   if a.record:
-    have = {r["run"] for r in records.read_all().get(record, [])}
-    if any(f"cpu={kind}" in run for run in have):
+    if kind_recorded(records.read_all().get(record, []), kind):
       raise SystemExit(f"{record} already holds this CPU kind's rows ({kind}): remove them "
                        "to measure it again.")
   methods = list(dict.fromkeys(m for r in p.cost_rules for m in (r.method, r.baseline) if m))

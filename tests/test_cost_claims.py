@@ -21,3 +21,10 @@ def test_study_config_is_the_preset_with_the_overrides_typed():
   assert c.loss.class_weights == "balanced"
   scl = cost_claims.study_config("configs/textgcn.py", "mr", "scl", [])
   assert scl.loss.name == "scl" and scl.task.max_length == 128  # the file's own default
+
+
+def test_a_recorded_cpu_kind_is_told_apart_from_its_prefix():
+  rows = [{"run": "task=mr,method=gloss,cpu=amd_f25m17"}, {"run": "task=mr,method=scl,seed=0"}]
+  assert cost_claims.kind_recorded(rows, "amd_f25m17")
+  assert not cost_claims.kind_recorded(rows, "amd_f25m1")
+  assert not cost_claims.kind_recorded([], "amd_f25m17")
