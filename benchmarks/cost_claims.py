@@ -68,6 +68,22 @@ def study_config(config_file: str, task: str, method: str, sets: list[str]):
   return c
 
 
+def aux_term(loss_cfg, num_labels: int, last_exit: int, class_weights, calibration):
+  """`(feats, key, labels, mask, ids) -> loss`: the objective's auxiliary term (G-Loss's
+  graph, propagation and loss) alone, built by the loss family's builder from the context the
+  objective builds it from (`objectives.build_objective`)."""
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from acl_jax.train import objectives  # pylint: disable=import-outside-toplevel
+  cw = None if class_weights is None else jnp.asarray(class_weights, jnp.float32)
+  ctx = objectives.LossContext(num_labels, last_exit, cw, dict(calibration or {}))
+  fn = objectives.get_loss(loss_cfg.name).build(loss_cfg, ctx)
+
+  def term(feats, key, labels, mask, ids):
+    out = fn(objectives.AuxInputs(None, feats, labels, key, mask, ids))
+    return out[0] if isinstance(out, tuple) else out
+  return term
+
+
 def main():
   ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   ap.add_argument("--rounds", type=int, default=20)
@@ -138,19 +154,15 @@ def run(a) -> None:
     runs[m] = {"fn": tr.train_step, "state": tr.state, "times": [],
                "calibration": calibration}
 
-  # The term alone, built as the objective builds it, on features of the step's shape.
-  cw = None if class_weights is None else jnp.asarray(class_weights, jnp.float32)
-  ctx = objectives.LossContext(s.task.num_labels, s.model.cfg.exit_layers[-1], cw,
-                               runs[term_method]["calibration"])
-  term_fn = objectives.get_loss(configs[term_method].loss.name).build(
-      configs[term_method].loss, ctx)
-  # Inputs as the step passes them: labels, ids and a packed batch's example mask (whose
-  # cond the term takes) are arguments, not constants XLA could fold.
+  # The term alone on features of the step's shape. Inputs as the step passes them: labels,
+  # ids and a packed batch's example mask (whose cond the term takes) are arguments, not
+  # constants XLA could fold.
+  term = jax.jit(jax.value_and_grad(aux_term(
+      configs[term_method].loss, s.task.num_labels, s.model.cfg.exit_layers[-1],
+      class_weights, runs[term_method]["calibration"])))
   b = c0.batch_size
   feats = jax.random.normal(jax.random.key(0), (b, s.model.cfg.hidden_size))
   term_args = (jnp.asarray(labels[:b]), jnp.ones((b,), jnp.float32), jnp.arange(b))
-  term = jax.jit(jax.value_and_grad(lambda x, key, y, mask, ids: term_fn(
-      objectives.AuxInputs(None, x, y, key, mask, ids))[0]))
   keys = list(jax.random.split(jax.random.key(1), a.term_calls))
 
   def steps(m):
