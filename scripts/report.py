@@ -219,7 +219,7 @@ def cost_row(ctx: Ctx, rule: proto.CostRule) -> list:
     v = rules.cost_verdict(p, rule, mine["step_seconds"], other)
     what = (f"{100 * v.mean:.2f}% [{100 * v.low:.2f}, {100 * v.high:.2f}] of the step"
             if rule.kind == "share" else f"{v.mean:.3f}x [{v.low:.3f}, {v.high:.3f}]")
-    cells.append(f"{what} ({v.n} rounds; {_vector_isa(cpu).rpartition(', ')[0] or cpu}): "
+    cells.append(f"{what} ({v.n} rounds; {_vector_isa(study_status.cpu_of(mine))}): "
                  f"{v.word}")
     words[v.word] += 1
     b = mine["budget"]
