@@ -81,6 +81,39 @@ def summary(tests: list[Test]) -> str:
           f"{100 * ALPHA:g}% one-sided): {', '.join(t.name for t in survive) or 'none'}.\n")
 
 
+def standing(tests: list[Test], names: dict[str, str]) -> str:
+  """Where the named tests ({what to call it: test name}) stand in Holm's step-down over all
+  of `tests`: each one's p, its rank, and the threshold that rank gets (ALPHA over the tests
+  left), as one paragraph."""
+  order = sorted(tests, key=lambda t: t.p)
+  kept, rank = holm(tests), {t.name: i for i, t in enumerate(order)}
+  final = [n for n in names.values() if n in rank]
+  if not final:
+    return "*pending*: none of these comparisons has a final verdict.\n"
+  parts = []
+  for call, name in names.items():
+    if name not in rank:
+      parts.append(f"{call} has no final verdict yet")
+      continue
+    i = rank[name]
+    p, thr = order[i].p, f"{100 * ALPHA:g}%/{len(order) - i}"
+    if p >= 1.0:
+      parts.append(f"{call} asserts nothing (p = 1)")
+    elif kept[name]:
+      parts.append(f"{call}, one-sided p {p:.4f}, ranked {i + 1}, is within its threshold, {thr}")
+    elif p <= ALPHA / (len(order) - i):
+      parts.append(f"{call}, one-sided p {p:.4f}, ranked {i + 1}, is within its threshold, "
+                   f"{thr}, but a comparison ranked before it is not, so the step-down stops")
+    else:
+      parts.append(f"{call}, one-sided p {p:.4f}, ranked {i + 1}, misses its threshold, {thr}")
+  k = sum(kept[n] for n in final)
+  verb = "survives" if k == 1 else "survive"
+  return (f"{k} of these {len(names)} comparisons {verb} Holm's correction over the "
+          f"{len(order)} registered comparisons with a verdict so far (family-wise "
+          f"{100 * ALPHA:g}% one-sided; `results/STAGE1.md`): " + "; ".join(parts) + ". "
+          "Each further comparison with a verdict raises the count the thresholds divide by.\n")
+
+
 def table(tests: list[Test]) -> str:
   if not tests:
     return "*pending*: no registered comparison is decided.\n"

@@ -58,6 +58,20 @@ ANGLE_PRESET = "all"  # loss.angle_params of the presets (configs/common.py)
 # ---- the protocol's state -----------------------------------------------------------------
 
 
+def rule_test_name(p: proto.Protocol, r) -> str:
+  """A later stage's rule as the Holm family names it: task and claim."""
+  return f"{label(p, r.task)} {p.claims[r.claim].split(' (')[0]}"
+
+
+def exit_holm_standing(ctx: Ctx, stage: int) -> str:
+  """Where a stage's shallow-exit contrasts stand in the Holm family (scripts/holm.py)."""
+  names = {f"{ctx.p.label(r.method)} − {ctx.p.label(b)}":
+           f"{rule_test_name(ctx.p, r)}: vs {b.upper()}"
+           for r in ctx.p.rules.get(stage, ()) if isinstance(r, proto.ExitRule)
+           for b in r.baselines}
+  return holm.standing(holm_tests(ctx), names)
+
+
 def holm_tests(ctx: Ctx) -> list[holm.Test]:
   """Every registered comparison with a verdict (stage 1's, then the later rules'), with the
   one-sided p-value of what it asserts (scripts/holm.py)."""
@@ -69,7 +83,7 @@ def holm_tests(ctx: Ctx) -> list[holm.Test]:
                            holm.p_of(v, c.kind, p.tasks[c.task].margin)))
   for s, later_rules in sorted(p.rules.items()):
     for r in later_rules:
-      name = f"{label(p, r.task)} {p.claims[r.claim].split(' (')[0]}"
+      name = rule_test_name(p, r)
       if isinstance(r, proto.ExitRule):
         for b in r.baselines:
           e = later.exit_result(p, ctx.idx, s, r, b)
@@ -450,6 +464,7 @@ TABLES = {
        for name in ("stage2_exits", "stage2_lambda", "stage2_gamma_keep")},
     "stage3_exits": lambda ctx: later_tables.stage3_exits(ctx.p, ctx.idx, ctx.p.labels),
     "holm_summary": lambda ctx: holm.summary(holm_tests(ctx)),
+    "stage3_exits_holm": lambda ctx: exit_holm_standing(ctx, 3),
     **{f"stage{s}_arms": (lambda ctx, s=s: lib.arm_tables(ctx, s)) for s in (2, 3)},
     **{f"stage{s}_comparisons": (lambda ctx, s=s: lib.later_comparisons_table(ctx, s))
        for s in (2, 3)},

@@ -173,6 +173,27 @@ def test_holm_step_down_and_the_p_of_a_verdict():
   assert holm.holm([holm.Test("a", "beats", holm.ALPHA)]) == {"a": True}
 
 
+def test_holm_standing_names_each_rank_and_threshold():
+  from scripts import holm  # pylint: disable=import-outside-toplevel
+  # by p: a 0.001 (<= 0.025/5), y 0.005 (<= 0.025/4), x 0.02 (> 0.025/3), then d and e (p 1)
+  tests = [holm.Test("a", "beats", 0.001), holm.Test("x", "holds", 0.02),
+           holm.Test("y", "holds", 0.005), holm.Test("d", "inconclusive", 1.0),
+           holm.Test("e", "inconclusive", 1.0)]
+  got = holm.standing(tests, {"A": "a", "Y": "y", "X": "x", "D": "d", "Z": "z"})
+  assert got.startswith("2 of these 5 comparisons survive Holm's correction over the 5 ")
+  assert "A, one-sided p 0.0010, ranked 1, is within its threshold, 2.5%/5;" in got
+  assert "Y, one-sided p 0.0050, ranked 2, is within its threshold, 2.5%/4;" in got
+  assert "X, one-sided p 0.0200, ranked 3, misses its threshold, 2.5%/3;" in got
+  assert "D asserts nothing (p = 1)" in got and "Z has no final verdict yet" in got
+  # a p within its own threshold after a miss: the step-down has already stopped
+  late = [holm.Test("x", "holds", 0.02), holm.Test("y", "holds", 0.021)]
+  got = holm.standing(late, {"X": "x", "Y": "y"})
+  assert got.startswith("0 of these 2 comparisons survive")
+  assert "X, one-sided p 0.0200, ranked 1, misses its threshold, 2.5%/2;" in got
+  assert "Y, one-sided p 0.0210, ranked 2, is within its threshold, 2.5%/1, but" in got
+  assert holm.standing(late, {"Z": "z"}).startswith("*pending*")
+
+
 def test_cost_share_rule_decides_on_the_rounds_interval():
   """The share's interval over rounds against the bound: below it holds, above it fails,
   across it stays open; each round is the term over that round's own step."""
