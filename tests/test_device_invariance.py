@@ -5,8 +5,8 @@ Dropout masks are keyed by (step key, example id, position, layer, site) and the
 by (step key, example id), so the only difference between device counts is the order of the
 float32 reductions (a psum of per-device partial sums instead of one sum). Each device count
 runs in its own process (`chex.set_n_cpu_devices`), on the same global batches, for CE, SCL,
-ACL (gated; all params and the "top" mode), gated ACL-CL, G-Loss and the README's "Adding a
-loss" examples (the prototype loss, gated, alone and as ACL-CL's final-exit term; the centre
+ACL (gated; all params and the "top" mode), gated ACL-CL, the other multi-exit strategies (JT,
+2ST, ALT, KD), G-Loss, triplet, cosine and the README's "Adding a loss" examples (the prototype loss, gated, alone and as ACL-CL's final-exit term; the centre
 loss, whose EMA centres are state between steps, gated), with every pairwise loss over the
 gathered global batch (`contrastive_global` / `gloss_global`).
 
@@ -37,9 +37,9 @@ RTOL = 100 * EPS
 
 
 # By default CE, gated ACL, gated ACL-CL, G-Loss and the gated prototype and centre losses run
-# on 1 and 2 devices; SCL, the "top" gate mode and the prototype loss in ACL-CL (the same
-# collectives again) and 4 and 8 devices (2 examples a device) only with --runslow: each
-# device count is a process with one compile per objective.
+# on 1 and 2 devices; SCL, the "top" gate mode, the prototype loss in ACL-CL, JT, 2ST, ALT, KD,
+# triplet and cosine (the same collectives again) and 4 and 8 devices (2 examples a device)
+# only with --runslow: each device count is a process with one compile per objective.
 DEFAULT_TAGS = ("ce", "acl", "acl_cl", "gloss", "proto", "center")
 TAGS = [t if t in DEFAULT_TAGS else pytest.param(t, marks=pytest.mark.slow)
         for t in INVARIANT_OBJECTIVES]

@@ -28,6 +28,13 @@ INVARIANT_OBJECTIVES = {
                                      "loss.contrastive_global": True}, True),
     # A loss with state between steps: the EMA centres move by the global batch.
     "center": ("runlocal", {"loss.name": "center", "loss.gate": True}, False),
+    # The other multi-exit strategies (ACL-CL above) and the metric-learning ablations.
+    "jt": ("runlocal,jt", {}, True),
+    "2st": ("runlocal,2st", {}, True),
+    "alt": ("runlocal,alt", {}, True),
+    "kd": ("runlocal,kd", {}, True),
+    "triplet": ("runlocal,triplet", {"loss.contrastive_global": True}, False),
+    "cosine": ("runlocal,cosine", {"loss.contrastive_global": True}, False),
 }
 DROPOUT = 0.1  # the packaged MiniLM checkpoint's rate (hidden and attention)
 
