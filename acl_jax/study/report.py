@@ -375,7 +375,8 @@ def arm_tables(ctx: Ctx, stage: int) -> str:
       if None in got:
         out.append(f"{what}, per exit: *pending* (first look not recorded).\n")
         continue
-      out.append(multi_exit_table(p, [r for rs in got for r in rs], arm.task))
+      out.append(multi_exit_table(p, [r for rs in got for r in rs], arm.task,
+                                  final_weights=True))
   if plain:
     out.append(table(["task", "method", "scored", "final weights, points"], plain))
   return "\n".join(out) if out else f"*pending*: stage {stage} has no arms.\n"

@@ -154,20 +154,28 @@ def exits_of(row: dict) -> list[int]:
                  for m in [re.match(r"\w+/exit_(\d+)/", k)] if m})
 
 
-def exit_score(p: proto.Protocol, row, m, split):
-  v = scores(row).get(f"{split}/exit_{m}/{p.tasks[row['task']].metric}")
+def exit_score(p: proto.Protocol, row, m, split, which: str = "final"):
+  """Exit m's score in points on `split`, of the `which` checkpoint (`row_scores`)."""
+  v = scores(row, which).get(f"{split}/exit_{m}/{p.tasks[row['task']].metric}")
   return None if v is None else 100 * v
 
 
 def multi_exit_table(p: proto.Protocol, rows: list[dict], task: str,
-                     baseline: str | None = None) -> str:
+                     baseline: str | None = None, final_weights: bool = False) -> str:
   """Each multi-exit method's score at every exit, and its paired gain over `baseline` (the
-  protocol's first multi-exit method by default)."""
+  protocol's first multi-exit method by default): of the selected checkpoint (`final`), or
+  with `final_weights` of the final weights on the task's scored split, as the protocol
+  scores a run."""
   baseline = baseline or p.multi_exit[0]
   rs = select(rows, task)
   if not rs:
     return ""
-  split, exits = split_of(rs), exits_of(rs[0])
+  exits = exits_of(rs[0])
+  if final_weights:
+    split = p.tasks[task].scored
+    which = "last" if split == "dev" else "latest"
+  else:
+    split, which = split_of(rs), "final"
   methods = [m for m in p.multi_exit if select(rs, task, m)]
   head = "| strategy | " + " | ".join(f"exit {m}" for m in exits) + " |"
   lines = [f"{label(p, task)}, {split} {p.tasks[task].metric} per exit (%):", "", head,
@@ -175,16 +183,16 @@ def multi_exit_table(p: proto.Protocol, rows: list[dict], task: str,
   for meth in methods:
     lines.append(f"| {p.label(meth)} | " + " | ".join(
         fmt_mean(list(by_seed(select(rs, task, meth),
-                              lambda r, m=m: exit_score(p, r, m, split)).values())) for m in exits)
-        + " |")
+                              lambda r, m=m: exit_score(p, r, m, split, which)).values()))
+        for m in exits) + " |")
   lines += ["", f"Paired gain over {p.label(baseline)} (points; mean, 95% t-interval, seeds "
             "ahead / seeds):", "", head, "|---|" + "---|" * len(exits)]
   for meth in methods:
     if meth != baseline:
       lines.append(f"| {p.label(meth)} | " + " | ".join(
           fmt_paired(paired_diffs(select(rs, task, meth), select(rs, task, baseline),
-                                  lambda r, m=m: exit_score(p, r, m, split))) for m in exits)
-          + " |")
+                                  lambda r, m=m: exit_score(p, r, m, split, which)))
+          for m in exits) + " |")
   return "\n".join(lines) + "\n"
 
 
