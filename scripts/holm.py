@@ -5,6 +5,7 @@ each decided comparison gets the one-sided p-value of what its verdict asserts, 
 deciding look, from the same paired t statistic:
 - "beats": the difference is above zero; "matches or beats" and "within the margin, lower":
   above minus the margin; "worse": below zero (superiority) or below minus the margin;
+  "lower; non-inferiority not shown": below zero;
 - the later rules' contrasts likewise ("holds": above zero; "fails": below), and "stable" the
   larger of its two one-sided p-values (TOST).
 An undecided or inconclusive comparison asserts nothing; it counts in the family (m) with
@@ -55,6 +56,8 @@ def p_of(v: proto.Verdict, kind: str, margin: float) -> float:
     return p_above(v, floor)
   if v.word == "worse":
     return p_below(v, floor)
+  if v.word == "lower; non-inferiority not shown":
+    return p_below(v, 0.0)
   return 1.0
 
 

@@ -169,6 +169,10 @@ def test_holm_step_down_and_the_p_of_a_verdict():
   y = p.verdict([-1.0, -1.1, -0.9], "noninferior", 2.0, 1)  # mean -1, sd 0.1
   assert y.word == "within the margin, lower" and holm.p_of(y, "noninferior", 2.0) == \
       pytest.approx(stats.t.sf(1.0 / (0.1 / math.sqrt(3)), 2), rel=1e-6)
+  # "lower; non-inferiority not shown" asserts that the difference is below zero.
+  z = p.verdict([-2.0, -2.4, -1.6], "noninferior", 1.0, 2)  # mean -2, sd 0.4; past -1
+  assert z.word == "lower; non-inferiority not shown" and holm.p_of(z, "noninferior", 1.0) == \
+      pytest.approx(stats.t.cdf(-2.0 / (0.4 / math.sqrt(3)), 2), rel=1e-6)
   # Holm's bound is inclusive: p = alpha / m survives.
   assert holm.holm([holm.Test("a", "beats", holm.ALPHA)]) == {"a": True}
 
