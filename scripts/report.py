@@ -206,12 +206,25 @@ def claims_table(ctx: Ctx) -> str:
         tally[g[0]] += 1
     cells += [f"the others {later_pending(ctx, st, pairs)}" for st, pairs in waiting.items()]
     rows.append([p.claims[key], paper, "; ".join(cells),
+                 exits_over_stages(ctx, mine, got) or
                  ", ".join(f"{w} {n}" for w, n in tally.items()),
                  "; ".join(dict.fromkeys(task_budget(ctx, r.task) for _, r in mine))])
   rows += [cost_row(ctx, rule) for rule in p.cost_rules]
   rows += [list(r) for r in p.untestable]
   return table(["claim (SPEC §1)", "paper", "ours, per comparison: mean [97.5% interval] "
                 "(seeds ahead / seeds) verdict", "verdict", "budget"], rows)
+
+
+def exits_over_stages(ctx: Ctx, mine: list, got: list) -> str | None:
+  """A claim tested by exit rules in more than one stage holds when it holds against every
+  baseline of every stage (`rules.exit_claim` over all their contrasts): that word, then
+  each stage's. None for any other claim, or before every stage's first look."""
+  if len(mine) < 2 or not all(isinstance(r, proto.ExitRule) for _, r in mine) or None in got:
+    return None
+  contrasts = [later.exit_result(ctx.p, ctx.idx, st, r, b).contrast
+               for st, r in mine for b in r.baselines]
+  return (f"{rules.exit_claim(contrasts)} over all {len(contrasts)} baselines ("
+          + ", ".join(f"stage {st}: {g[0]}" for (st, _), g in zip(mine, got)) + ")")
 
 
 def cost_row(ctx: Ctx, rule: proto.CostRule) -> list:

@@ -232,6 +232,11 @@ DEVIATIONS = (
      "They pointed to BENCHMARKS.md's G-Loss overhead table, which decides nothing. The "
      "rules were written after that table (G-Loss over SCL 0.95-1.01x) was seen, and before "
      "the cost record was measured."),
+    ("The claims table reads the shallow-exit claim over the baselines of both stages (JT, "
+     "KD, 2ST, ALT), as its rule says, then gives each stage's word; it gave the stages' "
+     "words alone (\"inconclusive 1, holds 1\").",
+     "The rule is unchanged; the tally let stage 3's \"holds\" read as the claim's. Changed "
+     "after both stages' contrasts were final."),
 )
 
 # Earlier runs at 200-300 steps, kept as records (RESULTS.md labels them short-budget pilots).

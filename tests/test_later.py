@@ -124,7 +124,16 @@ def test_the_claims_table_shows_a_decided_later_claim():
                 for s in SEEDS for m in ("2st", "alt")]
   got = cells({S2: rows, p.stage_record[3]: later_rows})
   assert "vs 2ST shallow − deep +" in got and "vs ALT shallow − deep +" in got
-  assert "| holds 2 |" in got and "the others pending" not in got
+  # the claim holds when it holds against every baseline of both stages
+  assert "| holds over all 4 baselines (stage 2: holds, stage 3: holds) |" in got
+  assert "the others pending" not in got
+  # ALT ahead of ACL-CL at the shallow exits: stage 3 fails against it, and so does the claim,
+  # though stage 2 holds
+  alt_ahead = [dict(_multi_exit_row(m, s, {k: 2 * v for k, v in SHALLOW.items()} if m == "alt"
+                                    else {}), sweep=p.stage_record[3])
+               for s in SEEDS for m in ("2st", "alt")]
+  got = cells({S2: rows, p.stage_record[3]: alt_ahead})
+  assert "| fails over all 4 baselines (stage 2: holds, stage 3: fails) |" in got
 
 
 def test_an_undecided_later_rule_releases_its_second_look():
