@@ -162,7 +162,19 @@ def task_states(p: proto.Protocol, idx: dict, d: "Decisions") -> dict[str, TaskS
   for t in _sources_first(p, dict.fromkeys(a.task for s in sorted(p.arms) for a in p.arms[s])):
     if t not in states:
       states[t], _ = task_state(p, t, idx, states)
+  check_later_rows(p, idx, states)
   return states
+
+
+def check_later_rows(p: proto.Protocol, idx: dict, states: dict[str, TaskState]) -> None:
+  """Every row of a later stage's record whose task has its lr and epochs decided, checked
+  to have trained at them (`check_trained_as_planned`), as stage 1's rows are where they are
+  paired: the rules' lookups (`later.find`) name runs without either."""
+  later_records = {p.stage_record[s] for s in p.stages if s > 1}
+  for (record, _), row in idx.items():
+    st = states.get(row.get("task"))
+    if record in later_records and st is not None and None not in (st.lr, st.epochs):
+      check_trained_as_planned(p, row, st)
 
 
 def check_trained_as_planned(p: proto.Protocol, row: dict, st: TaskState) -> dict:
@@ -346,6 +358,7 @@ def later_stage_ready(p: proto.Protocol, stage: int, rows: dict[str, list[dict]]
       continue
     runs += [r for a in arms if a.task == task for r in _arm_runs(p, stage, a, st)]
     runs += second_look_runs(p, stage, task, st, idx)
+  check_later_rows(p, idx, states)
   return [r for r in dict.fromkeys(runs) if (r.sweep, r.name) not in idx], waiting
 
 
