@@ -6,7 +6,8 @@ by (step key, example id), so the only difference between device counts is the o
 float32 reductions (a psum of per-device partial sums instead of one sum). Each device count
 runs in its own process (`chex.set_n_cpu_devices`), on the same global batches, for CE, SCL,
 ACL (gated; all params and the "top" mode), gated ACL-CL, the other multi-exit strategies (JT,
-2ST, ALT, KD), G-Loss, triplet, cosine and the README's "Adding a loss" examples (the prototype loss, gated, alone and as ACL-CL's final-exit term; the centre
+2ST through both of its stages, ALT, KD), G-Loss, triplet, cosine and the README's "Adding a
+loss" examples (the prototype loss, gated, alone and as ACL-CL's final-exit term; the centre
 loss, whose EMA centres are state between steps, gated), with every pairwise loss over the
 gathered global batch (`contrastive_global` / `gloss_global`).
 

@@ -30,7 +30,9 @@ INVARIANT_OBJECTIVES = {
     "center": ("runlocal", {"loss.name": "center", "loss.gate": True}, False),
     # The other multi-exit strategies (ACL-CL above) and the metric-learning ablations.
     "jt": ("runlocal,jt", {}, True),
-    "2st": ("runlocal,2st", {}, True),
+    # 2ST's stage 1 is 2 of the 10 planned steps, so the third step trains the lower exits
+    # on a frozen backbone.
+    "2st": ("runlocal,2st", {"multi_exit.stage1_fraction": 0.2}, True),
     "alt": ("runlocal,alt", {}, True),
     "kd": ("runlocal,kd", {}, True),
     "triplet": ("runlocal,triplet", {"loss.contrastive_global": True}, False),
