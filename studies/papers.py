@@ -208,7 +208,7 @@ DEVIATIONS = (
     ("The shallow-exit claim reads \"undecided\" while any baseline's contrast awaits its "
      "second look; it read \"inconclusive\" as soon as one baseline's second look was in.",
      "A fix, not a new rule: the rule decides each baseline at its own looks, and the "
-     "earlier reading would have stopped the planner from asking for KD's seeds 3-4 once "
+     "reading before it would have stopped the planner from asking for KD's seeds 3-4 once "
      "JT's were recorded. Fixed then, before KD's seeds 3-4 were trained."),
     ("Two stage-2 rows name more than one revision or an edited tree: MRPC ACL λ 0.7 seed 1 "
      "began at 20ff7cf and was resumed at edd02b5; MR CE+G-Loss gamma_keep 0.9 seed 2 "

@@ -676,9 +676,9 @@ def test_later_stages_wait_on_each_tasks_lr_and_budget():
 
 def test_every_read_task_that_misses_its_anchor_has_its_gap_explained():
   """RESULTS.md explains the gap of each task whose verdicts the missed anchor no longer
-  withholds (its HF PyTorch run is recorded): a bullet under "Gaps explained so far"."""
+  withholds (its HF PyTorch run is recorded): a bullet under "Gaps explained"."""
   text = open(report.REPORTS[1]).read()
-  gaps = text.split("**Gaps explained so far.**", 1)[1].split("\n## ", 1)[0]
+  gaps = text.split("**Gaps explained.**", 1)[1].split("\n## ", 1)[0]
   d = planner.decisions(p, records.read_all())
   for task, st in d.tasks.items():
     score = planner.picked_score(p, st)
