@@ -63,10 +63,14 @@ def rule_test_name(p: proto.Protocol, r) -> str:
   return f"{label(p, r.task)} {p.claims[r.claim].split(' (')[0]}"
 
 
+def exit_test_name(p: proto.Protocol, r: proto.ExitRule, baseline: str) -> str:
+  """An exit rule's contrast against one baseline as the Holm family names it."""
+  return f"{rule_test_name(p, r)}: vs {baseline.upper()}"
+
+
 def exit_holm_standing(ctx: Ctx, stage: int) -> str:
   """Where a stage's shallow-exit contrasts stand in the Holm family (scripts/holm.py)."""
-  names = {f"{ctx.p.label(r.method)} − {ctx.p.label(b)}":
-           f"{rule_test_name(ctx.p, r)}: vs {b.upper()}"
+  names = {f"{ctx.p.label(r.method)} − {ctx.p.label(b)}": exit_test_name(ctx.p, r, b)
            for r in ctx.p.rules.get(stage, ()) if isinstance(r, proto.ExitRule)
            for b in r.baselines}
   return holm.standing(holm_tests(ctx), names)
@@ -89,8 +93,8 @@ def holm_tests(ctx: Ctx) -> list[holm.Test]:
           e = later.exit_result(p, ctx.idx, s, r, b)
           if e is not None and e.contrast.final:
             word = {"beats": "holds", "worse": "fails"}.get(e.contrast.word, e.contrast.word)
-            out.append(holm.Test(f"{name}: vs {b.upper()}", word, holm.p_of(e.contrast,
-                                                                             "superior", 0)))
+            out.append(holm.Test(exit_test_name(p, r, b), word,
+                                 holm.p_of(e.contrast, "superior", 0)))
       elif isinstance(r, proto.RangeRule):
         got = later.range_result(p, ctx.idx, s, r)
         if got is not None and got[1][0] != "undecided":
