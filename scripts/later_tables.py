@@ -77,40 +77,73 @@ def range_table(p: proto.Protocol, idx: dict, rule: proto.RangeRule, labels: dic
       f"({_pct(p.decide_level)}), {v.word}. The claim: **{word}**.\n")
 
 
+def _against_preset(p: proto.Protocol, idx: dict, stage: int, task: str, method: str,
+                    field: str, values, preset: str, seeds) -> list[list[str]] | None:
+  """A row per value (the preset's among them): mean ± std at `seeds` (a value recorded at the
+  first look's alone: those), and the paired difference to the preset at the describing
+  level; None while the preset is unrecorded at `seeds`."""
+  base = later.grid_scores(p, idx, stage, task, method, field, (preset,), seeds)
+  if base is None:
+    return None
+  rows = []
+  for value in sorted(set(values) | {preset}, key=float):
+    got = (later.grid_scores(p, idx, stage, task, method, field, (value,), seeds)
+           or later.grid_scores(p, idx, stage, task, method, field, (value,), p.look_seeds[0]))
+    if got is None:
+      rows.append([value, "pending", ""])
+      continue
+    s = got[0]
+    mean, lo, hi = proto.interval([a - b for a, b in zip(s, base[0])], p.describe_level)
+    rows.append([value + (" (preset)" if value == preset else ""),
+                 f"{fmt.mean_sd(s, n=False)} (n={len(s)})",
+                 "—" if value == preset else f"{mean:+.2f} {fmt.span(lo, hi)}"])
+  return rows
+
+
+def _preset_head(p: proto.Protocol, field: str, method: str, preset: str, labels) -> list:
+  return [field.split(".")[-1], f"{labels[method]}, points",
+          f"− {preset}, paired, {_pct(p.describe_level)}"]
+
+
 def stable_table(p: proto.Protocol, idx: dict, rule: proto.StableRule, labels: dict,
                  arm_values=(), stage: int = 2):
   """Each value's mean ± std, each against the preset (paired, the describing level), and the
   rule's ends."""
   got = later.stable_result(p, idx, stage, rule)
-  values = tuple(dict.fromkeys(tuple(arm_values) + tuple(rule.values)))
   if got is None:
     return _pending(p, idx, stage, rule.task, (rule.method,),
                     [((rule.field, v),) for v in rule.values])
   look, (word, v) = got
   seeds = p.look_seeds[0] + (p.look_seeds[1] if look == 2 else ())
-  preset = later.grid_scores(p, idx, stage, rule.task, rule.method, rule.field, (rule.preset,),
-                             seeds)[0]
-  rows = []
-  for value in sorted(values, key=float):
-    got_v = later.grid_scores(p, idx, stage, rule.task, rule.method, rule.field, (value,), seeds)
-    if got_v is None:
-      got_v = later.grid_scores(p, idx, stage, rule.task, rule.method, rule.field, (value,),
-                                p.look_seeds[0])
-    if got_v is None:
-      rows.append([value, "pending", ""])
-      continue
-    s = got_v[0]
-    d = [a - b for a, b in zip(s, preset)]
-    mean, lo, hi = proto.interval(d, p.describe_level)
-    rows.append([value + (" (preset)" if value == rule.preset else ""),
-                 f"{fmt.mean_sd(s, n=False)} (n={len(s)})",
-                 "—" if value == rule.preset else f"{mean:+.2f} {fmt.span(lo, hi)}"])
-  head = [rule.field.split(".")[-1], f"{labels[rule.method]}, points",
-          f"− {rule.preset}, paired, {_pct(p.describe_level)}"]
-  return fmt.table(head, rows) + (
+  rows = _against_preset(p, idx, stage, rule.task, rule.method, rule.field,
+                         tuple(arm_values) + tuple(rule.values), rule.preset, seeds)
+  return fmt.table(_preset_head(p, rule.field, rule.method, rule.preset, labels), rows) + (
       f"\nThe rule, look {look}: {rule.values[0]} − {rule.values[1]} {_verdict(v)} "
       f"({_pct(p.decide_level)}), "
       f"within ±{p.tasks[rule.task].margin:g} for stable: **{word}**.\n")
+
+
+def described_tables(p: proto.Protocol, idx: dict, labels: dict, stage: int) -> str:
+  """Each grid of the stage's arms that decides no claim (`Protocol.described`): every value
+  against the preset, paired by seed at the first look's seeds; or "*pending*" with the runs
+  recorded."""
+  out = []
+  for d in p.described:
+    if not any(a.task == d.task and d.method in a.methods and d.field in dict(a.grid)
+               for a in p.arms.get(stage, ())):
+      continue
+    seeds = p.look_seeds[0]
+    grid = [((d.field, v),) for v in d.values]
+    rows = None
+    if later.grid_scores(p, idx, stage, d.task, d.method, d.field, d.values, seeds) is not None:
+      rows = _against_preset(p, idx, stage, d.task, d.method, d.field, d.values, d.preset,
+                             seeds)
+    what = (f"{labels[d.method]} on {p.tasks[d.task].label} over `{d.field}` "
+            f"({p.tasks[d.task].scored} {p.tasks[d.task].metric}):")
+    out.append(f"{what} " + _pending(p, idx, stage, d.task, (d.method,), grid) if rows is None
+               else f"{what}\n\n" + fmt.table(_preset_head(p, d.field, d.method, d.preset,
+                                                            labels), rows))
+  return "\n".join(out) if out else f"*pending*: stage {stage} describes no grid.\n"
 
 
 def stage2_md(p: proto.Protocol, idx: dict, labels: dict) -> dict[str, str]:

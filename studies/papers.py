@@ -51,8 +51,8 @@ The protocol, in order:
 Stages 2 and 3 are fixed here too (`stages`); each starts when the one before is recorded.
 """
 
-from acl_jax.study.protocol import (Arm, Comparison, CostRule, ExitRule, Protocol, RangeRule,
-                                    StableRule, Task)
+from acl_jax.study.protocol import (Arm, Comparison, CostRule, Described, ExitRule, Protocol,
+                                    RangeRule, StableRule, Task)
 
 GLUE_SETS = ("task.data_dir=../shared/data/glue", "eval_every=0")
 TEXTGCN_SETS = ("task.data_dir=../shared/data", "eval_every=0", "early_stop_patience=0",
@@ -154,7 +154,7 @@ STAGE3_RULES = tuple(
     + [Comparison("gloss", t, "gloss", "ce", "superior") for t in ("ohsumed", "20ng")])
 # Stage 3's sigma grid on MR has no claim to decide: each sigma against the preset (0.667) is
 # described by its paired 95% interval.
-DESCRIBED = ("mr: gloss, loss.sigma 0.1/0.3/1.5/5.0 against the preset 0.667",)
+DESCRIBED = (Described("mr", "gloss", "loss.sigma", ("0.1", "0.3", "1.5", "5.0"), "0.667"),)
 
 # Grid values that are a method's preset (configs/common.py METHODS): such a grid point is the
 # preset run itself, taken from its record instead of trained twice.

@@ -16,7 +16,8 @@ from tests import helpers
 def _protocol():
   return dataclasses.replace(PAPERS, arms={2: (
       proto.Arm("mr", ("ce",), seeds=(0, 1)),
-      proto.Arm("mr", ("ce",), seeds=(0, 1), framework="torch"))}, rules={2: ()})
+      proto.Arm("mr", ("ce",), seeds=(0, 1), framework="torch"))}, rules={2: ()},
+      described=())
 
 
 def test_a_torch_arm_is_planned_and_commanded_like_any_run():

@@ -227,6 +227,33 @@ def test_stage2_detail_tables_render_the_rules():
   assert "**stable**" in text and "| 0.7 (preset) |" in text and "| 0.3 |" in text
 
 
+def test_a_described_grid_is_each_value_against_stage1s_preset_paired_by_seed():
+  """STAGE3.md's sigma block: every sigma of stage 3's grid and the preset (0.667, stage 1's
+  runs) with its mean, and each value's paired difference to the preset, seed by seed; pending
+  until every value's first look is recorded."""
+  from scripts import later_tables  # pylint: disable=import-outside-toplevel
+  S3 = p.stage_record[3]
+  d = p.described[0]
+  # the seeds' offsets cancel in a paired difference and dominate an unpaired one
+  seed_shift, wobble = (0.0, 2.0, -2.0), {"0.1": (0.0, 0.2, -0.2)}
+  score = lambda v, s: 80 + float(v) + seed_shift[s] + wobble.get(v, (0, 0, 0))[s]
+  grid = _grid_rows("mr", "gloss", d.field, d.values, score, metric="accuracy")
+  preset = [dict(r, run=later.run_name("mr", "gloss", r["seed"]))
+            for r in _grid_rows("mr", "gloss", d.field, (d.preset,), score, metric="accuracy")]
+  text = later_tables.described_tables(p, {**_idx(grid, S3), **_idx(preset, S1)}, p.labels, 3)
+  rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines()}
+  assert "| 0.667 (preset) | 80.67 ± 2.00 (n=3) | — |" in text
+  assert rows["5.0"].endswith("| +4.33 [+4.33, +4.33] |")
+  half = 0.2 * 4.302652729749464 / 3 ** 0.5  # sd 0.2 of (0, .2, -.2), t(0.975, 2)
+  assert rows["0.1"].endswith(f"| -0.57 [{-0.567 - half:+.2f}, {-0.567 + half:+.2f}] |")
+  assert [r for r in rows if r[:1].isdigit()] == ["0.1", "0.3", "0.667 (preset)", "1.5", "5.0"]
+  assert later_tables.described_tables(p, {**_idx(grid[1:], S3), **_idx(preset, S1)},
+                                       p.labels, 3).endswith(
+      "*pending*: 11 of 12 first-look runs recorded.\n")
+  assert later_tables.described_tables(p, {}, p.labels, 2) == \
+      "*pending*: stage 2 describes no grid.\n"
+
+
 def test_stage3_exit_table_reads_acl_cl_from_stage2_and_its_baselines_from_stage3():
   """STAGE3.md's shallow-exit block: ACL-CL's rows come from stage 2's record, 2ST's and ALT's
   from stage 3's; a missing baseline run leaves the block pending."""

@@ -122,6 +122,18 @@ def test_a_stage1_baselines_second_look_keeps_its_comparisons_extra():
     (dict(arms={2: (proto.Arm("t", ("scl",), seeds=(0, 1)),)},
           rules={2: (proto.Comparison("c", "t", "scl", "ce", "superior"),)}),
      r"lacks the first look's seeds \(0, 1, 2\)"),
+    (dict(arms={2: (proto.Arm("t", ("acl",), grid=(("loss.lam", ("0.1",)),)),)},
+          described=(proto.Described("t", "acl", "loss.lam", ("0.1", "0.3"), "0.5"),),
+          presets={("acl", "loss.lam"): "0.5"}),
+     "no arm of a later stage trains acl on t over loss.lam alone at 0.1, 0.3"),
+    (dict(arms={2: (proto.Arm("t", ("acl",), grid=(("loss.lam", ("0.1",)),)),)},
+          described=(proto.Described("t", "acl", "loss.lam", ("0.1",), "0.7"),),
+          presets={("acl", "loss.lam"): "0.5"}),
+     r"its preset '0.7' is read from stage 1's acl runs on t"),
+    (dict(arms={2: (proto.Arm("t", ("scl",), grid=(("loss.lam", ("0.1",)),)),)},
+          described=(proto.Described("t", "scl", "loss.lam", ("0.1",), "0.9"),),
+          presets={("scl", "loss.lam"): "0.9"}),
+     "a stage-1 comparison that trains it there"),
     (dict(cost_rules=(proto.CostRule("nope", "t", "share", "gloss", 0.02),)),
      "its claim and task must be the protocol's"),
     (dict(cost_rules=(proto.CostRule("c", "t", "share", "gloss", 2.0),)),
@@ -150,6 +162,9 @@ def test_the_papers_protocol_and_what_it_may_vary_pass():
   assert _protocol(arms={2: (proto.Arm("t", ("acl",), grid=(("loss.lam", ("0.1",)),)),)},
                    rules={2: (proto.StableRule("lam", "t", "acl", "loss.lam", ("0.1", "0.5"),
                                                "0.5"),)},
+                   presets={("acl", "loss.lam"): "0.5"})
+  assert _protocol(arms={2: (proto.Arm("t", ("acl",), grid=(("loss.lam", ("0.1", "0.9")),)),)},
+                   described=(proto.Described("t", "acl", "loss.lam", ("0.1", "0.9"), "0.5"),),
                    presets={("acl", "loss.lam"): "0.5"})
   assert dataclasses.replace(PAPERS, name="again").arms == PAPERS.arms
 

@@ -343,7 +343,7 @@ def test_stage_gates_release_runs_in_order(tmp_path, monkeypatch, capsys):
   records = sweep.records
   monkeypatch.setattr(records, "RECORDS", str(tmp_path / "records"))
   p = dataclasses.replace(PAPERS, diagnostics=(), stages={1: PAPERS.stages[1]}, arms={},
-                          rules={}, lr_from={}, comparisons=(
+                          described=(), rules={}, lr_from={}, comparisons=(
                               proto.Comparison("acl", "rte", "acl", "ce", "noninferior"),))
   noise = {0: 1.0, 1: -1.0, 2: 0.0, 3: 1.0, 4: -1.0}  # ACL - CE, points, by seed
 
@@ -414,7 +414,7 @@ def test_before_a_deadline_the_longest_run_that_fits_starts_first(tmp_path, monk
   in time starts first, and a run that would not end in time never starts."""
   records = sweep.records
   p = dataclasses.replace(PAPERS, diagnostics=(), stages={1: PAPERS.stages[1]}, arms={},
-                          rules={}, lr_from={}, comparisons=(
+                          described=(), rules={}, lr_from={}, comparisons=(
                               proto.Comparison("acl", "rte", "acl", "ce", "noninferior"),
                               proto.Comparison("gloss", "mr", "gloss", "ce", "superior")))
   assert p.estimate_seconds("rte", "ce", 3) < p.estimate_seconds("mr", "ce", 3)

@@ -19,6 +19,7 @@ def check(p: "proto.Protocol") -> None:
   _extras(p)
   _anchors(p)
   _rules(p)
+  _described(p)
   _costs(p)
 
 
@@ -172,6 +173,24 @@ def _rules(p) -> None:
       if isinstance(rule, proto.Comparison) and rule.kind not in ("noninferior", "superior"):
         raise ValueError(f"stage {stage} rule {rule}: kind {rule.kind!r} is not "
                          "'noninferior' or 'superior'.")
+
+
+def _described(p) -> None:
+  """Each described grid is an arm's grid at the first look's seeds, and its preset is the
+  method's, whose runs stage 1 trains."""
+  stage1 = {(c.task, m) for c in p.comparisons for m in (c.method, c.baseline)}
+  for d in p.described:
+    if not any(d.task == a.task and d.method in a.methods and a.framework == "jax"
+               and [k for k, _ in a.grid] == [d.field] and set(d.values) <= set(a.grid[0][1])
+               for arms in p.arms.values() for a in arms):
+      raise ValueError(f"described {d}: no arm of a later stage trains {d.method} on "
+                       f"{d.task} over {d.field} alone at {', '.join(d.values)}; add the "
+                       "grid to an arm, or describe the arm's own values.")
+    if p.presets.get((d.method, d.field)) != d.preset or (d.task, d.method) not in stage1:
+      raise ValueError(f"described {d}: its preset {d.preset!r} is read from stage 1's "
+                       f"{d.method} runs on {d.task}: give the method's preset "
+                       f"(presets[({d.method!r}, {d.field!r})]) and a stage-1 comparison "
+                       "that trains it there.")
 
 
 def _costs(p) -> None:

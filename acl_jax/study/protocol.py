@@ -132,6 +132,18 @@ class StableRule:
 
 
 @dataclasses.dataclass(frozen=True)
+class Described:
+  """A grid that decides no claim: each of `method`'s `values` of `field` on `task`, at the
+  first look's seeds, against `preset` (the method's preset, stage 1's run), paired by seed at
+  the describing level."""
+  task: str
+  method: str
+  field: str
+  values: tuple[str, ...]
+  preset: str
+
+
+@dataclasses.dataclass(frozen=True)
 class CostRule:
   """A cost claim, decided on train-step times that `benchmarks/cost_claims.py` measures in
   one process with nothing else running and appends to `record`: per round, one time per
@@ -206,7 +218,7 @@ class Protocol:
   hf_anchor: tuple[str, str] = ("", "")  # (record, what it holds): CE against HF PyTorch
   glue_hf_anchor: tuple[str, str] = ("", "")  # the same where CE misses a published anchor
   diagnostics: tuple = ()  # (task, method, settings) trained at seed 0 beside stage 1
-  described: tuple[str, ...] = ()  # grids described, not decided
+  described: tuple[Described, ...] = ()  # grids described, not decided
   presets: Mapping[tuple[str, str], str] = dataclasses.field(default_factory=dict)
   deviations: tuple[tuple[str, str], ...] = ()  # (what changed, why)
   pilots: tuple[str, ...] = ()  # records of earlier runs, reported apart
