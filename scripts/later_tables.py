@@ -123,15 +123,14 @@ def stable_table(p: proto.Protocol, idx: dict, rule: proto.StableRule, labels: d
       f"within ±{p.tasks[rule.task].margin:g} for stable: **{word}**.\n")
 
 
-def described_tables(p: proto.Protocol, idx: dict, labels: dict, stage: int) -> str:
-  """Each grid of the stage's arms that decides no claim (`Protocol.described`): every value
-  against the preset, paired by seed at the first look's seeds; or "*pending*" with the runs
-  recorded."""
+def described_tables(p: proto.Protocol, idx: dict, labels: dict) -> str:
+  """Each grid that decides no claim (`Protocol.described`), read from the stage whose arm
+  trains it: every value against the preset, paired by seed at the first look's seeds; or
+  "*pending*" with the runs recorded."""
   out = []
   for d in p.described:
-    if not any(a.task == d.task and d.method in a.methods and d.field in dict(a.grid)
-               for a in p.arms.get(stage, ())):
-      continue
+    stage = min(st for st, arms in p.arms.items() for a in arms
+                if a.task == d.task and d.method in a.methods and d.field in dict(a.grid))
     seeds = p.look_seeds[0]
     grid = [((d.field, v),) for v in d.values]
     rows = None
@@ -139,11 +138,11 @@ def described_tables(p: proto.Protocol, idx: dict, labels: dict, stage: int) -> 
       rows = _against_preset(p, idx, stage, d.task, d.method, d.field, d.values, d.preset,
                              seeds)
     what = (f"{labels[d.method]} on {p.tasks[d.task].label} over `{d.field}` "
-            f"({p.tasks[d.task].scored} {p.tasks[d.task].metric}):")
+            f"({p.tasks[d.task].scored} {p.tasks[d.task].metric}; stage {stage}):")
     out.append(f"{what} " + _pending(p, idx, stage, d.task, (d.method,), grid) if rows is None
                else f"{what}\n\n" + fmt.table(_preset_head(p, d.field, d.method, d.preset,
                                                             labels), rows))
-  return "\n".join(out) if out else f"*pending*: stage {stage} describes no grid.\n"
+  return "\n".join(out) if out else "*pending*: the protocol describes no grid.\n"
 
 
 def stage2_md(p: proto.Protocol, idx: dict, labels: dict) -> dict[str, str]:

@@ -483,8 +483,7 @@ TABLES = {
     "holm_summary": lambda ctx: holm.summary(holm_tests(ctx)),
     "stage3_exits_holm": lambda ctx: exit_holm_standing(ctx, 3),
     **{f"stage{s}_arms": (lambda ctx, s=s: lib.arm_tables(ctx, s)) for s in (2, 3)},
-    "stage3_described": lambda ctx: later_tables.described_tables(ctx.p, ctx.idx, ctx.p.labels,
-                                                                  3),
+    "described": lambda ctx: later_tables.described_tables(ctx.p, ctx.idx, ctx.p.labels),
     **{f"stage{s}_comparisons": (lambda ctx, s=s: lib.later_comparisons_table(ctx, s))
        for s in (2, 3)},
 }

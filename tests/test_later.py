@@ -1,5 +1,7 @@
 """Stages 2 and 3 read from records under their rules (acl_jax/study/later.py), on synthetic rows
 whose answers are known."""
+import dataclasses
+
 import pytest
 
 from acl_jax.study import later
@@ -240,7 +242,9 @@ def test_a_described_grid_is_each_value_against_stage1s_preset_paired_by_seed():
   grid = _grid_rows("mr", "gloss", d.field, d.values, score, metric="accuracy")
   preset = [dict(r, run=later.run_name("mr", "gloss", r["seed"]))
             for r in _grid_rows("mr", "gloss", d.field, (d.preset,), score, metric="accuracy")]
-  text = later_tables.described_tables(p, {**_idx(grid, S3), **_idx(preset, S1)}, p.labels, 3)
+  text = later_tables.described_tables(p, {**_idx(grid, S3), **_idx(preset, S1)}, p.labels)
+  assert text.startswith("CE+G-Loss (sigma fixed) on MR over `loss.sigma` (test accuracy; "
+                         "stage 3):")
   rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines()}
   assert "| 0.667 (preset) | 80.67 ± 2.00 (n=3) | — |" in text
   assert rows["5.0"].endswith("| +4.33 [+4.33, +4.33] |")
@@ -248,10 +252,10 @@ def test_a_described_grid_is_each_value_against_stage1s_preset_paired_by_seed():
   assert rows["0.1"].endswith(f"| -0.57 [{-0.567 - half:+.2f}, {-0.567 + half:+.2f}] |")
   assert [r for r in rows if r[:1].isdigit()] == ["0.1", "0.3", "0.667 (preset)", "1.5", "5.0"]
   assert later_tables.described_tables(p, {**_idx(grid[1:], S3), **_idx(preset, S1)},
-                                       p.labels, 3).endswith(
+                                       p.labels).endswith(
       "*pending*: 11 of 12 first-look runs recorded.\n")
-  assert later_tables.described_tables(p, {}, p.labels, 2) == \
-      "*pending*: stage 2 describes no grid.\n"
+  assert later_tables.described_tables(dataclasses.replace(p, described=()), {}, p.labels) == \
+      "*pending*: the protocol describes no grid.\n"
 
 
 def test_stage3_exit_table_reads_acl_cl_from_stage2_and_its_baselines_from_stage3():
@@ -325,7 +329,6 @@ def test_a_baselines_missing_second_look_seeds_train_in_the_later_stage():
 def test_an_exit_rule_reads_the_exits_it_names():
   """A 4-layer model's rule (shallow 1-2, deep 3-4) reads exits 1-4 alone, and the table shows
   them and the rule's own described layers."""
-  import dataclasses  # pylint: disable=import-outside-toplevel
   from scripts import later_tables  # pylint: disable=import-outside-toplevel
   rule = dataclasses.replace(RULE, shallow=(1, 2), deep=(3, 4), layers=2.0,
                              described_layers=(3.0,))
