@@ -71,23 +71,32 @@ def holm(tests: list[Test], alpha: float = ALPHA) -> dict[str, bool]:
   return out
 
 
-def summary(tests: list[Test]) -> str:
+def _family(n: int, registered: int | None) -> str:
+  """The family in words: `n` comparisons with a final verdict, of `registered` in all."""
+  if registered is None:
+    return f"the {n} registered comparisons with a verdict so far"
+  return (f"all {n} registered comparisons" if n == registered else
+          f"the {n} of {registered} registered comparisons with a final verdict")
+
+
+def summary(tests: list[Test], registered: int | None = None) -> str:
+  """How many decided verdicts survive Holm over `tests`; `registered`: how many comparisons
+  the protocol registers (all of them with a final verdict: the family is complete)."""
   kept = holm(tests)
   decided = [t for t in tests if t.p < 1.0]
   survive = [t for t in decided if kept[t.name]]
   if not tests:
     return "*pending*: no registered comparison is decided.\n"
   verb = "survives" if len(survive) == 1 else "survive"
-  return (f"Of {len(decided)} decided verdicts among the {len(tests)} registered comparisons "
-          "with a verdict so far, "
+  return (f"Of {len(decided)} decided verdicts among {_family(len(tests), registered)}, "
           f"{len(survive)} {verb} a Holm correction over all {len(tests)} (family-wise "
           f"{100 * ALPHA:g}% one-sided): {', '.join(t.name for t in survive) or 'none'}.\n")
 
 
-def standing(tests: list[Test], names: dict[str, str]) -> str:
+def standing(tests: list[Test], names: dict[str, str], registered: int | None = None) -> str:
   """Where the named tests ({what to call it: test name}) stand in Holm's step-down over all
   of `tests`: each one's p, its rank, and the threshold that rank gets (ALPHA over the tests
-  left), as one paragraph."""
+  left), as one paragraph; `registered` as in `summary`."""
   order = sorted(tests, key=lambda t: t.p)
   kept, rank = holm(tests), {t.name: i for i, t in enumerate(order)}
   final = [n for n in names.values() if n in rank]
@@ -111,10 +120,11 @@ def standing(tests: list[Test], names: dict[str, str]) -> str:
       parts.append(f"{call}, one-sided p {p:.4f}, ranked {i + 1}, misses its threshold, {thr}")
   k = sum(kept[n] for n in final)
   verb = "survives" if k == 1 else "survive"
-  return (f"{k} of these {len(names)} comparisons {verb} Holm's correction over the "
-          f"{len(order)} registered comparisons with a verdict so far (family-wise "
-          f"{100 * ALPHA:g}% one-sided; `results/STAGE1.md`): " + "; ".join(parts) + ". "
-          "Each further comparison with a verdict raises the count the thresholds divide by.\n")
+  more = ("" if registered is not None and len(order) == registered else
+          " Each further comparison with a verdict raises the count the thresholds divide by.")
+  return (f"{k} of these {len(names)} comparisons {verb} Holm's correction over "
+          f"{_family(len(order), registered)} (family-wise {100 * ALPHA:g}% one-sided; "
+          "`results/STAGE1.md`): " + "; ".join(parts) + "." + more + "\n")
 
 
 def table(tests: list[Test]) -> str:

@@ -73,7 +73,14 @@ def exit_holm_standing(ctx: Ctx, stage: int) -> str:
   names = {f"{ctx.p.label(r.method)} − {ctx.p.label(b)}": exit_test_name(ctx.p, r, b)
            for r in ctx.p.rules.get(stage, ()) if isinstance(r, proto.ExitRule)
            for b in r.baselines}
-  return holm.standing(holm_tests(ctx), names)
+  return holm.standing(holm_tests(ctx), names, holm_registered(ctx.p))
+
+
+def holm_registered(p: proto.Protocol) -> int:
+  """How many comparisons the protocol registers for the Holm family: stage 1's, and each
+  later rule's (an exit rule's, one per baseline)."""
+  return len(p.comparisons) + sum(len(r.baselines) if isinstance(r, proto.ExitRule) else 1
+                                  for rules in p.rules.values() for r in rules)
 
 
 def holm_tests(ctx: Ctx) -> list[holm.Test]:
@@ -480,7 +487,7 @@ TABLES = {
     **{name: (lambda ctx, name=name: later_tables.stage2_md(ctx.p, ctx.idx, ctx.p.labels)[name])
        for name in ("stage2_exits", "stage2_lambda", "stage2_gamma_keep")},
     "stage3_exits": lambda ctx: later_tables.stage3_exits(ctx.p, ctx.idx, ctx.p.labels),
-    "holm_summary": lambda ctx: holm.summary(holm_tests(ctx)),
+    "holm_summary": lambda ctx: holm.summary(holm_tests(ctx), holm_registered(ctx.p)),
     "stage3_exits_holm": lambda ctx: exit_holm_standing(ctx, 3),
     **{f"stage{s}_arms": (lambda ctx, s=s: lib.arm_tables(ctx, s)) for s in (2, 3)},
     "described": lambda ctx: later_tables.described_tables(ctx.p, ctx.idx, ctx.p.labels),

@@ -427,6 +427,9 @@ def test_results_stay_under_30kb_when_every_stage_is_complete():
   assert len(stage3) == sum(isinstance(r, proto.Comparison) for r in p.rules[3])
   assert all(r[3] == "5" and r[8] == "2" and r[9].split(":")[0] in proto.VERDICT_WORDS
              for r in stage3)  # every one at its second look, with a verdict
+  # the Holm family is whole: every registered comparison has its final verdict
+  assert len(report.holm_tests(report.context(p, rs))) == report.holm_registered(p)
+  assert f"among all {report.holm_registered(p)} registered comparisons," in text
   assert len(text.encode()) < 30 * 1024, len(text.encode())
 
 

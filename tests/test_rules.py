@@ -145,6 +145,10 @@ def test_holm_step_down_and_the_p_of_a_verdict():
   assert (wider["a"], wider["c"], wider["b"]) == (True, False, False)
   assert holm.summary(tests).startswith("Of 3 decided verdicts among the 4 registered "
                                         "comparisons with a verdict so far, 3 survive")
+  assert holm.summary(tests, 6).startswith("Of 3 decided verdicts among the 4 of 6 registered "
+                                           "comparisons with a final verdict, 3 survive")
+  assert holm.summary(tests, 4).startswith("Of 3 decided verdicts among all 4 registered "
+                                           "comparisons, 3 survive")
   from scipy import stats
   v = p.verdict([1.0, 1.2, 0.8], "superior", 0.0, 1)  # mean 1, sd 0.2
   t = 1.0 / (0.2 / math.sqrt(3))
@@ -196,6 +200,11 @@ def test_holm_standing_names_each_rank_and_threshold():
   assert "X, one-sided p 0.0200, ranked 1, misses its threshold, 2.5%/2;" in got
   assert "Y, one-sided p 0.0210, ranked 2, is within its threshold, 2.5%/1, but" in got
   assert holm.standing(late, {"Z": "z"}).startswith("*pending*")
+  # the family complete: nothing further can raise the thresholds' divisor
+  assert got.endswith("divide by.\n") and "over the 2 of 3 registered" in holm.standing(
+      late, {"X": "x"}, 3)
+  whole = holm.standing(late, {"X": "x", "Y": "y"}, 2)
+  assert "over all 2 registered comparisons (" in whole and whole.endswith("the step-down stops.\n")
 
 
 def test_cost_share_rule_decides_on_the_rounds_interval():
