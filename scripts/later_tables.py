@@ -129,8 +129,7 @@ def described_tables(p: proto.Protocol, idx: dict, labels: dict) -> str:
   "*pending*" with the runs recorded."""
   out = []
   for d in p.described:
-    stage = min(st for st, arms in p.arms.items() for a in arms
-                if a.task == d.task and d.method in a.methods and d.field in dict(a.grid))
+    stage = later.described_stages(p, d)[0]
     seeds = p.look_seeds[0]
     grid = [((d.field, v),) for v in d.values]
     rows = None

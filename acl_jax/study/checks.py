@@ -180,9 +180,7 @@ def _described(p) -> None:
   method's, whose runs stage 1 trains."""
   stage1 = {(c.task, m) for c in p.comparisons for m in (c.method, c.baseline)}
   for d in p.described:
-    if not any(d.task == a.task and d.method in a.methods and a.framework == "jax"
-               and [k for k, _ in a.grid] == [d.field] and set(d.values) <= set(a.grid[0][1])
-               for arms in p.arms.values() for a in arms):
+    if not later.described_stages(p, d):
       raise ValueError(f"described {d}: no arm of a later stage trains {d.method} on "
                        f"{d.task} over {d.field} alone at {', '.join(d.values)}; add the "
                        "grid to an arm, or describe the arm's own values.")

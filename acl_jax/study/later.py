@@ -148,6 +148,14 @@ def stable_result(p: proto.Protocol, idx: dict, stage: int, rule: proto.StableRu
       p, [a - b for a, b in zip(s[0], s[1])], margin, look))
 
 
+def described_stages(p: proto.Protocol, d: proto.Described) -> list[int]:
+  """The stages, in order, whose arm trains described grid `d`: `d.method` on `d.task` in
+  JAX, over `d.field` alone, at (at least) `d.values`."""
+  return sorted({st for st, arms in p.arms.items() for a in arms
+                 if a.task == d.task and d.method in a.methods and a.framework == "jax"
+                 and [k for k, _ in a.grid] == [d.field] and set(d.values) <= set(a.grid[0][1])})
+
+
 # ---- plain comparisons --------------------------------------------------------------------
 def comparison_result(p: proto.Protocol, idx: dict, stage: int,
                       c: proto.Comparison) -> proto.Verdict | None:
