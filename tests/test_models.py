@@ -189,3 +189,33 @@ def test_label_embeddings_need_a_head(tmp_path):
   assert label_embeddings(params, 3).shape == (5, 32)
   with pytest.raises(ValueError, match="No linear classifier at exit_2"):
     label_embeddings(params, 2)
+
+
+def test_dense_rows_product_is_nn_dense_and_needs_no_transposed_copy():
+  """Every dense layer multiplies its [batch, seq, d] input as one [rows, d] x [d, f] product
+  (bert.rows_dot_general): nn.Dense's values and gradients, and a compiled backward without
+  the transposed copy of the cotangent that nn.Dense's N-d product makes XLA:CPU write."""
+  import flax.linen as nn  # pylint: disable=import-outside-toplevel
+  from acl_jax.models import bert  # pylint: disable=import-outside-toplevel
+  x = jax.random.normal(jax.random.key(0), (4, 7, 16))
+  g = jax.random.normal(jax.random.key(1), (4, 7, 24))
+  nd, rows = nn.Dense(24), nn.Dense(24, dot_general=bert.rows_dot_general)
+  params = nd.init(jax.random.key(2), x)
+
+  def backward(layer):
+    def f(p, x, g):
+      y, vjp = jax.vjp(lambda p, x: layer.apply(p, x), p, x)
+      return y, vjp(g)
+    return jax.jit(f)
+
+  want, got = backward(nd)(params, x, g), backward(rows)(params, x, g)
+  numerics.assert_trees_close_f32(got, want, n=4 * 7 * 24)
+
+  def entry_copies(layer):
+    hlo = backward(layer).lower(params, x, g).compile().as_text()
+    return hlo[hlo.index("\nENTRY"):].count(" copy(") + hlo.count("copy_bitcast_fusion")
+
+  assert entry_copies(nd) > 0  # the form the rows product avoids is still there to avoid
+  assert entry_copies(rows) == 0
+  with pytest.raises(ValueError, match="contracts an input's last axis"):
+    bert.rows_dot_general(x, jnp.ones((7, 3)), (((1,), (0,)), ((), ())))

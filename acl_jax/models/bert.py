@@ -39,9 +39,28 @@ ACTIVATIONS = {
 HEAD_ACTIVATIONS = {"tanh": jnp.tanh, "relu": jax.nn.relu}
 
 
+def rows_dot_general(lhs, rhs, dimension_numbers, precision=None,
+                     preferred_element_type=None):
+  """`nn.Dense`'s product of a [..., d] input and a [d, f] kernel, as one [rows, d] x [d, f].
+
+  The values are those of the N-d `lax.dot_general` that `nn.Dense` calls. The difference is
+  in the backward: the transpose of the N-d form makes XLA:CPU copy each dense layer's
+  cotangent into a transposed [f, rows] array before the kernel-gradient dot, where the 2-D
+  form's kernel gradient reads the row-major activations and cotangents in place
+  (BENCHMARKS.md, "The dense layers' kernel gradients").
+  """
+  (lhs_contract, rhs_contract), batch = dimension_numbers
+  if tuple(lhs_contract) != (lhs.ndim - 1,) or tuple(rhs_contract) != (0,) or any(batch):
+    raise ValueError(f"rows_dot_general contracts an input's last axis with a kernel's first "
+                     f"and has no batch axes; got dimension_numbers={dimension_numbers}")
+  y = jax.lax.dot_general(lhs.reshape(-1, lhs.shape[-1]), rhs, (((1,), (0,)), ((), ())),
+                          precision=precision, preferred_element_type=preferred_element_type)
+  return y.reshape(*lhs.shape[:-1], rhs.shape[-1])
+
+
 def _dense(cfg: EncoderConfig, features: int, name: str) -> nn.Dense:
   return nn.Dense(features, dtype=cfg.compute_dtype, param_dtype=jnp.float32,
-                  kernel_init=_INIT, name=name)
+                  kernel_init=_INIT, name=name, dot_general=rows_dot_general)
 
 
 def _layer_norm(cfg: EncoderConfig, name: str = "LayerNorm") -> nn.LayerNorm:
