@@ -129,9 +129,9 @@ def golden_runs(model_dir, root, out, tags=",".join(GOLDEN_RUNS)):
   import jax
   from acl_jax.train import checkpoint as ckpt_lib
   from acl_jax.train import loop, setup as setup_lib
-  from benchmarks.common import cpu_model
+  from acl_jax import cpuinfo
   from tests.helpers import tiny_config
-  rec = {"cpu_model": cpu_model(), "jax": jax.__version__, "runs": {}}
+  rec = {"cpu_model": cpuinfo.describe(), "jax": jax.__version__, "runs": {}}
   for tag in tags.split(","):
     word, overrides = GOLDEN_RUNS[tag]
     # The record pins the one-example-a-row path (length buckets); packing has its own tests.
