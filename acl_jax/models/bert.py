@@ -43,11 +43,11 @@ def rows_dot_general(lhs, rhs, dimension_numbers, precision=None,
                      preferred_element_type=None):
   """`nn.Dense`'s product of a [..., d] input and a [d, f] kernel, as one [rows, d] x [d, f].
 
-  The values are those of the N-d `lax.dot_general` that `nn.Dense` calls. The difference is
-  in the backward: the transpose of the N-d form makes XLA:CPU copy each dense layer's
-  cotangent into a transposed [f, rows] array before the kernel-gradient dot, where the 2-D
-  form's kernel gradient reads the row-major activations and cotangents in place
-  (BENCHMARKS.md, "The dense layers' kernel gradients").
+  The values are those of the N-d `lax.dot_general` that `nn.Dense` calls (the gradients up to
+  float32 summation order). The difference is in the backward: the transpose of the N-d form
+  makes XLA:CPU copy each dense layer's cotangent into a transposed [f, rows] array before the
+  kernel-gradient dot, where the 2-D form's kernel gradient reads the row-major activations
+  and cotangents in place (BENCHMARKS.md, "The dense layers' kernel gradients").
   """
   (lhs_contract, rhs_contract), batch = dimension_numbers
   if tuple(lhs_contract) != (lhs.ndim - 1,) or tuple(rhs_contract) != (0,) or any(batch):
