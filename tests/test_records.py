@@ -710,11 +710,12 @@ def test_glue_hf_anchor_rows_name_their_epochs(tmp_path):
 
 def test_no_two_runs_share_one_timing():
   """Two different runs (other params) with the same wall and CPU seconds is a copied timing,
-  not a measurement: such a row must be marked timing_incomplete (it then counts as untimed)."""
+  not a measurement: such a row keeps no seconds (it counts as untimed, and adds nothing to a
+  stage's machine-hours), marked timing_incomplete or not."""
   seen = {}
   for rows in records.read_all().values():
     for r in rows:
-      if r.get("reused_from") or r.get("timing_incomplete") or "cpu_seconds" not in r:
+      if r.get("reused_from") or "cpu_seconds" not in r:
         continue
       key = (r["seconds"], r["cpu_seconds"])
       params = r.get("train", {}).get("params_sha256")
