@@ -744,3 +744,44 @@ def test_a_row_takes_only_its_own_folders_timing(tmp_path):
   records.add_time(str(evals_only), 5.0, cpu=4.0)  # an eval.py step, no training attempt
   row = records.row_from_run(str(evals_only), "s", {"task": "r8", "method": "ce", "seed": "5"})
   assert row["seconds"] == 5.0 and "cpu_seconds" not in row
+
+
+def test_committed_records_give_the_pinned_verdicts():
+  """A few verdicts computed afresh from the committed records, each by the path that decides
+  it (stage 1: planner.decisions; stages 2 and 3: later.claim_word), not read from a rendered
+  table: a change to what a stage scores (the best-dev checkpoint instead of the final weights,
+  say) fails here even with every table regenerated. Each moves when the later stages score
+  `final` instead of the final weights."""
+  from acl_jax.study import later  # pylint: disable=import-outside-toplevel
+  rs = records.read_all()
+  idx = {(k, r["run"]): r for k, rows in rs.items() for r in rows}
+  fmt = lambda v: (f"{v.mean:+.2f} [{v.decide[0]:+.2f}, {v.decide[1]:+.2f}] ({v.ahead}/{v.n}) "
+                   f"{v.word}")
+  stage1 = planner.decisions(p, rs).verdicts
+  pinned1 = {("rte", "acl", "scl"): "-4.84 [-10.82, +1.14] (1/5) inconclusive",
+             ("mr", "gloss", "ce"): "-0.48 [-0.73, -0.23] (0/5) worse"}
+  for (task, method, baseline), want in pinned1.items():
+    v = next(v for c, v in stage1.items()
+             if (c.task, c.method, c.baseline) == (task, method, baseline))
+    assert fmt(v) == want, (task, method, baseline)
+  cells = {}
+  for stage, rules in p.rules.items():
+    for rule in rules:
+      got = later.claim_word(p, idx, stage, rule)
+      key = (stage, rule.claim, rule.task, getattr(rule, "method", ""),
+             getattr(rule, "baseline", ""))
+      cells[key] = got and got[1]
+  pinned = {
+      (2, "lambda", "mrpc", "", ""): (
+          "range of seed means ACL (Embed+Grad) 0.36 (floor 1.12), CE+SCL 0.52 (floor 1.50); "
+          "per-seed range CE+SCL − ACL (Embed+Grad) +0.15 [-0.70, +1.01]: inconclusive"),
+      (2, "gloss", "r52", "gloss", "ce"): "+0.16 [-0.04, +0.35] (4/5) inconclusive",
+      (3, "others", "rte", "acl_embed", "ce"):
+          "-3.54 [-6.81, -0.26] (0/5) lower; non-inferiority not shown",
+      (3, "others", "cola", "triplet", "ce"): "-2.11 [-4.61, +0.38] (0/5) inconclusive",
+      (3, "others", "mr", "acl_embed", "ce"): "+0.23 [-0.93, +1.40] (2/3) matches or beats",
+      (3, "others", "mr", "acl", "ce"): "+0.23 [-0.93, +1.40] (2/3) matches or beats",
+      (3, "gloss", "ohsumed", "gloss", "ce"): "-0.84 [-1.58, -0.09] (0/5) worse",
+  }
+  for key, want in pinned.items():
+    assert cells[key] == want, key
