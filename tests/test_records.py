@@ -790,3 +790,29 @@ def test_committed_records_give_the_pinned_verdicts():
   }
   for key, want in pinned.items():
     assert cells[key] == want, key
+
+
+def test_stage3_names_each_pair_across_devices():
+  """results/STAGE3.md lists every later comparison that pairs runs trained on different
+  devices (a CPU and an accelerator, as each row's timed_on names it), with its seeds."""
+  from acl_jax.study import later, status  # pylint: disable=import-outside-toplevel
+  rs = records.read_all()
+  idx = {(k, r["run"]): r for k, rows in rs.items() for r in rows}
+  want = []
+  for stage, rules in p.rules.items():
+    for c in rules:
+      if not isinstance(c, proto.Comparison):
+        continue
+      seeds = []
+      for s in p.look_seeds[0] + p.look_seeds[1]:
+        a = later.find(p, idx, stage, c.task, c.method, s)
+        b = later.find(p, idx, stage, c.task, c.baseline, s)
+        if a and b and status.accelerator_of(a) != status.accelerator_of(b):
+          seeds.append(str(s))
+      if seeds:
+        want.append(f"- {p.tasks[c.task].label} {p.label(c.method)} − {p.label(c.baseline)}: "
+                    f"seed{'s' * (len(seeds) > 1)} {', '.join(seeds)}")
+  text = open(report.REPORTS[3]).read()
+  block = text.split("**Pairs across devices.**", 1)[1].split("\n\n", 2)[1]
+  assert want and block.splitlines() == want
+
