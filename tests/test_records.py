@@ -792,6 +792,10 @@ def test_committed_records_give_the_pinned_verdicts():
     assert cells[key] == want, key
 
 
+def _stage3_text() -> str:
+  return " ".join(open(report.REPORTS[3]).read().split())
+
+
 def test_stage3_names_each_pair_across_devices():
   """results/STAGE3.md lists every later comparison that pairs runs trained on different
   devices (a CPU and an accelerator, as each row's timed_on names it), with its seeds."""
@@ -816,3 +820,38 @@ def test_stage3_names_each_pair_across_devices():
   block = text.split("**Pairs across devices.**", 1)[1].split("\n\n", 2)[1]
   assert want and block.splitlines() == want
 
+
+def test_stage3_reading_names_the_tasks_whose_seeds_resolve_the_margin():
+  """The stage-3 reading names exactly the tasks where some comparison's seeds resolve a
+  difference no larger than the task's margin (`resolvable`, at its deciding look)."""
+  from acl_jax.study import later  # pylint: disable=import-outside-toplevel
+  rs = records.read_all()
+  idx = {(k, r["run"]): r for k, rows in rs.items() for r in rows}
+  want = set()
+  for c in p.rules[3]:
+    if isinstance(c, proto.Comparison):
+      v = later.comparison_result(p, idx, 3, c)
+      if v is not None and v.resolvable <= p.tasks[c.task].margin:
+        want.add(p.tasks[c.task].label)
+  named = re.search(r"On (.+?) the seeds resolve differences no larger than the margin",
+                    _stage3_text()).group(1)
+  assert want and set(re.split(r", | and ", named)) == want
+
+
+def test_stage3_exit_reading_quotes_the_matched_cost_intervals():
+  """Where an exit rule's matched-cost comparison is undecided, the reading says a gain at a
+  fixed cost is "not shown" and quotes each baseline's 97.5% interval, not that there is none."""
+  from acl_jax.study import later  # pylint: disable=import-outside-toplevel
+  rs = records.read_all()
+  idx = {(k, r["run"]): r for k, rows in rs.items() for r in rows}
+  text = _stage3_text().replace("−", "-")
+  sentence = next(" ".join(para.split()).replace("−", "-")
+                  for para in open(report.REPORTS[3]).read().split("\n\n")
+                  if "more accurate at a fixed cost" in " ".join(para.split()))
+  for rule in p.rules[3]:
+    if isinstance(rule, proto.ExitRule):
+      for b in rule.baselines:
+        m = later.exit_result(p, idx, 3, rule, b).matched
+        assert m.decide[0] < 0 < m.decide[1], "the reading below is for straddling intervals"
+        assert f"[{m.decide[0]:+.2f}, {m.decide[1]:+.2f}] against {p.label(b)}" in sentence
+  assert "is not shown" in sentence and "does not make" not in text
