@@ -237,6 +237,12 @@ DEVIATIONS = (
      "words alone (\"inconclusive 1, holds 1\").",
      "The rule is unchanged; the tally let stage 3's \"holds\" read as the claim's. Changed "
      "after both stages' contrasts were final."),
+    ("The later rules (ea0f595) read stage-1 rows rendered before them (b5d9703): the λ "
+     "presets, gamma_keep 0.7, and the CE baselines of RTE, MRPC, CoLA and MR. Stage 3's "
+     "CE+ACL-Embed scores as stage 1's ACL at every RTE and CoLA evaluation (5 of 5 seeds), "
+     "so those two verdicts were known when their rule was written.",
+     "Stage 1 was complete; its rows are reused as recorded. RTE's and CoLA's CE+ACL-Embed "
+     "verdicts repeat stage 1's ACL − CE: no evidence of their own (results/STAGE3.md)."),
 )
 
 # Earlier runs at 200-300 steps, kept as records (RESULTS.md labels them short-budget pilots);
