@@ -248,6 +248,12 @@ DEVIATIONS = (
      "dropped in a38e9b2; it is back in results/PILOTS.md.",
      "It decides nothing (200 steps, 64 tokens); it is listed because those rules were "
      "written after it was seen."),
+    ("The cost record first committed (ef45635, measured at db978ee) was replaced 7 minutes "
+     "later (da19e59) by a measurement after the benchmark's revision (71beb8e), from an "
+     "edited tree (\"71beb8e+dirty\").",
+     "The revision makes the steps donate their state, as training does, and gives the term "
+     "its batch's mask. Both give the same verdicts (0.04% and 0.05% of the step; 0.994x and "
+     "1.000x; BENCHMARKS.md). What the edit held is not recorded."),
 )
 
 # Earlier runs at 200-300 steps, kept as records (RESULTS.md labels them short-budget pilots);
