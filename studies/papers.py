@@ -255,6 +255,10 @@ DEVIATIONS = (
      "The revision makes the steps donate their state, as training does, and gives the term "
      "its batch's mask. Both give the same verdicts (0.04% and 0.05% of the step; 0.994x and "
      "1.000x; BENCHMARKS.md). What the edit held is not recorded."),
+    ("R8 CE seed 3's stage-1 row no longer carries seed 2's wall and CPU seconds (a copied "
+     "timing, marked in 65d015c, that stage 1's machine-hours still counted: 0.148 h).",
+     "No timing of its own was recorded; it counts as untimed. Changed after stage 3 was "
+     "complete; no score moves."),
 )
 
 # Earlier runs at 200-300 steps, kept as records (RESULTS.md labels them short-budget pilots);
