@@ -224,9 +224,9 @@ DEVIATIONS = (
      "ops. Their rows name the GPU in timed_on.",
      "The protocol names no device; the GPU trained in 9 minutes what the study's CPU rates "
      "put at 6.5 machine-hours. Pairs mix the two at 20NG seed 0, Ohsumed seed 1 and MRPC "
-     "(CE on a CPU). Two MRPC runs trained again on a CPU give the same F1 and dev "
-     "evaluations, not the same params (results/STAGE1.md, reruns). GPU seconds are counted "
-     "apart."),
+     "(CE on a CPU): six verdicts, each listed with its seeds in results/STAGE3.md. Two MRPC "
+     "runs trained again on a CPU give the same F1 and dev evaluations, not the same params "
+     "(results/STAGE1.md, reruns). GPU seconds are counted apart."),
     ("The two cost claims (graph and propagation under 2% of an epoch; a G-Loss epoch "
      "faster than an SCL one) have rules (COST_RULES) and a measurement of their own "
      "(benchmarks/cost_claims.py, the cost record).",
