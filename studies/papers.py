@@ -51,6 +51,8 @@ The protocol, in order:
 Stages 2 and 3 are fixed here too (`stages`); each starts when the one before is recorded.
 """
 
+import dataclasses
+
 from acl_jax.study.protocol import (Arm, Comparison, CostRule, Described, ExitRule, Protocol,
                                     RangeRule, StableRule, Task)
 
@@ -355,4 +357,79 @@ PAPERS = Protocol(
     prior_epoch_s=PRIOR_EPOCH_S,
     startup_s=60.0,
     method_cost=METHOD_COST,
+)
+
+
+# ---- stage 4: the headline claims at base size ----------------------------------------------
+# The same rules on a 12-layer, hidden-768 backbone: all-mpnet-base-v2 (MPNet-base after
+# sentence-embedding training, 109.5M parameters; `python -m acl_jax.weights
+# all-mpnet-base-v2`). A protocol of its own, so that stage 1's gates (CE's learning rate, the
+# budget check, seeds 0-2 then 3-4 at 97.5%, the margins) run again for this backbone; its
+# records are results/records/base/ and RESULTS.md calls its stages 4a and 4b:
+#   nohup nice -n 19 python -m scripts.sweep --protocol studies.papers:BASE --stage 1 \
+#       --records results/records/base --root runs/base > runs/base.log 2>&1 &
+BASE_MODEL = "model.name=all-mpnet-base-v2"
+BASE_TASKS = {t: dataclasses.replace(TASKS[t], sets=tuple(sorted(TASKS[t].sets + (BASE_MODEL,))))
+              for t in ("rte", "mrpc", "mr", "r8")}
+BASE_EXIT_TASK = "rte"  # the cheapest GLUE task; DistilBERT publishes its dev accuracy
+BASE_STAGE1 = tuple(
+    [Comparison("acl", t, "acl", b, "noninferior") for t in ("rte", "mrpc")
+     for b in ("ce", "scl")]
+    + [Comparison("gloss", t, "gloss", "ce", "superior") for t in ("mr", "r8")])
+BASE_CLAIMS = {
+    "acl": CLAIMS["acl"],
+    "gloss": "CE+G-Loss beats CE (TextGCN corpora: DistilBERT)",
+    "exit6": "A 6-layer exit trained with ACL-CL beats JT's and KD's 6-layer exits",
+    "exits": CLAIMS["exits"],
+}
+BASE_STAGE2 = (Arm(BASE_EXIT_TASK, ("jt", "kd", "acl_cl"), extra=MULTI_EXIT_EXTRA),)
+BASE_STAGE2_RULES = (
+    # Exit 6 of 12 against the same exit of JT and KD, paired by seed: the contrast with no
+    # deep exits is the exit's own gain, superiority at the deciding level.
+    ExitRule("exit6", BASE_EXIT_TASK, "acl_cl", ("jt", "kd"), shallow=(6,), deep=(),
+             layers=6.0, described_layers=(4.0, 8.0)),
+    # Stage 2's rule at twelve layers: shallow half against deep half.
+    ExitRule("exits", BASE_EXIT_TASK, "acl_cl", ("jt", "kd"), shallow=(1, 2, 3, 4, 5, 6),
+             deep=(7, 8, 9, 10, 11, 12), layers=6.0, described_layers=(4.0, 8.0)),
+)
+# The cost model before any base-size run is recorded: stage 1's recorded CE seconds per epoch
+# on MiniLM-L6 (2-core machines) times the measured step-time ratio of MPNet-base to MiniLM-L6
+# at B32 L128 in one run (BENCHMARKS.md, "MPNet-base"); recorded runs replace it.
+BASE_STEP_RATIO = 7.86  # 15.70 s against 2.00 s, AMD EPYC family 25 model 17
+BASE_PRIOR_EPOCH_S = {t: round(s * BASE_STEP_RATIO) for t, s in
+                      {"rte": 111, "mrpc": 113, "mr": 75, "r8": 169}.items()}
+
+BASE = dataclasses.replace(
+    PAPERS,
+    name="papers_base",
+    tasks=BASE_TASKS,
+    comparisons=BASE_STAGE1,
+    claims=BASE_CLAIMS,
+    stages={1: "stage 4a: ACL against CE and CE+SCL on RTE and MRPC; CE+G-Loss against CE on "
+               "MR and R8",
+            2: f"stage 4b: multi-exit on {TASKS[BASE_EXIT_TASK].label} (JT, KD, ACL-CL on 12 "
+               "exits); exit 6 against exit 6"},
+    arms={2: BASE_STAGE2},
+    rules={2: BASE_STAGE2_RULES},
+    lr_from={},
+    # No published dev score of this checkpoint: MPNet's paper scores a model before
+    # sentence-embedding training. No anchor, so no 1e-4 step and no HF anchor run.
+    anchors={},
+    anchor_source="",
+    hf_anchor=("", ""),
+    glue_hf_anchor=("", ""),
+    diagnostics=(),
+    described=(),
+    deviations=(),
+    pilots=(),
+    sources={"acl": SOURCES["acl"],
+             "gloss": ", ".join(f"{TASKS[t].label} {PUBLISHED[t]['gloss'] - PUBLISHED[t]['ce']:+.2f}"
+                                for t in ("mr", "r8")),
+             "exit6": "DistilBERT (6 layers, distilled): RTE dev 59.9 (Sanh et al., 2019), "
+                      "described; no verdict against another model",
+             "exits": SOURCES["exits"]},
+    published={t: PUBLISHED[t] for t in ("mr", "r8")},
+    untestable=(),
+    cost_rules=(),
+    prior_epoch_s=BASE_PRIOR_EPOCH_S,
 )
