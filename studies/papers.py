@@ -423,8 +423,9 @@ BASE = dataclasses.replace(
     deviations=(),
     pilots=(),
     sources={"acl": SOURCES["acl"],
-             "gloss": ", ".join(f"{TASKS[t].label} {PUBLISHED[t]['gloss'] - PUBLISHED[t]['ce']:+.2f}"
-                                for t in ("mr", "r8")),
+             "gloss": ", ".join(
+                 f"{TASKS[t].label} {PUBLISHED[t]['gloss'] - PUBLISHED[t]['ce']:+.2f}"
+                 for t in ("mr", "r8")),
              "exit6": "DistilBERT (6 layers, distilled): RTE dev 59.9 (Sanh et al., 2019), "
                       "described; no verdict against another model",
              "exits": SOURCES["exits"]},

@@ -110,7 +110,8 @@ def _hf_layer_names(cfg: EncoderConfig, i: int) -> dict[str, str]:
   p = f"encoder.layer.{i}."
   if cfg.family == "mpnet":
     return {"q": p + "attention.attn.q", "k": p + "attention.attn.k", "v": p + "attention.attn.v",
-            "attention/out": p + "attention.attn.o", "attention/LayerNorm": p + "attention.LayerNorm",
+            "attention/out": p + "attention.attn.o",
+            "attention/LayerNorm": p + "attention.LayerNorm",
             "mlp/fc1": p + "intermediate.dense", "mlp/fc2": p + "output.dense",
             "mlp/LayerNorm": p + "output.LayerNorm"}
   return {"q": p + "attention.self.query", "k": p + "attention.self.key",
