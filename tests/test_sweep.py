@@ -753,7 +753,11 @@ def test_a_preset_grid_point_recorded_in_stage1_is_not_work_left():
 def test_a_protocol_is_loaded_from_a_module_or_a_file(tmp_path):
   """--protocol: module:NAME, a module's one Protocol, or a .py file; each mistake named."""
   assert proto.load() is PAPERS and proto.load("studies.papers:PAPERS") is PAPERS
-  assert proto.load("studies.papers") is PAPERS
+  # studies/papers.py holds two studies (stage 4's base-size protocol beside PAPERS): a bare
+  # module name is ambiguous there, and refused as such.
+  with pytest.raises(ValueError, match="defines 2 Protocol values; name one as module:NAME"):
+    proto.load("studies.papers")
+  assert proto.load("studies.papers:BASE").name == "papers_base"
   mine = proto.load(os.path.join(helpers.REPO, "studies", "example_csv.py"))
   assert mine.name == "example_csv" and list(mine.tasks) == ["mine"]
   named = proto.load(os.path.join(helpers.REPO, "studies", "example_csv.py") + ":STUDY")

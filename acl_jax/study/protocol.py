@@ -348,7 +348,7 @@ DEFAULT = "studies.papers:PAPERS"
 
 
 def load(spec: str = DEFAULT) -> Protocol:
-  """The Protocol a spec names: "package.module:NAME", a module ("studies.papers"), or a file
+  """The Protocol a spec names: "package.module:NAME", a module ("studies.example"), or a file
   ("studies/mine.py", optionally with ":NAME"). Without NAME, the module's one Protocol."""
   import importlib  # pylint: disable=import-outside-toplevel
   import importlib.util  # pylint: disable=import-outside-toplevel
