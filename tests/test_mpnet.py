@@ -142,6 +142,7 @@ def test_classifier_logits_and_gradients_equal_hf(tmp_path):
   packing._assert_grads_close({"grad": got}, {"grad": want}, n)
 
 
+@pytest.mark.slow
 def test_twelve_layer_multi_exit_fast_path_equals_its_full_forward():
   """Early exit on a 12-layer MPNet: the fast path (layer blocks, stopping where every
   example has exited) predicts what the full forward's per-exit logits select."""
@@ -171,7 +172,8 @@ def test_twelve_layer_multi_exit_fast_path_equals_its_full_forward():
   assert len(seen) > 2 and 12 in seen, seen
 
 
-@pytest.mark.parametrize("dropout,words,shards", [(0.0, "acl_cl", 2), (0.1, "acl", 1)])
+@pytest.mark.parametrize("dropout,words,shards", [
+    (0.0, "acl_cl", 2), pytest.param(0.1, "acl", 1, marks=pytest.mark.slow)])
 def test_losses_and_gradients_packed_equal_unpacked(dropout, words, shards):
   """ACL-CL on every exit (two devices) and gated ACL with dropout on: the relative bias is
   per example in a packed row, so packed losses and gradients are the unpacked ones."""
