@@ -110,9 +110,10 @@ def per_class_table(split: str, rows: dict) -> str:
 @cli.user_errors
 def main(argv):
   del argv
-  from acl_jax import host_heap, logs  # pylint: disable=import-outside-toplevel
+  from acl_jax import compile_cache, host_heap, logs  # pylint: disable=import-outside-toplevel
   logs.setup(stream=sys.stderr)  # stdout carries the metrics
   with host_heap.managed():  # before any JAX computation
+    compile_cache.enable()  # before the first compile
     return evaluate_workdirs()
 
 

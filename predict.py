@@ -66,9 +66,10 @@ def _threshold():
 @cli.user_errors
 def main(argv):
   del argv
-  from acl_jax import host_heap, logs  # pylint: disable=import-outside-toplevel
+  from acl_jax import compile_cache, host_heap, logs  # pylint: disable=import-outside-toplevel
   logs.setup(stream=sys.stderr)  # stdout may carry the predictions
   with host_heap.managed():  # before any JAX computation
+    compile_cache.enable()  # before the first compile
     predict_input()
 
 

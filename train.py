@@ -85,9 +85,10 @@ def main(argv):
     print(_configs.print_config(config, f"# {name}: every field, its value and what it "
                                 "does; set one with --config.FIELD=VALUE"))
     return 0
-  from acl_jax import host_heap, logs  # pylint: disable=import-outside-toplevel
+  from acl_jax import compile_cache, host_heap, logs  # pylint: disable=import-outside-toplevel
   logs.setup()
   with host_heap.managed() as heap:  # before any JAX computation
+    compile_cache.enable()  # before the first compile
     init_distributed()
     origin = {"command": [os.path.basename(sys.executable), *sys.argv],
               "config": config_flags.get_config_filename(flags.FLAGS["config"])}

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Train-step throughput and MFU of acl-jax on an accelerator, in under 8 minutes:
 #   bash benchmarks/gpu.sh               # from the repo root
+#   bash benchmarks/gpu.sh --profile     # the fixed-cost check: CE bf16 at both shapes,
+#                                        # profiled, the cost beyond the ops named in ms
 #   GPU_SMOKE=1 bash benchmarks/gpu.sh   # tiny shapes, any backend (CPU too), under a minute
 # CE and ACL-Grad (gated, angle over all params) at BERT-base and MiniLM-L6 shape, B32 L128,
-# float32 and bfloat16, random-init weights. It uses the machine's own Python and its
-# preinstalled jax, flax and optax (no package index, data or checkpoint is needed). Extra
-# arguments go to benchmarks/gpu_step.py (see its --help; --profile TOP traces each case). Never
-# needed by tests or CI.
+# float32 and bfloat16, random-init weights, and HF PyTorch's BERT-base step in a child
+# process (bf16 autocast; eager after the first objective and dtype at both shapes,
+# torch.compile last, stopped after 240 s or at the budget). It uses the machine's own Python and its preinstalled
+# jax, flax and optax (no package index, data or checkpoint is needed; torch and transformers
+# where installed). Extra arguments go to benchmarks/gpu_step.py (see its --help).
+# tests/test_gpu_step.py runs GPU_SMOKE=1 ... --profile on CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"

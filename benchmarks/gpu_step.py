@@ -121,9 +121,14 @@ OBJECTIVES = {
 }
 
 
-def build_step(shape: Shape, objective: str, dtype: str, seed: int = 0):
+def build_step(shape: Shape, objective: str, dtype: str, seed: int = 0, dropout: bool = True,
+               donate: bool = True):
   """Random-init model, objective, AdamW and the jitted train step, as the trainer builds
-  them. Returns (train_step, state, batch, n_params). Every acl-jax call is here."""
+  them. Returns (train_step, state, batch, n_params). Every acl-jax call is here.
+
+  `dropout=False` sets every dropout rate to 0 (no mask is hashed) and `donate=False` keeps
+  the input state's buffers: `benchmarks/fixed_cost.py` times both against the step as it is.
+  """
   # pylint: disable=import-outside-toplevel
   import jax
   from acl_jax.models import Classifier, init_params
@@ -134,7 +139,8 @@ def build_step(shape: Shape, objective: str, dtype: str, seed: int = 0):
   cfg = EncoderConfig(vocab_size=shape.vocab, hidden_size=shape.hidden, num_layers=shape.layers,
                       num_heads=shape.heads, intermediate_size=shape.ffn,
                       max_position_embeddings=max(512, shape.seq), num_labels=NUM_LABELS,
-                      dtype=dtype)
+                      dtype=dtype, **({} if dropout else dict(hidden_dropout=0.0,
+                                                             attention_dropout=0.0)))
   model = Classifier(cfg)
   params = init_params(cfg, jax.random.PRNGKey(seed))
   loss_cfg = _Fields({**LOSS_DEFAULTS, **OBJECTIVES[objective]})
@@ -144,7 +150,7 @@ def build_step(shape: Shape, objective: str, dtype: str, seed: int = 0):
   state = step_lib.replicate(TrainState.create(params, tx, seed), mesh)
   batch = step_lib.shard_batch(synthetic_batch(shape, seed), mesh)
   n_params = int(sum(x.size for x in jax.tree.leaves(params)))
-  return step_lib.make_train_step(model, obj, tx, mesh), state, batch, n_params
+  return step_lib.make_train_step(model, obj, tx, mesh, donate=donate), state, batch, n_params
 
 
 def synthetic_batch(shape: Shape, seed: int):
@@ -185,12 +191,87 @@ def time_one(shape: Shape, objective: str, dtype: str, min_time: float, max_step
   out = {"setup_s": setup_s, "first_step_s": first_s, "steps": n, "step_s": elapsed / n,
          "loss": loss, "n_params": n_params}
   if profile:
-    from benchmarks import profile_step  # pylint: disable=import-outside-toplevel
-    res, wall = profile_step.trace_step(train_step, state, batch, 3, profile)
-    out["profile"] = {"traced_step_s": wall, **res}
+    out["profile"], state = fixed_cost_profile(train_step, state, batch, profile)
   del state, batch, train_step
   gc.collect()
   return out
+
+
+def fixed_cost_profile(train_step, state, batch, top: int):
+  """What the step costs beyond its ops, in ms (the cost that does not grow with the model).
+
+  Traces 3 steps (`profile_step.trace_step`: op time by kind of op, the `top` longest ops),
+  and adds: `ops_per_step` (the traced op events, one per kernel on a GPU) and `op_ms` (their
+  summed time), `idle_ms` = traced wall ms/step - op ms: time the device runs no op of the
+  step (on a GPU, with one stream, the gaps between kernels: launches the host has not made
+  yet, syncs); `host_ms` (the step's call returning, before `block_until_ready`, median of 5)
+  and `sync_step_ms` (the call through `block_until_ready`); `null_host_ms`, a call of the
+  step's signature that computes nothing (`fixed_cost.null_step`): what the pytree and
+  dispatch alone cost; and the compiled step's `ops` (`fixed_cost.op_counts`).
+  Returns (that dict, the state after the steps).
+  """
+  import statistics  # pylint: disable=import-outside-toplevel
+  import jax  # pylint: disable=import-outside-toplevel
+  from benchmarks import fixed_cost, profile_step  # pylint: disable=import-outside-toplevel
+  hlo = train_step.lower(state, batch).compile().as_text()
+  ops = fixed_cost.op_counts(hlo)
+  state, host, total = fixed_cost.time_calls(train_step, state, batch, 6)
+  null = fixed_cost.null_step(donate=False)
+  _, null_host, _ = fixed_cost.time_calls(null, state, batch, 6)
+  res, wall = profile_step.trace_step(train_step, state, batch, 3, top, hlo, keep_state=True)
+  state = res.pop("state")
+  op_ms = sum(res["kinds_ms"].values())
+  med = lambda xs: 1e3 * statistics.median(xs[1:])  # the first call of each may compile
+  jax.block_until_ready(state)
+  return {"traced_step_s": wall, "op_ms": op_ms, "idle_ms": 1e3 * wall - op_ms,
+          "host_ms": med(host), "sync_step_ms": med(total), "null_host_ms": med(null_host),
+          "ops": ops, **res}, state
+
+
+def torch_case(shape_name: str, case_kind: str, args, left: float, results: list) -> list:
+  """Times HF PyTorch's step (`benchmarks/torch_step.py`, in a child process stopped after
+  `left` seconds, or `--torch_compile_s` for torch.compile); appends its result to `results`
+  and returns its table row."""
+  from benchmarks import torch_step  # pylint: disable=import-outside-toplevel
+  mode = case_kind.removeprefix("hf_torch_")
+  shape = (SMOKE_SHAPES if args.smoke else SHAPES)[shape_name]
+  limit = min(left, args.torch_compile_s) if mode == "compile" else left
+  min_time, max_steps = (0.5, 6) if args.smoke else (args.min_time, args.max_steps)
+  r = torch_step.run_child(shape_name, args.smoke, mode, "bfloat16", min_time, max_steps, limit)
+  case = f"{shape_name}/{case_kind}/bfloat16 autocast"
+  r.update(case=case, shape=dataclasses.asdict(shape), objective=case_kind, dtype="bfloat16")
+  results.append(r)
+  if "error" in r:
+    print(f"{case}: not timed: {r['error']}", flush=True)
+    return [shape_name, case_kind, "bf16 autocast", "n/a", "", "", "", "", "", ""]
+  ex_s = shape.batch / r["step_s"]
+  model_tflops = 3 * shape.forward_flops_per_example() * ex_s / 1e12
+  peak = peak_for(r.get("device", ""), "bfloat16")[0]
+  mfu = model_tflops / peak if peak else None
+  r.update(examples_per_s=ex_s, model_tflops_per_s=model_tflops, mfu=mfu)
+  pct = "n/a" if mfu is None else f"{100 * mfu:.1f}%"
+  print(f"{case}: {1000 * r['step_s']:.1f} ms/step, {ex_s:.0f} ex/s, MFU {pct}, first step "
+        f"{r['first_step_s']:.1f} s, loss {r['loss']:.4f} (torch {r['torch']})", flush=True)
+  return [shape_name, case_kind, "bf16 autocast", f"{1000 * r['step_s']:.1f}", f"{ex_s:.0f}",
+          f"{model_tflops:.3g}", pct, pct, f"{r['first_step_s']:.0f}", r["steps"]]
+
+
+def print_profile(prof: dict) -> None:
+  """The fixed cost's lines of one case: wall, op time, idle, host and op counts."""
+  wall = 1000 * prof["traced_step_s"]
+  ops = prof["ops"]
+  print(f"  fixed cost: traced {wall:.1f} ms/step = {prof['op_ms']:.1f} ms in "
+        f"{prof['ops_per_step']:.0f} ops + {prof['idle_ms']:.1f} ms with no op running "
+        f"({100 * prof['idle_ms'] / wall:.0f}%); host {prof['host_ms']:.2f} ms/call (null "
+        f"step {prof['null_host_ms']:.2f}), {prof['sync_step_ms']:.1f} ms/step waited "
+        f"for; compiled: {ops['launched']} launched ops "
+        f"({', '.join(f'{k} {v}' for k, v in list(ops['by_opcode'].items())[:5])}), "
+        f"{ops['while']} while, {ops['collectives']} collectives, custom calls "
+        f"{ops['custom_calls'] or 'none'}", flush=True)
+  print("  op time by kind, ms/step: " + ", ".join(
+      f"{k} {v:.1f}" for k, v in prof["kinds_ms"].items()), flush=True)
+  for op, ms in prof["top_ops_ms"].items():
+    print(f"  {ms:8.2f} ms  {op}", flush=True)
 
 
 def main(argv=None):
@@ -206,9 +287,17 @@ def main(argv=None):
   ap.add_argument("--max_steps", type=int, default=200)
   ap.add_argument("--budget", type=float, default=420.0,
                   help="seconds; cases not started by then are skipped (and listed)")
-  ap.add_argument("--profile", type=int, default=0, metavar="TOP",
-                  help="also trace 3 steps of each case and print their op time by kind of "
-                  "op and the TOP longest ops (benchmarks/profile_step.py)")
+  ap.add_argument("--profile", type=int, nargs="?", const=15, default=0, metavar="TOP",
+                  help="also trace 3 steps of each case, print their op time by kind of op "
+                  "and the TOP (default 15) longest ops (benchmarks/profile_step.py), and name "
+                  "the cost beyond the ops in ms (fixed_cost_profile). Without --objectives "
+                  "or --dtypes it runs only the CE bfloat16 cases")
+  ap.add_argument("--torch", default=None, help="comma list of HF PyTorch modes to time at "
+                  "the first shape (BERT-base), bfloat16 autocast, after the first CE case of "
+                  "each shape: eager, compile (torch.compile, stopped at --torch_compile_s); "
+                  "'none' for neither. Default: eager,compile; --smoke: eager")
+  ap.add_argument("--torch_compile_s", type=float, default=240.0,
+                  help="seconds the torch.compile case may take in all, compile included")
   ap.add_argument("--out", default="", help="JSON results path (default benchmarks/results/"
                   "gpu_<device kind>.json, or $OUT/ when OUT is set)")
   args = ap.parse_args(argv)
@@ -221,8 +310,16 @@ def main(argv=None):
   if unknown:
     ap.error(f"unknown shapes {unknown}; known: {sorted(shapes)}")
   args.explicit = bool(args.objectives or args.dtypes)
+  if args.profile and not args.explicit:
+    # The fixed-cost check: the CE bf16 step at each shape, profiled (about 5 minutes).
+    args.objectives, args.dtypes, args.explicit = "ce", "bfloat16", True
   objs = [o for o in args.objectives.split(",") if o] or list(PASSES)
   dtypes = [d for d in args.dtypes.split(",") if d] or ["bfloat16", "float32"]
+  if args.torch is None:
+    args.torch = "eager" if args.smoke else "eager,compile"
+  torch_modes = [m for m in args.torch.split(",") if m and m != "none"]
+  if any(m not in ("eager", "compile") for m in torch_modes):
+    ap.error(f"--torch: eager, compile or none, not {args.torch}")
   bad = [o for o in objs if o not in PASSES] + [d for d in dtypes
                                                  if d not in ("float32", "bfloat16")]
   if bad:
@@ -250,12 +347,23 @@ def main(argv=None):
   if args.smoke and not args.explicit:
     # Each objective and each dtype once: two compiles keep the check under a minute.
     cases = [(names[0], "ce", "bfloat16"), (names[0], "acl_grad", "float32")]
+  # HF PyTorch at the first shape, bf16 autocast: eager right after the first objective and
+  # dtype at every shape (the comparison on the same GPU in the same run, before the budget
+  # can skip it); torch.compile last, in what the budget has left.
+  at = min(len(names), len(cases))
+  cases[at:at] = [(names[0], "hf_torch_eager", "bfloat16")] if "eager" in torch_modes else []
+  if "compile" in torch_modes:
+    cases.append((names[0], "hf_torch_compile", "bfloat16"))
   rows, results, skipped = [], [], []
   for shape_name, obj, dtype in cases:
     shape = shapes[shape_name]
     case = f"{shape_name}/{obj}/{dtype}"
-    if time.perf_counter() - start > args.budget:
+    left = args.budget - (time.perf_counter() - start)
+    if left <= 0:
       skipped.append(case)
+      continue
+    if obj.startswith("hf_torch_"):
+      rows.append(torch_case(shape_name, obj, args, left, results))
       continue
     try:
       r = time_one(shape, obj, dtype, min_time, max_steps, args.profile)
@@ -285,12 +393,7 @@ def main(argv=None):
           f"compile+first step {r['first_step_s']:.1f} s, loss {r['loss']:.4f}",
           flush=True)
     if "profile" in r:
-      prof = r["profile"]
-      total = sum(prof["kinds_ms"].values())
-      print(f"  traced {1000 * prof['traced_step_s']:.1f} ms/step, op time {total:.1f} ms/step: "
-            + ", ".join(f"{k} {v:.1f}" for k, v in prof["kinds_ms"].items()), flush=True)
-      for op, ms in prof["top_ops_ms"].items():
-        print(f"  {ms:8.2f} ms  {op}", flush=True)
+      print_profile(r["profile"])
 
   from benchmarks import common  # pylint: disable=import-outside-toplevel
   print()

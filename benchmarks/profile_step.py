@@ -5,8 +5,8 @@ r"""Where the CE train step spends its time: a jax.profiler trace, summed by kin
 Compiles the jitted `shard_map` CE step of `acl_jax.train` (MiniLM-L6, real weights, B32,
 dropout on), traces `--steps` steps with `jax.profiler`, and joins each XLA op of the trace to
 its `op_name` in the compiled HLO. It prints the summed time per kind of op (matmuls, dropout
-RNG, layout copies, GELU, LayerNorm, softmax, embedding gradient, optimizer, other) and the
-`--top` single ops, per step. It writes the same as JSON to `benchmarks/results/`.
+RNG, layout copies, GELU, LayerNorm, softmax, embedding gradient, collectives, optimizer,
+other) and the `--top` single ops, per step. It writes the same as JSON to `benchmarks/results/`.
 
 Read the shares, not the sums: XLA:CPU may run independent thunks at the same time (plain
 Eigen dots run asynchronously and show only their dispatch), so per-op durations can overlap
@@ -37,6 +37,10 @@ KINDS = (
     ("LayerNorm", lambda name, op, ty: "LayerNorm" in op),
     ("softmax", lambda name, op, ty: "attention" in op and any(
         s in op for s in ("reduce_max", "exp", "softmax", "div", "reduce_sum"))),
+    # shard_map's psum/pmean; on one device XLA:CPU keeps them, as copies of their operands.
+    ("collective", lambda name, op, ty: name.startswith(
+        ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute"))
+     or re.search(r"/(psum|pmean|all_gather)[\w]*$", op) is not None),
     ("optimizer", lambda name, op, ty: "jvp(" not in op and "transpose(" not in op),
 )
 
@@ -59,7 +63,13 @@ def kind_of(name: str, op: str, ty: str) -> str:
 
 def summarize(trace_file: str, names: dict, steps: int, top: int) -> dict:
   with gzip.open(trace_file) as f:
-    events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+    every = json.load(f)["traceEvents"]
+  # On an accelerator the host's threads also log events named by HLO instructions (the
+  # launches); only the device's own (its processes are named "/device:GPU:0" and the like)
+  # are op time. XLA:CPU runs its ops on host threads: all of them count there.
+  devices = {e["pid"] for e in every if e.get("ph") == "M" and e.get("name") == "process_name"
+             and re.match(r"/device:(GPU|TPU)", e.get("args", {}).get("name", ""))}
+  events = [e for e in every if e.get("ph") == "X" and (not devices or e.get("pid") in devices)]
   kinds, ops = collections.Counter(), collections.Counter()
   for e in events:
     # XLA:CPU names an op's event by its HLO instruction; a GPU kernel's event (a cuBLAS
@@ -73,15 +83,20 @@ def summarize(trace_file: str, names: dict, steps: int, top: int) -> dict:
     short = re.sub(r"layer_\d+", "layer_N", op.replace("jit(per_device)/", ""))
     base = re.sub(r"[.]\d+$", "", name)
     ops[f"{base} {ty} {short[-90:]}"] += ms
-  return {"kinds_ms": dict(kinds.most_common()), "top_ops_ms": dict(ops.most_common(top))}
+  return {"kinds_ms": dict(kinds.most_common()), "top_ops_ms": dict(ops.most_common(top)),
+          "ops_per_step": sum(1 for e in events if e["name"] in names or e.get(
+              "args", {}).get("hlo_op", "") in names) / steps}
 
 
-def trace_step(fn, state, batch, steps: int, top: int) -> tuple[dict, float]:
+def trace_step(fn, state, batch, steps: int, top: int, hlo_text: str | None = None,
+               keep_state: bool = False) -> tuple[dict, float]:
   """Runs the jitted `fn(state, batch) -> (state, metrics)` once, then traces `steps` steps:
   (`summarize`'s per-kind and top-op times per step, wall seconds per traced step). The
-  state is donated: the caller's `state` is spent."""
+  state is donated: the caller's `state` is spent; with `keep_state` the new one is returned
+  as the dict's "state". `hlo_text`: the compiled step's HLO, when the caller has it (else
+  the step is compiled once more to read it)."""
   import jax  # pylint: disable=import-outside-toplevel
-  names = hlo_op_names(fn.lower(state, batch).compile().as_text())
+  names = hlo_op_names(hlo_text or fn.lower(state, batch).compile().as_text())
   state, _ = fn(state, batch)
   jax.block_until_ready(state)
   with tempfile.TemporaryDirectory() as tmp:
@@ -95,7 +110,10 @@ def trace_step(fn, state, batch, steps: int, top: int) -> tuple[dict, float]:
     trace = glob.glob(os.path.join(tmp, "**", "*.trace.json.gz"), recursive=True)
     if not trace:
       raise SystemExit("jax.profiler wrote no *.trace.json.gz; is the profiler plugin intact?")
-    return summarize(trace[0], names, steps, top), wall
+    res = summarize(trace[0], names, steps, top)
+    if keep_state:
+      res["state"] = state
+    return res, wall
 
 
 def minilm_ce_step(batch: int, seq: int):

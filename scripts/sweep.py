@@ -232,7 +232,7 @@ def child_env(args) -> dict:
   if cache is None:
     cache = os.path.join(args.root, ".jax_cache")
   if not cache or cache == "none":
-    return {}
+    return {"ACL_JAX_COMPILE_CACHE": "0"}  # nor train.py's own default (acl_jax.compile_cache)
   return {"JAX_COMPILATION_CACHE_DIR": os.environ.get("JAX_COMPILATION_CACHE_DIR")
           or os.path.abspath(cache)}
 

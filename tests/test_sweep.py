@@ -83,7 +83,9 @@ def test_runs_share_a_compilation_cache(tmp_path, monkeypatch):
   monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
   env = sweep.child_env(_args(tmp_path))
   assert env["JAX_COMPILATION_CACHE_DIR"] == os.path.join(str(tmp_path), ".jax_cache")
-  assert "JAX_COMPILATION_CACHE_DIR" not in sweep.child_env(_args(tmp_path, compile_cache="none"))
+  off = sweep.child_env(_args(tmp_path, compile_cache="none"))
+  # No cache at all: nor train.py's own default folder (acl_jax.compile_cache).
+  assert "JAX_COMPILATION_CACHE_DIR" not in off and off["ACL_JAX_COMPILE_CACHE"] == "0"
   monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "/elsewhere")  # the user's setting wins
   assert sweep.child_env(_args(tmp_path))["JAX_COMPILATION_CACHE_DIR"] == "/elsewhere"
 
