@@ -191,6 +191,20 @@ def test_one_exit_is_rejected():
 
 # --- fast path -------------------------------------------------------------------------------
 
+def check_fast_path(cfg, params, inputs, logits, policies, tag="") -> set[int]:
+  """The fast path's exit layers and predictions equal `select_exit` on the full forward's
+  per-exit `logits`, for each policy at thresholds clear of the observed values; returns the
+  layers reached. inputs: (input_ids, attention_mask, token_type_ids or None)."""
+  seen = set()
+  for policy in policies:
+    for t in safe_thresholds(logits, policy, n=3):
+      ref_layer, ref_preds = jax.device_get(select_exit(logits, policy, t))
+      layer, preds = early_exit_predict(cfg, params, *inputs, policy, t)
+      np.testing.assert_array_equal(layer, ref_layer, err_msg=f"{policy} {t} {tag}")
+      np.testing.assert_array_equal(preds, ref_preds, err_msg=f"{policy} {t} {tag}")
+      seen.update(layer.tolist())
+  return seen
+
 @pytest.mark.parametrize("batch,pooling", [
     (1, "cls"), (32, "mean"), *[pytest.param(b, p, marks=pytest.mark.slow)
                                 for b, p in ((7, "cls"), (1, "mean"), (7, "mean"), (32, "cls"))]])
@@ -203,13 +217,8 @@ def test_fast_path_equals_select_exit(model, batch, pooling):
   for seed in range(2 if batch > 1 else 6):
     ids, mask, tt = make_inputs(batch, seed + 10 * batch)
     logits = np.asarray(forward(params, ids, mask, tt))
-    for policy in sorted(POLICIES):
-      for t in safe_thresholds(logits, policy, n=3):
-        ref_layer, ref_preds = jax.device_get(select_exit(logits, policy, t))
-        layer, preds = early_exit_predict(cfg, params, ids, mask, tt, policy, t)
-        np.testing.assert_array_equal(layer, ref_layer, err_msg=f"{policy} {t} b={batch}")
-        np.testing.assert_array_equal(preds, ref_preds, err_msg=f"{policy} {t} b={batch}")
-        layers_seen.update(layer.tolist())
+    layers_seen |= check_fast_path(cfg, params, (ids, mask, tt), logits, sorted(POLICIES),
+                                   f"b={batch}")
   assert layers_seen == {1, 2, 3, 4}, f"tests only reached layers {layers_seen}"
 
 

@@ -19,13 +19,12 @@ from transformers.models.mpnet import modeling_mpnet
 import acl_jax
 from acl_jax import weights
 from acl_jax.errors import FileError, UserError
-from acl_jax.exits import early_exit_predict, select_exit
 from acl_jax.models import hf as hf_lib
 from acl_jax.models import relative
 from acl_jax.models.bert import Classifier, init_params
 from tests import numerics
 from tests import test_packing as packing
-from tests.test_exits import make_inputs, perturb, safe_thresholds
+from tests.test_exits import check_fast_path, make_inputs, perturb
 
 # max_position_embeddings 160 holds sequences of 150 tokens, whose distances pass MPNet's
 # 128, where the buckets saturate.
@@ -161,14 +160,7 @@ def test_twelve_layer_multi_exit_fast_path_equals_its_full_forward():
   ids, mask = ids[clear], mask[clear]
   logits = np.asarray(forward(ids, mask))
   assert logits.shape[0] == 12
-  seen = set()
-  for policy in ("entropy", "patience"):
-    for t in safe_thresholds(logits, policy, n=3):
-      ref_layer, ref_preds = jax.device_get(select_exit(logits, policy, t))
-      layer, preds = early_exit_predict(cfg, params, ids, mask, None, policy, t)
-      np.testing.assert_array_equal(layer, ref_layer, err_msg=f"{policy} {t}")
-      np.testing.assert_array_equal(preds, ref_preds, err_msg=f"{policy} {t}")
-      seen.update(layer.tolist())
+  seen = check_fast_path(cfg, params, (ids, mask, None), logits, ("entropy", "patience"))
   assert len(seen) > 2 and 12 in seen, seen
 
 
