@@ -23,11 +23,16 @@ TASKS = ("csv", "tsv", "jsonl")
 
 def get_config(arg="csv"):
   words = [w for w in (arg or "").split(",") if w]
-  fmt = words.pop(0) if words and words[0] in TASKS else "csv"
-  if words and not common.is_config_word(words[0]):
-    raise UserError(f"Unknown file format {words[0]!r}: configs/files.py reads "
-                    f"{', '.join(TASKS)} (then optional method words and 'runlocal'); save "
-                    "the data as CSV, TSV or JSONL.")
+  if words and words[0] in TASKS:
+    fmt = words.pop(0)
+  else:  # no format word: the first is a method, or a format the files cannot be read as
+    fmt = "csv"
+    if words and not common.is_config_word(words[0]):
+      raise UserError(f"Unknown file format {words[0]!r}: configs/files.py reads "
+                      f"{', '.join(TASKS)} (then optional method words and 'runlocal'); save "
+                      f"the data as CSV, TSV or JSONL. Methods: {', '.join(common.METHODS)}, "
+                      f"{', '.join(common.MULTI_EXIT)}.")
+  # after the format, a word that is no method is named as one (common.apply_args)
   c = common.base_config()
   c.task.name = fmt
   c = common.apply_args(c, ",".join(words))

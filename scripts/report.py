@@ -37,7 +37,7 @@ from acl_jax.study.tables import (axis_table, budget_text, by_seed, early_exit_t
                                   exit_score, exits_of, fmt_paired, label, methods_table,
                                   multi_exit_table, pilot_score, pts, select,
                                   split_of)
-from scripts import classes, holm, later_tables
+from scripts import classes, holm, later_tables, sweep
 
 REPO = records.REPO
 FIGURES = os.path.join(REPO, "results", "figures")
@@ -789,10 +789,7 @@ def main(argv=None):
                   help="only compare; exit 1 naming the tables that differ from the records")
   ap.add_argument("--no_figures", action="store_true")
   a = ap.parse_args(argv)
-  try:
-    p = proto.load(a.protocol)
-  except (FileNotFoundError, ValueError) as e:
-    raise SystemExit(str(e)) from e
+  p = sweep.load_protocol(a.protocol)
   own = a.protocol == proto.DEFAULT
   if not (own or (a.file and a.records)):
     raise SystemExit(f"--protocol {a.protocol}: name its records folder (--records) and the "
@@ -834,4 +831,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  sys.exit(sweep.user_errors(main))

@@ -68,6 +68,7 @@ import dataclasses
 import itertools
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -428,6 +429,28 @@ def prepare(job: Job, args, record: str | None, done: set, elsewhere: dict,
   return spec
 
 
+def error_line(log: str, tail_bytes: int = 65536) -> str:
+  """The line of a run's log that says why it failed: the entry script's own one-line error
+  (`error: ...`, acl_jax/cli.py), else the last line of a traceback (`SomeError: ...`); ""
+  when the log has neither (or is missing)."""
+  try:
+    with open(log, "rb") as f:
+      f.seek(max(0, os.path.getsize(log) - tail_bytes))
+      lines = f.read().decode("utf-8", "replace").splitlines()
+  except OSError:
+    return ""
+  lines = [line.strip() for line in lines if line.strip()]
+  for line in reversed(lines):
+    if line.startswith("error: "):
+      return line
+  for i, line in enumerate(lines):
+    if line.startswith("Traceback (most recent call last)"):
+      ends = [x for x in lines[i:] if re.match(r"^[\w.]+(Error|Exception|Exit)\b", x)]
+      if ends:
+        return ends[-1]
+  return ""
+
+
 # How often a driver asks again for runs that another driver holds.
 POLL_S = 20.0
 
@@ -462,7 +485,7 @@ def drive(runner: executors.Executor, next_spec, keep_going: bool = True,
         last_poll = time.time()
       if res is None:
         continue
-      out.pop(res.identity, None)
+      spec = out.pop(res.identity, None)
       where = f" on {res.host}" if res.host else ""
       if res.ok:
         ended.add(res.identity)
@@ -476,8 +499,11 @@ def drive(runner: executors.Executor, next_spec, keep_going: bool = True,
         print(f"  {res.identity}: {res.status} ({res.detail}); waiting for its row", flush=True)
         held.add(res.identity)
       else:
+        why = error_line(spec.log) if spec is not None and spec.log else ""
         print(f"  {res.identity} FAILED ({res.status}, exit {res.returncode}{where}"
-              f"{'; ' + res.detail if res.detail else ''})", flush=True)
+              f"{'; ' + res.detail if res.detail else ''})"
+              + (f": {why}" if why else "")
+              + (f"; see {spec.log}" if spec is not None and spec.log else ""), flush=True)
         failed.add(res.identity)
         if not keep_going:
           raise SystemExit(res.returncode or 1)
@@ -486,9 +512,10 @@ def drive(runner: executors.Executor, next_spec, keep_going: bool = True,
 
 
 def run_jobs(jobs: list[Job], args, record: str | None = None,
-             keep_checkpoints: bool = True) -> None:
+             keep_checkpoints: bool = True) -> set[str]:
   """Trains each job unless recorded (here or, the same run, in another record), resuming a
-  part-trained one, on the executor `args` names (`make_executor`)."""
+  part-trained one, on the executor `args` names (`make_executor`); returns the names of the
+  runs that failed."""
   os.makedirs(args.root, exist_ok=True)
   done = {r["run"] for r in records.read(record)} if record else set()
   elsewhere = (ident.recorded_elsewhere(jobs[0].sweep, records.read_all(), REPO)
@@ -497,7 +524,7 @@ def run_jobs(jobs: list[Job], args, record: str | None = None,
                    f"[{i + 1}/{len(jobs)}]") for i, job in enumerate(jobs)]
   specs = [s for s in specs if s is not None]
   if not specs:
-    return
+    return set()
 
   def next_spec(skip):
     recorded = {r["run"] for r in records.read(record)} if record else set()
@@ -507,11 +534,12 @@ def run_jobs(jobs: list[Job], args, record: str | None = None,
   failed = drive(make_executor(args), next_spec, args.keep_going)
   if failed:
     print(f"{len(failed)} run(s) FAILED: {', '.join(sorted(failed))}", flush=True)
+  return failed
 
 
-def run_all(args) -> None:
-  """An ad-hoc sweep (--root, --config, --methods, --grid, --seeds)."""
-  run_jobs(jobs_of_args(args), args, getattr(args, "record", None))
+def run_all(args) -> set[str]:
+  """An ad-hoc sweep (--root, --config, --methods, --grid, --seeds); the runs that failed."""
+  return run_jobs(jobs_of_args(args), args, getattr(args, "record", None)) or set()
 
 
 def parse_until(text: str) -> float | None:
@@ -632,8 +660,12 @@ def run_stage(stage: int, args) -> None:
       else:
         return None
 
-  drive(make_executor(args), next_spec, keep_going=True)
+  failed = drive(make_executor(args), next_spec, keep_going=True)
   print(study_status.status(p, records.read_all(), REPO), flush=True)
+  if failed:  # the status says what is left; the exit status, that a run failed
+    print(f"{len(failed)} run(s) FAILED: {', '.join(sorted(failed))}; each one's error is "
+          "above, its whole output in its workdir's console.log", flush=True)
+    raise SystemExit(1)
 
 
 # train.py flags after `--` that would override what the sweep sets per run (and names the
@@ -658,6 +690,17 @@ def log_name(extra: list[str]) -> str:
   if any(x.split("=", 1)[0] in ("--distributed", "--coordinator") for x in extra):
     return f"console.{socket.gethostname()}.log"
   return "console.log"
+
+
+def load_protocol(spec: str) -> proto.Protocol:
+  """The protocol `spec` names, checked (`proto.load`); a protocol that is wrong is a
+  UserError naming it, before any run starts."""
+  try:
+    return proto.load(spec)
+  except (FileNotFoundError, ValueError) as e:
+    text = str(e)
+    raise errors.UserError(text if text.startswith("--protocol") else
+                           f"--protocol {spec}: {text}") from e
 
 
 def main(argv=None):
@@ -718,10 +761,7 @@ def main(argv=None):
     raise SystemExit(f"--protocol {args.protocol}: give its records folder with --records "
                      "(e.g. runs/my_study/records); results/records holds this project's "
                      "study, whose record names yours would share.")
-  try:
-    args.study = proto.load(args.protocol)
-  except (FileNotFoundError, ValueError) as e:
-    raise SystemExit(str(e)) from e
+  args.study = load_protocol(args.protocol)
   if args.stage and args.stage not in args.study.stages:
     raise SystemExit(f"--stage {args.stage}: the protocol {args.study.name!r} has stages "
                      f"{', '.join(map(str, sorted(args.study.stages)))}.")
@@ -743,7 +783,9 @@ def main(argv=None):
   if not args.aggregate_only:
     if not args.config:
       raise SystemExit("--config is required unless --aggregate_only.")
-    run_all(args)
+    failed = run_all(args)
+  else:
+    failed = set()
   if not os.path.isdir(args.root):
     raise SystemExit(f"--root {args.root} does not exist: nothing to aggregate.")
   splits = [s for s in args.splits.split(",") if s]
@@ -753,10 +795,19 @@ def main(argv=None):
   aggregate.check_splits(args.root, runs, splits)
   table, _ = aggregate.aggregate(args.root, splits, runs=runs)
   print(table)
+  if failed:  # the table holds the runs that finished; the exit status says some did not
+    raise SystemExit(1)
+
+
+def user_errors(fn):
+  """`fn()`; input that cannot work (a UserError) is one line on stderr and exit status 2,
+  no traceback (as train.py's, acl_jax/cli.py)."""
+  try:
+    return fn()
+  except errors.UserError as e:
+    print(f"error: {' '.join(str(e).split())}", file=sys.stderr, flush=True)
+    raise SystemExit(2) from None
 
 
 if __name__ == "__main__":
-  try:
-    main()
-  except errors.UserError as e:  # input that cannot work: one line, no traceback
-    raise SystemExit(f"error: {' '.join(str(e).split())}") from None
+  user_errors(main)

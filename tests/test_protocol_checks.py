@@ -188,3 +188,69 @@ def test_the_stage1_estimate_is_what_the_planner_trains():
   assert sorted(r.sweep + ":" + r.name for r in first if r.task == "t" and r.method == "ce") == [
       "lr:task=t,method=ce,optim.lr=5e-5,seed=0", "stage1:task=t,method=ce,seed=1",
       "stage1:task=t,method=ce,seed=2"]
+
+
+def _study_file(tmp_path, change: str) -> str:
+  """A user's protocol file: studies/example_csv.py's study with `change` (dataclasses.replace
+  arguments, `_base` being the example's protocol), as STUDY."""
+  path = tmp_path / "mine.py"
+  path.write_text(
+      "import dataclasses\n"
+      "from acl_jax.study.protocol import Arm, Comparison\n"
+      "from studies import example_csv\n"
+      "_base = example_csv.study('data/train.csv', 'data/dev.csv')\n"
+      f"STUDY = dataclasses.replace(_base, {change})\n")
+  return f"{path}:STUDY"
+
+
+@pytest.mark.parametrize("change,says", [
+    ("comparisons=(Comparison('acl_vs_ce', 'mine', 'acll', 'ce', 'noninferior'),)",
+     r"comparison 'acl_vs_ce' on mine names method 'acll', which no preset has; methods: ce, "),
+    ("tasks={'mine': dataclasses.replace(_base.tasks['mine'], metric='macro-f1')}",
+     r"task 'mine': metric 'macro-f1' is not one that runs record; give one of accuracy, "
+     r"macro_f1"),
+    ("claims={'acl_beats_ce': 'ACL beats CE'}",
+     r"comparison acl vs ce on mine decides claim 'acl_vs_ce', which `claims` lacks"),
+    ("tasks={'mine': dataclasses.replace(_base.tasks['mine'], "
+     "sets=_base.tasks['mine'].sets + ('num_step=30',))}",
+     r"task mine's lr grid: run .* does not resolve: Unknown config field 'num_step'. Did you "
+     r"mean 'num_steps'"),
+    ("stages={1: '', 2: ''}, arms={2: (Arm('mine', ('acl',), grid=(('loss.lamm', "
+     "('0.1',)),)),)}",
+     r"stage 2 arm on mine: run task=mine,method=acl,loss.lamm=0.1,seed=0 .* Unknown config "
+     r"field 'loss.lamm'. Did you mean 'loss.lam'"),
+    ("comparisons=(Comparison('acl_vs_ce', 'mine', 'acl', 'ce', 'noninferior', "
+     "extra=('optim.lr_mult=2',)),)",
+     r"comparison 'acl_vs_ce' on mine: .* Unknown config field 'optim.lr_mult'"),
+])
+def test_a_protocol_whose_runs_would_not_start_is_refused_when_it_loads(tmp_path, change,
+                                                                         says):
+  """What train.py would refuse after the study had trained for hours, refused in one line
+  when the protocol loads: a method no preset has, a metric no run records, a claim without
+  its words, a field no config has (in a task's sets, a grid, an extra)."""
+  with pytest.raises(ValueError, match=says) as e:
+    proto.load(_study_file(tmp_path, change))
+  assert "\n" not in str(e.value)
+  assert proto.load(_study_file(tmp_path, "name='mine'")).name == "mine"  # the example loads
+
+
+def test_the_sweep_refuses_a_wrong_protocol_before_any_run(tmp_path):
+  """A method typo: exit 2, one line naming the method and the valid ones, nothing started
+  (no run folder); `csv,acll` is named as a method, not as a file format."""
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  from acl_jax.study import identity  # pylint: disable=import-outside-toplevel
+  from tests import helpers  # pylint: disable=import-outside-toplevel
+  study = _study_file(tmp_path, "comparisons=(Comparison('acl_vs_ce', 'mine', 'acll', 'ce', "
+                                "'noninferior'),)")
+  root = tmp_path / "runs"
+  out = subprocess.run(
+      [sys.executable, "-m", "scripts.sweep", "--protocol", study, "--stage", "1", "--root",
+       str(root), "--records", str(tmp_path / "records")], cwd=helpers.REPO,
+      env=helpers.env(), capture_output=True, text=True, timeout=300)
+  assert out.returncode == 2, out.stderr
+  (line,) = out.stderr.strip().splitlines()
+  assert line.startswith("error: --protocol ") and "names method 'acll'" in line
+  assert "file format" not in line and not root.exists() and out.stdout == ""
+  with pytest.raises(ValueError, match=r"Unknown config argument 'acll'; methods: "):
+    identity.resolve("configs/files.py:csv,acll", (), helpers.REPO)

@@ -317,6 +317,10 @@ def _fake_protocol_train(calls, scores):
     flag = lambda name, default=None: next(
         (c.split("=", 1)[1] for c in cmd if c.startswith(f"--config.{name}=")), default)
     wd = cmd[cmd.index("--workdir") + 1]
+    if sweep.EVAL in cmd:  # eval.py --checkpoint latest: the final weights on the test split
+      with open(os.path.join(wd, "results_latest.json"), "w") as f:
+        json.dump({cmd[cmd.index("--split") + 1]: {"accuracy": 0.5}}, f)
+      return 0
     if "benchmarks.hf_run" in cmd:  # the HF PyTorch loop: --lr, --epochs, --seed
       opt = lambda name: cmd[cmd.index(f"--{name}") + 1]
       cmd = [*cmd, "--config", "hf:rte,torch", f"--config.optim.lr={opt('lr')}",
@@ -388,6 +392,40 @@ def test_stage_gates_release_runs_in_order(tmp_path, monkeypatch, capsys):
   out = study_status.status(p, rows, sweep.REPO)
   assert "| 1 | 13 |" in out  # 4 gate runs, 9 comparison runs: CE seed 0 is the lr run
   capsys.readouterr()
+
+
+def test_a_failed_run_prints_its_error_and_the_sweep_exits_non_zero(tmp_path, monkeypatch,
+                                                                    capsys):
+  """A run that train.py refuses: the sweep prints the run's own error line beside FAILED,
+  trains the rest, and exits 1 at the end (the status still printed)."""
+  monkeypatch.setattr(sweep.records, "RECORDS", str(tmp_path / "records"))
+  p = dataclasses.replace(PAPERS, diagnostics=(), stages={1: PAPERS.stages[1]}, arms={},
+                          described=(), rules={}, lr_from={}, anchors={}, comparisons=(
+                              proto.Comparison("acl", "rte", "acl", "ce", "noninferior"),))
+  calls = []
+  ok = _fake_protocol_train(calls, lambda m, lr, e, s: 0.6 + s / 100)
+
+  def call(cmd, **kw):
+    if cmd[cmd.index("--config") + 1].endswith(",acl") and "--config.seed=1" in cmd:
+      kw["stdout"].write(b"some progress\nerror: loss.tau must be > 0, got -1.0.\n")
+      return 2
+    return ok(cmd, **kw)
+  monkeypatch.setattr(sweep.executors, "call", _with_cpu(call))
+  args = _args(tmp_path, root=str(tmp_path / "runs"), dry_run=False, workers=1, until="",
+               keep_checkpoints=False, compile_cache="none", study=p)
+  with pytest.raises(SystemExit) as e:
+    sweep.run_stage(1, args)
+  assert e.value.code == 1
+  out = capsys.readouterr().out
+  log = tmp_path / "runs" / "stage1" / "task=rte,method=acl,seed=1" / "console.log"
+  assert (f"task=rte,method=acl,seed=1 FAILED (ran, exit 2 on {socket.gethostname()}): "
+          f"error: loss.tau must be > 0, got -1.0.; see {log}") in out
+  assert "1 run(s) FAILED: task=rte,method=acl,seed=1" in out
+  assert ("acl", "5e-5", "3", "2") in calls  # the others trained
+  assert sweep.error_line(str(tmp_path / "nowhere.log")) == ""
+  tb = tmp_path / "tb.log"
+  tb.write_text("x\nTraceback (most recent call last):\n  File 'a'\nKeyError: 'k'\n")
+  assert sweep.error_line(str(tb)) == "KeyError: 'k'"
 
 
 def test_a_stage_run_starts_only_if_it_ends_before_until(tmp_path, monkeypatch, capsys):

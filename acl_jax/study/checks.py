@@ -3,6 +3,7 @@ the fix. `Protocol.__post_init__` calls `check`, so a protocol that loads is one
 can take to the end: every run it plans has a name of its own and can be recorded, and every
 rule reads runs that some stage trains.
 """
+from acl_jax import metrics
 from acl_jax.study import estimates, later, protocol as proto, records
 
 # Run-name fields, and the fields the gates set (a grid or `extra` may set neither).
@@ -11,6 +12,7 @@ GATED = ("optim.lr", "num_epochs")
 
 
 def check(p: "proto.Protocol") -> None:
+  _metrics(p)
   _stages(p)
   _looks(p)
   _learning_rates(p)
@@ -21,6 +23,29 @@ def check(p: "proto.Protocol") -> None:
   _rules(p)
   _described(p)
   _costs(p)
+  _claims(p)
+
+
+def _metrics(p) -> None:
+  """Each task scores a metric that runs record (its lr pick, verdicts and report read it)."""
+  for t in p.tasks.values():
+    if t.metric not in metrics.METRICS:
+      raise ValueError(f"task {t.name!r}: metric {t.metric!r} is not one that runs record; "
+                       f"give one of {', '.join(metrics.METRICS)} (acl_jax/metrics.py).")
+
+
+def _claims(p) -> None:
+  """Each comparison and rule decides a claim that `claims` states in words (the report's
+  rows are keyed by it)."""
+  named = [(f"comparison {c.method} vs {c.baseline} on {c.task}", c.claim)
+           for c in p.comparisons] + [
+      (f"stage {s}'s {type(r).__name__} on {r.task}", r.claim)
+      for s, rules in sorted(p.rules.items()) for r in rules]
+  for where, claim in named:
+    if claim not in p.claims:
+      raise ValueError(f"{where} decides claim {claim!r}, which `claims` lacks; add "
+                       f"{claim!r}: \"the claim in words\" to `claims` (it has "
+                       f"{', '.join(map(repr, p.claims)) or 'none'}).")
 
 
 def _stages(p) -> None:

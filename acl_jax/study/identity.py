@@ -5,41 +5,56 @@ and however their flags spell it: a grid point at a method's preset value (`loss
 for CE+SCL) is the preset run, and `optim.lr=5e-5` and `optim.lr=0.00005` are one rate.
 The config file is loaded, and its `--config.key=value` overrides applied, by the same
 ml_collections flag that train.py defines; the fields that do not change what trains or
-what is recorded of it (`RECORD_ONLY`) are left out.
+what is recorded of it (`RECORD_ONLY`) are left out. `resolve` says in one line why a config
+does not resolve (an unknown field, method or task, a value of the wrong type), as train.py
+would refuse it.
 
 Imports ml_collections and the config files, not jax.
 """
 import contextlib
 import functools
 import hashlib
+import importlib
 import json
 import os
+import re
 import sys
+
+from acl_jax.errors import UserError
 
 RECORD_ONLY = ("progress",)  # fields that change only what a run prints
 
 
 @contextlib.contextmanager
-def _at(folder: str):
-  old, old_path = os.getcwd(), list(sys.path)
-  os.chdir(folder)
+def _importable(folder: str):
+  """The checkout `folder` importable (its config files import `configs.common`) while the
+  config loads; the process's working directory is left alone (the file is named by its
+  absolute path), and sys.path is restored only where it had to change."""
+  if folder in sys.path:
+    yield
+    return
   sys.path.insert(0, folder)
   try:
     yield
   finally:
-    os.chdir(old)
-    sys.path[:] = old_path
+    sys.path.remove(folder)
+
+
+def _absolute(config: str, cwd: str) -> str:
+  path, colon, arg = config.partition(":")
+  return os.path.join(cwd, path) + colon + arg
 
 
 @functools.lru_cache(maxsize=4096)
 def _resolved(config: str, overrides: tuple[str, ...], cwd: str) -> str:
   from absl import flags  # pylint: disable=import-outside-toplevel
   from ml_collections import config_flags  # pylint: disable=import-outside-toplevel
-  argv = ["identity", f"--config={config}", *(f"--config.{kv}" for kv in overrides)]
+  argv = ["identity", f"--config={_absolute(config, cwd)}",
+          *(f"--config.{kv}" for kv in overrides)]
   fv = flags.FlagValues()
   holder = config_flags.DEFINE_config_file("config", None, "the config file",
                                            flag_values=fv, lock_config=True, sys_argv=argv)
-  with _at(cwd):
+  with _importable(cwd):
     fv(argv)
     cfg = holder.value.to_dict()
   for key in RECORD_ONLY:
@@ -51,6 +66,56 @@ def resolved_config(config: str, overrides, cwd: str) -> dict:
   """The config `train.py --config <config> --config.<k>=<v>...` trains, run in `cwd`, as a
   dict (without RECORD_ONLY fields)."""
   return json.loads(_resolved(config, tuple(overrides), os.path.abspath(cwd)))
+
+
+def resolve(config: str, overrides, cwd: str) -> dict:
+  """`resolved_config`, or a UserError that says in one line why train.py would refuse the
+  config: its file missing, its argument (task, method) unknown, an override's field unknown
+  (with the closest names) or its value of the wrong type."""
+  cwd = os.path.abspath(cwd)
+  try:
+    return resolved_config(config, overrides, cwd)
+  except Exception as e:  # pylint: disable=broad-except  # absl, ml_collections, the file's own
+    raise UserError(_why(config, tuple(overrides), cwd, e)) from None
+
+
+def _why(config: str, overrides: tuple[str, ...], cwd: str, e: Exception) -> str:
+  path = config.partition(":")[0]
+  if not os.path.isfile(os.path.join(cwd, path)):
+    return f"no config file {path} in {cwd}."
+  text = str(e)
+  if "Traceback (most recent call last)" in text:  # the config file's own error, as text
+    text = [line for line in text.splitlines() if line.strip()][-1]
+    return re.sub(r"^[\w.]*(UserError|Error|Exception): ", "", text.strip())
+  if not text.startswith("flag --config"):  # ml_collections' KeyError: an unknown field
+    try:
+      base = json.loads(_resolved(config, (), cwd))
+    except Exception:  # pylint: disable=broad-except
+      return text
+    for kv in overrides:
+      key = kv.partition("=")[0]
+      if not _has(base, key):
+        return _unknown_field(key, cwd) or f"Unknown config field {key!r}."
+  return " ".join(text.split())
+
+
+def _has(cfg: dict, key: str) -> bool:
+  for part in key.split("."):
+    if not isinstance(cfg, dict) or part not in cfg:
+      return False
+    cfg = cfg[part]
+  return True
+
+
+def _unknown_field(key: str, cwd: str) -> str | None:
+  """configs/common.py's message for an unknown field (the closest names, the section's
+  fields), where the checkout has it."""
+  with _importable(cwd):
+    try:
+      common = importlib.import_module("configs.common")
+    except ImportError:
+      return None
+  return common.unknown_field(common.base_config(), key)
 
 
 def run_identity(config: str, overrides, cwd: str) -> str:

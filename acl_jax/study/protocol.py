@@ -16,10 +16,12 @@ difference, method minus baseline, in points:
 - otherwise "undecided" at the first look; at the second, "inconclusive", or "lower;
   non-inferiority not shown" for a non-inferior interval wholly below zero.
 
-Nothing here imports jax.
+Nothing here imports jax, but `load`: it resolves the runs through the checkout's configs,
+which do.
 """
 import dataclasses
 import math
+import os
 from typing import Mapping
 
 from acl_jax.study.stats import Verdict, interval, t_quantile  # pylint: disable=unused-import
@@ -344,14 +346,26 @@ class Protocol:
 
 
 DEFAULT = "studies.papers:PAPERS"
+# The checkout the sweep runs train.py in: the config files' paths are relative to it.
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def load(spec: str = DEFAULT) -> Protocol:
+def load(spec: str = DEFAULT, checkout: str = CHECKOUT) -> Protocol:
   """The Protocol a spec names: "package.module:NAME", a module ("studies.papers"), or a file
-  ("studies/mine.py", optionally with ":NAME"). Without NAME, the module's one Protocol."""
+  ("studies/mine.py", optionally with ":NAME"). Without NAME, the module's one Protocol.
+
+  Its runs are then resolved as train.py will resolve them in `checkout`
+  (`acl_jax.study.resolve.check`): a method no preset has, or a field no config has, is
+  refused (a UserError naming it) before any run trains."""
+  got = _find(spec)
+  from acl_jax.study import resolve  # pylint: disable=import-outside-toplevel
+  resolve.check(got, checkout)
+  return got
+
+
+def _find(spec: str) -> Protocol:
   import importlib  # pylint: disable=import-outside-toplevel
   import importlib.util  # pylint: disable=import-outside-toplevel
-  import os  # pylint: disable=import-outside-toplevel
   where, _, name = spec.partition(":")
   if where.endswith(".py"):
     if not os.path.isfile(where):

@@ -1,0 +1,117 @@
+"""A protocol's runs resolved when it loads, as train.py would resolve them: a study that names
+a method no preset has, or a config field that does not exist, is refused before its first
+run trains, in one line that names the method or field and where the protocol names it.
+
+`check(protocol, checkout)` (called by `protocol.load`) resolves one run of every kind the
+planner can release: each task's lr run and budget run, each stage-1 comparison's arms and
+diagnostics, and each later arm's methods at every grid value. The learning rate, the epochs
+and the seed are those of the gates and looks (numbers of a field that exists, whichever
+value the records pick), so one run of each kind resolves as every run of it does.
+
+Imports the checkout's configs (and with them jax) when it runs, not when it is imported.
+"""
+import dataclasses
+import importlib
+
+from acl_jax.errors import UserError
+from acl_jax.study import identity, later, planner, protocol as proto
+
+# Run-name fields that are no config field (the sweep turns them into the run's command).
+NOT_FIELDS = ("task", "method", "framework")
+
+
+@dataclasses.dataclass(frozen=True)
+class Planned:
+  """One planned run to resolve, and where the protocol asks for it (for the message)."""
+  where: str
+  run: planner.Run
+
+
+def overrides(run: planner.Run) -> list[str]:
+  """The `--config.k=v` overrides the sweep gives the run (`identity.settings_identity`)."""
+  return [*run.sets, *(f"{k}={v}" for k, v in run.settings if k not in NOT_FIELDS)]
+
+
+def _state(p: proto.Protocol, task: str) -> planner.TaskState:
+  return planner.TaskState(task, lr=p.lr_preferred, epochs=p.tasks[task].epochs)
+
+
+def methods_named(p: proto.Protocol) -> list[tuple[str, str]]:
+  """(where, method) for every method the protocol trains or reads."""
+  out = [(f"comparison {c.claim!r} on {c.task}", m) for c in p.comparisons
+         for m in (c.method, c.baseline)]
+  out += [(f"diagnostic on {t}", m) for t, m, _ in p.diagnostics]
+  out += [(f"stage {s} arm on {a.task}", m) for s, arms in sorted(p.arms.items())
+          for a in arms for m in a.methods]
+  out += [(f"stage {s} rule {r.claim!r} on {r.task}", m) for s, rules in sorted(p.rules.items())
+          for r in rules for m in later.rule_methods(r)]
+  out += [(f"cost rule {r.claim!r}", m) for r in p.cost_rules
+          for m in (r.method, r.baseline) if m]
+  out += [(f"described grid on {d.task}", d.method) for d in p.described]
+  return out
+
+
+def planned(p: proto.Protocol) -> list[Planned]:
+  """One run of every kind the planner can release (see the module's docstring)."""
+  out = []
+  for task in p.tasks:
+    st = _state(p, task)
+    if task not in p.lr_from:
+      out.append(Planned(f"task {task}'s lr grid", planner.lr_run(p, task, p.lr_grid[0])))
+    if p.budget_gain is not None:
+      out.append(Planned(f"task {task}'s budget check", planner.budget_run(p, task, st.lr)))
+  seed = p.look_seeds[0][0]
+  for c in p.comparisons:
+    st = _state(p, c.task)
+    out += [Planned(f"comparison {c.claim!r} on {c.task}",
+                    planner.method_run(p, p.stage_record[1], st, m, seed, c.extra))
+            for m in (c.method, c.baseline)]
+  for task, method, settings in p.diagnostics:
+    out.append(Planned(f"diagnostic on {task}", planner.method_run(
+        p, p.gate_record, _state(p, task), method, seed, extra_settings=settings)))
+  for stage, arms in sorted(p.arms.items()):
+    for arm in arms:
+      if arm.framework != "jax":  # benchmarks/hf_run.py's run: no config of train.py's
+        continue
+      one = dataclasses.replace(arm, seeds=p.first_seeds(arm)[:1])
+      out += [Planned(f"stage {stage} arm on {arm.task}", r)
+              for r in planner._arm_runs(p, stage, one, _state(p, arm.task))]  # pylint: disable=protected-access
+  return out
+
+
+def _config_words(checkout: str):
+  """The checkout's configs/common.py: its method presets and multi-exit strategies."""
+  with identity._importable(checkout):  # pylint: disable=protected-access
+    return importlib.import_module("configs.common")
+
+
+def check_methods(p: proto.Protocol, checkout: str) -> None:
+  """Every method the protocol names is a preset or a multi-exit strategy."""
+  common = _config_words(checkout)
+  for where, method in methods_named(p):
+    if method not in common.METHODS and method not in common.MULTI_EXIT:
+      raise UserError(
+          f"{where} names method {method!r}, which no preset has; methods: "
+          f"{', '.join(common.METHODS)}; multi-exit: {', '.join(common.MULTI_EXIT)} "
+          "(configs/common.py).")
+
+
+def resolve_all(p: proto.Protocol, checkout: str) -> list[tuple[Planned, dict]]:
+  """(planned run, its resolved config) of every `planned` run; a UserError naming the run,
+  where the protocol asks for it and why it does not resolve (train.py's refusal)."""
+  out = []
+  for item in planned(p):
+    run = item.run
+    try:
+      cfg = identity.resolve(run.config, overrides(run), checkout)
+    except UserError as e:
+      raise UserError(f"{item.where}: run {run.name} (--config {run.config}) does not "
+                      f"resolve: {e} Fix the protocol's task sets, extra or grid.") from None
+    out.append((item, cfg))
+  return out
+
+
+def check(p: proto.Protocol, checkout: str) -> None:
+  """Refuses (UserError) a protocol one of whose runs train.py would refuse."""
+  check_methods(p, checkout)
+  resolve_all(p, checkout)
