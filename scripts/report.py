@@ -795,6 +795,9 @@ def main(argv=None):
     raise SystemExit(f"--protocol {a.protocol}: name its records folder (--records) and the "
                      "report(s) to fill (--file: a markdown file with <!-- table: NAME --> "
                      "blocks; README, \"Your own study\").")
+  if a.records and not os.path.isdir(a.records):  # else read as a study with no run
+    raise sweep.errors.UserError(f"--records {a.records}: no such folder; name the folder "
+                                 "the study's sweep records its runs in.")
   rs = records.read_all(a.records or records.RECORDS)
   changed, rewritten = [], {}
   for path in a.file or REPORTS:

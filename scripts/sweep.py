@@ -65,6 +65,7 @@ executables are the same programs, so results do not change.
 """
 import argparse
 import dataclasses
+import importlib.util
 import itertools
 import json
 import os
@@ -128,9 +129,22 @@ def config_arg(args, settings: dict) -> str:
 
 
 def task_of(config: str) -> str:
-  """The task word of a config argument (`configs/glue.py:rte,acl` -> rte), or ""."""
+  """The task of a config argument (`configs/glue.py:rte,acl` -> rte), or "" without one.
+  An argument that starts with a method or `runlocal` (`configs/quickstart.py:runlocal`)
+  names no task: the task is the config's own (its resolved task.name)."""
   arg = config.partition(":")[2]
-  return arg.split(",")[0] if arg else ""
+  word = arg.split(",")[0] if arg else ""
+  if word and (word == "runlocal" or _is_method(word)):
+    try:
+      return ident.resolved_config(config, (), REPO)["task"]["name"]
+    except Exception:  # pylint: disable=broad-except  # refused before any run (check_jobs)
+      return ""
+  return word
+
+
+def _is_method(word: str) -> bool:
+  from configs import common  # pylint: disable=import-outside-toplevel
+  return word in common.METHODS or word in common.MULTI_EXIT
 
 
 @dataclasses.dataclass
@@ -537,15 +551,41 @@ def run_jobs(jobs: list[Job], args, record: str | None = None,
   return failed
 
 
+def check_jobs(jobs: list[Job]) -> None:
+  """Refuses (UserError) an ad-hoc sweep one of whose runs train.py would refuse (an unknown
+  method or field in --config, --set or --grid, a value of the wrong type) or whose data files
+  are not there, before any of them starts."""
+  from acl_jax.study import resolve  # pylint: disable=import-outside-toplevel
+  for job in jobs:
+    if job.settings.get("framework", "jax") != "jax":
+      continue
+    over = [*job.set, *(f"{k}={v}" for k, v in job.settings.items()
+                        if k not in resolve.NOT_FIELDS)]
+    try:
+      cfg = ident.resolve(job.config, over, REPO)
+    except errors.UserError as e:
+      raise errors.UserError(f"run {job.name} (--config {job.config}) does not resolve: {e} "
+                             "Fix --config, --set or --grid.") from None
+    gone = resolve.missing_data(cfg, REPO)
+    if gone:
+      raise errors.UserError(f"run {job.name}: {gone} does not exist (read from {REPO}).")
+
+
 def run_all(args) -> set[str]:
   """An ad-hoc sweep (--root, --config, --methods, --grid, --seeds); the runs that failed."""
-  return run_jobs(jobs_of_args(args), args, getattr(args, "record", None)) or set()
+  jobs = jobs_of_args(args)
+  check_jobs(jobs)
+  return run_jobs(jobs, args, getattr(args, "record", None)) or set()
 
 
 def parse_until(text: str) -> float | None:
   """--until: a time of day (HH:MM, the next such time) or seconds from now; None if empty."""
   if not text:
     return None
+  if not re.fullmatch(r"([01]?\d|2[0-3]):[0-5]\d|\d+(\.\d*)?", text.strip()):
+    raise errors.UserError(f"--until {text}: give a time of day as HH:MM (e.g. 09:00 or "
+                           "17:30) or seconds from now (e.g. 3600).")
+  text = text.strip()
   if ":" in text:
     hh, mm = (int(x) for x in text.split(":"))
     now = time.localtime()
@@ -609,6 +649,14 @@ def run_stage(stage: int, args) -> None:
   p = args.study
   deadline = parse_until(args.until)
   root = args.root = os.path.abspath(args.root or os.path.join(REPO, "runs", "sweeps"))
+  from acl_jax.study import resolve  # pylint: disable=import-outside-toplevel
+  resolve.check_data(p, REPO)
+  if not args.dry_run:
+    for name in sorted(os.listdir(records.RECORDS)) if os.path.isdir(records.RECORDS) else ():
+      path = os.path.join(records.RECORDS, name)
+      if name.endswith(".jsonl") and (line := records.repair(path)):
+        print(f"{path}:{line}: a row cut short by a crash mid-write, removed; its run is "
+              "collected again from its folder, or trained", flush=True)
   gpu = local_gpu(args)  # once: the host's GPU does not change during a sweep
   if args.dry_run:
     rows = records.read_all()
@@ -692,6 +740,39 @@ def log_name(extra: list[str]) -> str:
   return "console.log"
 
 
+def check_args(args) -> None:
+  """Refuses (UserError) flags that cannot work, before anything starts or is written."""
+  until = getattr(args, "until", "")
+  if until:
+    parse_until(until)
+  if getattr(args, "workers", 1) < 1:
+    raise errors.UserError(f"--workers {args.workers}: give the number of runs to train at a "
+                           "time here, 1 or more.")
+  if getattr(args, "executor", "local") == "ray" and not args.dry_run and (
+      importlib.util.find_spec("ray") is None):
+    raise errors.UserError("--executor ray: ray is not installed here; pip install "
+                           "'acl-jax[ray]' (or train on this machine: --executor local).")
+
+
+def check_records_folder(args) -> None:
+  """--records names a folder that exists, or (--stage) a new study's: one whose runs --root
+  does not hold yet. A misspelt folder would read as a study with nothing recorded, and
+  --stage would train again every run it holds."""
+  if os.path.isdir(records.RECORDS):
+    return
+  if not args.stage:  # --status: nothing to read there
+    raise errors.UserError(f"--records {args.records}: no such folder; name the folder the "
+                           "study's sweep records its runs in.")
+  root = os.path.abspath(args.root or os.path.join(REPO, "runs", "sweeps"))
+  held = [name for name in {*args.study.stage_record.values(), args.study.lr_record,
+                            args.study.budget_record}
+          if os.path.isdir(os.path.join(root, name)) and os.listdir(os.path.join(root, name))]
+  if held:
+    raise errors.UserError(f"--records {args.records}: no such folder, yet --root {root} "
+                           f"holds this study's runs ({', '.join(sorted(held))}); name the "
+                           "folder they are recorded in, or give a new --root.")
+
+
 def load_protocol(spec: str) -> proto.Protocol:
   """The protocol `spec` names, checked (`proto.load`); a protocol that is wrong is a
   UserError naming it, before any run starts."""
@@ -754,6 +835,7 @@ def main(argv=None):
   args = ap.parse_args(argv)
   check_extra(extra)
   args.extra = extra
+  check_args(args)
   if args.records:
     records.RECORDS = os.path.abspath(args.records)
   elif (args.stage or args.status) and args.protocol != proto.DEFAULT and not os.environ.get(
@@ -762,6 +844,8 @@ def main(argv=None):
                      "(e.g. runs/my_study/records); results/records holds this project's "
                      "study, whose record names yours would share.")
   args.study = load_protocol(args.protocol)
+  if args.records and (args.stage or args.status):
+    check_records_folder(args)
   if args.stage and args.stage not in args.study.stages:
     raise SystemExit(f"--stage {args.stage}: the protocol {args.study.name!r} has stages "
                      f"{', '.join(map(str, sorted(args.study.stages)))}.")

@@ -877,3 +877,46 @@ def test_a_protocol_refuses_what_it_cannot_run():
   assert PAPERS.tasks["mr"].family == "textgcn" and PAPERS.tasks["rte"].config_task == "rte"
   # a task without a prior costs its start-up alone until a run of it is recorded
   assert dataclasses.replace(PAPERS, prior_epoch_s={}).estimate_seconds("rte", "ce", 3) == 60.0
+
+
+def test_bad_input_to_the_sweep_is_one_line_before_anything_starts(tmp_path, monkeypatch,
+                                                                   capsys):
+  """Each flag that cannot work is refused in one line, exit 2, with nothing written: a
+  negative --workers, an --until that is no time, Ray not installed, a --records folder that
+  does not exist (while --root holds the study's runs), the example study's data files not
+  there, a misspelt --grid field."""
+  example = os.path.join(helpers.REPO, "studies", "example_csv.py")
+  stage = ["--protocol", example, "--stage", "1", "--root", str(tmp_path / "runs"),
+           "--records", str(tmp_path / "records")]
+
+  def refused(argv):
+    with pytest.raises(SystemExit) as e:
+      sweep.user_errors(lambda: sweep.main(argv))
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("error: ")
+    return line
+  assert "--workers -2: give the number of runs" in refused(stage + ["--workers", "-2"])
+  assert "--until 9am: give a time of day as HH:MM" in refused(stage + ["--until", "9am"])
+  monkeypatch.setattr(sweep.importlib.util, "find_spec", lambda name: None)
+  assert "pip install 'acl-jax[ray]'" in refused(stage + ["--executor", "ray"])
+  monkeypatch.undo()
+  assert "task.train_file data/train.csv does not exist" in refused(stage + ["--dry_run"])
+  assert not (tmp_path / "runs").exists() and not (tmp_path / "records").exists()
+  assert "no such folder" in refused(["--protocol", example, "--status", "--records",
+                                      str(tmp_path / "recrods")])
+  os.makedirs(tmp_path / "runs" / "stage1" / "task=mine,method=ce,seed=1")
+  assert "no such folder, yet --root" in refused(stage + ["--dry_run"])
+  line = refused(["--root", str(tmp_path / "adhoc"), "--config", "configs/quickstart.py",
+                  "--methods", "ce", "--grid", "loss.lamm=0.1"])
+  assert "Unknown config field 'loss.lamm'. Did you mean 'loss.lam'?" in line
+  assert not (tmp_path / "adhoc").exists()
+
+
+def test_an_ad_hoc_runs_task_is_the_configs_own_when_its_argument_names_none(tmp_path):
+  args = _args(tmp_path, config="configs/quickstart.py:runlocal", methods="ce", set=[],
+               seeds="0")
+  (job,) = sweep.jobs_of_args(args)
+  assert job.name == "task=quickstart,method=ce,seed=0"
+  assert sweep.task_of("configs/glue.py:rte,acl") == "rte"

@@ -33,6 +33,7 @@ folder's, read by acl_jax/study/runs.py. Imports nothing heavy.
 """
 import fcntl
 import json
+import math
 import os
 import re
 import time
@@ -41,6 +42,7 @@ import typing
 from typing import Any, Required, TypedDict
 
 from acl_jax import cpuinfo, provenance  # light: no jax
+from acl_jax.errors import UserError
 from acl_jax.study import runs, slots
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -308,27 +310,95 @@ def _torn(line: bytes) -> bool:
   return False
 
 
+def _measured(row: dict) -> tuple:
+  """What a row says its run scored: its dev evaluations and its final and latest scores."""
+  return (json.dumps(row.get("evals"), sort_keys=True),
+          json.dumps(runs.row_scores(row, "final"), sort_keys=True),
+          json.dumps(runs.row_scores(row, "latest"), sort_keys=True))
+
+
+def _not_finite(row: dict) -> str:
+  """The first score of the row that is not a finite number ("split/metric" where), or ""."""
+  evals = [(f"dev evaluation at step {e.get('step')}", e.get("dev") or {})
+           for e in row.get("evals") or [] if isinstance(e, dict)]
+  for where, vals in evals + [(f"{k} scores", v) for k in ("final", "latest")
+                              for v in [row.get(k) or {}]]:
+    for key, v in _numbers(vals):
+      if not math.isfinite(v):
+        return f"{where}: {key} is {v}"
+  return ""
+
+
+def _numbers(vals: dict, prefix: str = ""):
+  for k, v in vals.items():
+    if isinstance(v, dict):
+      yield from _numbers(v, f"{prefix}{k}/")
+    elif isinstance(v, float):
+      yield f"{prefix}{k}", v
+
+
 def read(path: str) -> list[dict]:
-  """The rows of a record file in order; a later row with an already seen `run` is dropped
-  (two hosts of one job may both append a run), and so is a last line cut short by a crash
-  mid-write (`append` drops it from the file)."""
+  """The rows of a record file in order, read under the file's lock (so no row is seen half
+  written). A later row of an already seen `run` with the same scores is dropped (two hosts
+  of one job may both append a run). A file that would be read as fewer runs, or as other
+  scores, than it holds is a UserError naming its line: a line that is not JSON (a last line
+  cut short by a crash mid-write: `repair` removes it), a run recorded twice with different
+  scores, a score that is not a finite number."""
   if not os.path.isfile(path):
     return []
-  rows, seen = [], set()
+  rows, seen = [], {}
   with open(path, "rb") as f:
-    lines = f.read().split(b"\n")
+    fcntl.flock(f, fcntl.LOCK_SH)
+    try:
+      lines = f.read().split(b"\n")
+    finally:
+      fcntl.flock(f, fcntl.LOCK_UN)
   for i, line in enumerate(lines, 1):
-    if not line.strip() or (i == len(lines) and _torn(line)):
+    if not line.strip():
       continue
     try:
       row = json.loads(line)
     except ValueError as e:
-      raise ValueError(f"{path}:{i} is not a JSON row ({e}); fix or remove that line.") from e
+      cut = (" (a row cut short, as by a crash mid-write: scripts.sweep --stage removes it "
+             "and collects its run again)" if i == len(lines) else "")
+      raise UserError(f"{path}:{i} is not a JSON row ({e}){cut}; fix or remove that "
+                      "line.") from None
+    if not isinstance(row, dict):
+      raise UserError(f"{path}:{i} is not a record row (a JSON object); fix or remove it.")
+    bad = _not_finite(row)
+    if bad:
+      raise UserError(f"{path}:{i}: run {row.get('run')} has a score that is not a number "
+                      f"({bad}); a run's scores are finite: train or evaluate it again, and "
+                      "remove that line.")
     if row.get("run") in seen:
+      first, first_row = seen[row.get("run")]
+      if _measured(first_row) != _measured(row):
+        raise UserError(f"{path}:{i} records run {row.get('run')} again, with other scores "
+                        f"than line {first}; keep the row of the run that stands and remove "
+                        "the other.")
       continue
-    seen.add(row.get("run"))
+    seen[row.get("run")] = (i, row)
     rows.append(row)
   return rows
+
+
+def repair(path: str) -> int:
+  """Removes a last line cut short by a writer that crashed mid-write (under the file's lock,
+  as `append` does); returns its line number, 0 when there was none. Its run, unrecorded, is
+  collected again from its folder (or trained)."""
+  if not os.path.isfile(path):
+    return 0
+  with open(path, "r+b") as f:
+    fcntl.flock(f, fcntl.LOCK_EX)
+    try:
+      body = f.read()
+      *lines, tail = body.split(b"\n")
+      if tail and _torn(tail):
+        f.truncate(len(body) - len(tail))
+        return len(lines) + 1
+      return 0
+    finally:
+      fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def append(path: str, row: dict) -> bool:

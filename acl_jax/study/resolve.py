@@ -12,12 +12,15 @@ Imports the checkout's configs (and with them jax) when it runs, not when it is 
 """
 import dataclasses
 import importlib
+import os
 
 from acl_jax.errors import UserError
 from acl_jax.study import identity, later, planner, protocol as proto
 
 # Run-name fields that are no config field (the sweep turns them into the run's command).
 NOT_FIELDS = ("task", "method", "framework")
+# The data files a config names (configs/files.py's tasks), read relative to task.data_dir.
+DATA_FILES = ("train_file", "dev_file", "test_file")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,3 +118,27 @@ def check(p: proto.Protocol, checkout: str) -> None:
   """Refuses (UserError) a protocol one of whose runs train.py would refuse."""
   check_methods(p, checkout)
   resolve_all(p, checkout)
+
+
+def missing_data(cfg: dict, checkout: str) -> str:
+  """The first data file the resolved config `cfg` names that does not exist, as train.py in
+  `checkout` would look for it ("task.train_file data/train.csv"), or ""."""
+  task = cfg.get("task", {})
+  for key in DATA_FILES:
+    name = task.get(key) or ""
+    if not name:
+      continue
+    path = os.path.join(task.get("data_dir") or "", name)
+    if not os.path.isfile(os.path.join(checkout, path)):
+      return f"task.{key} {path}"
+  return ""
+
+
+def check_data(p: proto.Protocol, checkout: str) -> None:
+  """Refuses (UserError) a protocol whose runs name a data file that is not there, before
+  the first of them would fail on it."""
+  for item, cfg in resolve_all(p, checkout):
+    gone = missing_data(cfg, checkout)
+    if gone:
+      raise UserError(f"{item.where}: {gone} does not exist (read from {checkout}); point "
+                      "the study at your data files (README, \"Your own study\").")
