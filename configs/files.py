@@ -38,7 +38,9 @@ def get_config(arg="csv"):
   c = common.apply_args(c, ",".join(words))
   # G-Loss on a file of one's own weighs its classes, as the G-Loss reference does: unweighted,
   # its graph term let a rare class go unpredicted (README, "G-Loss and rare classes");
-  # --config.loss.class_weights= turns it off.
+  # --config.loss.class_weights= turns it off. A study that compares it with another method
+  # sets the weights for both (the task's sets): a protocol is refused otherwise
+  # (acl_jax/study/resolve.py), as the two would differ in more than the method.
   if c.loss.name == "gloss" and not c.loss.class_weights:
     c.loss.class_weights = "balanced"
   return c

@@ -254,3 +254,47 @@ def test_the_sweep_refuses_a_wrong_protocol_before_any_run(tmp_path):
   assert "file format" not in line and not root.exists() and out.stdout == ""
   with pytest.raises(ValueError, match=r"Unknown config argument 'acll'; methods: "):
     identity.resolve("configs/files.py:csv,acll", (), helpers.REPO)
+
+
+def test_a_comparisons_arms_may_differ_only_in_their_methods_own_fields(tmp_path):
+  """configs/files.py weighs G-Loss's classes and not CE's: G-Loss against CE there is
+  refused, naming the field and the fix; with the weights in the task's sets, both arms train
+  with them. A later arm's extra that one method alone gets is refused too; the methods' own
+  fields (G-Loss's sigma, ACL's lambda) may differ."""
+  from acl_jax.study import resolve  # pylint: disable=import-outside-toplevel
+  from configs import common  # pylint: disable=import-outside-toplevel
+  from tests import helpers  # pylint: disable=import-outside-toplevel
+  gloss = ("comparisons=(Comparison('g', 'mine', 'gloss', 'ce', 'superior'),), "
+           "claims={'g': 'G-Loss beats CE'}")
+  with pytest.raises(ValueError, match=(
+      r"comparison 'g' on mine: gloss would train with loss.class_weights='balanced' and ce "
+      r"with '' .* a field of neither method, so the verdict would measure it too. Set it for "
+      r"both in the sets of task 'mine', e.g. \"loss.class_weights=balanced\"")):
+    proto.load(_study_file(tmp_path, gloss))
+  both = proto.load(_study_file(tmp_path, gloss + ", tasks={'mine': dataclasses.replace("
+                                "_base.tasks['mine'], sets=_base.tasks['mine'].sets + "
+                                "('loss.class_weights=balanced',))}"))
+  ((_, _, _, a, b),) = resolve.paired_arms(both)
+  weights = [identity_cfg["loss"]["class_weights"] for identity_cfg in (
+      resolve.identity.resolve(r.config, resolve.overrides(r), helpers.REPO) for r in (a, b))]
+  assert weights == ["balanced", "balanced"] and (a.method, b.method) == ("gloss", "ce")
+  apart = ("stages={1: '', 2: ''}, arms={2: (Arm('mine', ('scl',), "
+           "extra=('model.dropout=0.2',)),)}, rules={2: (Comparison('acl_vs_ce', 'mine', "
+           "'scl', 'ce', 'superior'),)}")
+  with pytest.raises(ValueError, match=r"stage 2 rule 'acl_vs_ce' on mine: scl would train "
+                                       r"with model.dropout=0.2 and ce with -1.0"):
+    proto.load(_study_file(tmp_path, apart))
+  assert {"loss.sigma", "loss.sigma_mode", "loss.gamma_keep"} <= common.method_fields("gloss")
+  assert "loss.class_weights" not in common.method_fields("gloss")
+  assert {"loss.lam", "loss.gate", "loss.angle_params"} <= common.method_fields("acl")
+  assert "loss.gate" not in common.method_fields("scl")
+  assert {"model.exits", "multi_exit.strategy", "loss.tau"} <= common.method_fields("acl_cl")
+
+
+def test_the_papers_protocol_is_fair():
+  """Every paired comparison of this project's study (stage 1's and the later rules') trains
+  its two arms alike but for their methods' own fields."""
+  from acl_jax.study import resolve  # pylint: disable=import-outside-toplevel
+  from tests import helpers  # pylint: disable=import-outside-toplevel
+  assert len(resolve.paired_arms(PAPERS)) == 40
+  resolve.check_fair(PAPERS, helpers.REPO)

@@ -114,10 +114,88 @@ def resolve_all(p: proto.Protocol, checkout: str) -> list[tuple[Planned, dict]]:
   return out
 
 
+def _arm_run(p: proto.Protocol, stage: int, task: str, method: str) -> planner.Run | None:
+  """The run of `method` on `task` that a stage-`stage` rule reads (seed of the first look):
+  a later arm's without a grid, up to that stage, else a stage-1 comparison's."""
+  st, seed = _state(p, task), p.look_seeds[0][0]
+  for s in sorted(p.arms, reverse=True):
+    for arm in p.arms[s] if s <= stage else ():
+      if arm.task == task and method in arm.methods and not arm.grid and (
+          arm.framework == "jax"):
+        return planner.method_run(p, p.stage_record[s], st, method, seed, arm.extra)
+  for c in p.comparisons:
+    if c.task == task and method in (c.method, c.baseline):
+      return planner.method_run(p, p.stage_record[1], st, method, seed, c.extra)
+  return None
+
+
+def paired_arms(p: proto.Protocol) -> list[tuple[str, str, str, planner.Run, planner.Run]]:
+  """(where, method, baseline, method's run, baseline's run) of every comparison the protocol
+  decides by pairing two methods' runs seed by seed: stage 1's, and the later stages'
+  comparisons and exit rules (against each baseline)."""
+  seed, out = p.look_seeds[0][0], []
+  for c in p.comparisons:
+    st = _state(p, c.task)
+    out.append((f"comparison {c.claim!r} on {c.task}", c.method, c.baseline,
+                planner.method_run(p, p.stage_record[1], st, c.method, seed, c.extra),
+                planner.method_run(p, p.stage_record[1], st, c.baseline, seed, c.extra)))
+  for stage, rules in sorted(p.rules.items()):
+    for r in rules:
+      if isinstance(r, proto.Comparison):
+        pairs = [(r.method, r.baseline)]
+      elif isinstance(r, proto.ExitRule):
+        pairs = [(r.method, b) for b in r.baselines]
+      else:  # a grid rule: each method against itself over its grid
+        continue
+      for method, baseline in pairs:
+        a, b = _arm_run(p, stage, r.task, method), _arm_run(p, stage, r.task, baseline)
+        if a is not None and b is not None:
+          out.append((f"stage {stage} rule {r.claim!r} on {r.task}", method, baseline, a, b))
+  return out
+
+
+def _leaves(cfg: dict, prefix: str = "") -> dict:
+  out = {}
+  for k, v in cfg.items():
+    if isinstance(v, dict):
+      out.update(_leaves(v, f"{prefix}{k}."))
+    else:
+      out[f"{prefix}{k}"] = v
+  return out
+
+
+def unfair_fields(a: dict, b: dict, own: set[str]) -> list[str]:
+  """The fields in which resolved configs `a` and `b` differ, beyond `own` (the methods')."""
+  la, lb = _leaves(a), _leaves(b)
+  return sorted(k for k in la.keys() | lb.keys() if la.get(k) != lb.get(k) and k not in own)
+
+
+def check_fair(p: proto.Protocol, checkout: str) -> None:
+  """Refuses (UserError) a comparison whose two arms would train with a field set apart
+  that is neither method's own (`configs.common.method_fields`, from the loss registry): its
+  verdict would measure that field too, e.g. a config file that weighs G-Loss's classes and
+  not CE's. The fix is the task's `sets`, which both arms share."""
+  common = _config_words(checkout)
+  for where, method, baseline, run_a, run_b in paired_arms(p):
+    a = identity.resolve(run_a.config, overrides(run_a), checkout)
+    b = identity.resolve(run_b.config, overrides(run_b), checkout)
+    apart = unfair_fields(a, b, common.method_fields(method) | common.method_fields(baseline))
+    if apart:
+      field, la, lb = apart[0], _leaves(a), _leaves(b)
+      more = f" (and {', '.join(apart[1:])})" if apart[1:] else ""
+      raise UserError(
+          f"{where}: {method} would train with {field}={la.get(field)!r} and {baseline} with "
+          f"{lb.get(field)!r}{more} (--config {run_a.config}, {run_b.config}), a field of "
+          "neither method, so the verdict would measure it too. Set it for both in the sets "
+          f"of task {run_a.task!r}, e.g. \"{field}={la.get(field)}\".")
+
+
 def check(p: proto.Protocol, checkout: str) -> None:
-  """Refuses (UserError) a protocol one of whose runs train.py would refuse."""
+  """Refuses (UserError) a protocol one of whose runs train.py would refuse, or one of whose
+  comparisons would train its two arms apart in a field neither method owns."""
   check_methods(p, checkout)
   resolve_all(p, checkout)
+  check_fair(p, checkout)
 
 
 def missing_data(cfg: dict, checkout: str) -> str:
