@@ -196,6 +196,7 @@ def _study_file(tmp_path, change: str) -> str:
   path = tmp_path / "mine.py"
   path.write_text(
       "import dataclasses\n"
+      "from acl_jax.study import protocol as proto\n"
       "from acl_jax.study.protocol import Arm, Comparison\n"
       "from studies import example_csv\n"
       "_base = example_csv.study('data/train.csv', 'data/dev.csv')\n"
@@ -298,3 +299,32 @@ def test_the_papers_protocol_is_fair():
   from tests import helpers  # pylint: disable=import-outside-toplevel
   assert len(resolve.paired_arms(PAPERS)) == 40
   resolve.check_fair(PAPERS, helpers.REPO)
+
+
+def test_a_variant_is_a_method_spelt_with_its_overrides(tmp_path):
+  """CE with balanced class weights, a baseline no preset is: its runs are named by the
+  variant, trained as CE with the weights, identified by their resolved config (a CE run with
+  the weights in its sets is the same run); G-Loss against it through configs/files.py is
+  fair. A variant that trains as no preset, or sets what a task's sets set, is refused."""
+  from acl_jax.study import identity, resolve  # pylint: disable=import-outside-toplevel
+  from tests import helpers  # pylint: disable=import-outside-toplevel
+  head = ("comparisons=(Comparison('g', 'mine', 'gloss', 'ce_balanced', 'superior'),), "
+          "claims={'g': 'G-Loss beats CE, both weighted'}, ")
+  p = proto.load(_study_file(tmp_path, head + "variants={'ce_balanced': proto.Variant("
+                             "'ce', ('loss.class_weights=balanced',))}"))
+  ((_, _, _, gloss, ce),) = resolve.paired_arms(p)
+  assert ce.name == "task=mine,method=ce_balanced,seed=0"
+  assert ce.config == "configs/files.py:csv,ce" and "loss.class_weights=balanced" in ce.sets
+  plain = planner.method_run(p, "stage1", resolve._state(p, "mine"), "ce", 0)  # pylint: disable=protected-access
+  same = lambda r, extra=(): identity.settings_identity(
+      r.config, [*r.sets, *extra], {"seed": "0"}, helpers.REPO)
+  assert same(ce) == same(plain, ("loss.class_weights=balanced",)) != same(plain)
+  assert gloss.config == "configs/files.py:csv,gloss"
+  with pytest.raises(ValueError, match=r"variant 'ce_balanced' names method 'cee', which no "
+                                       r"preset has"):
+    proto.load(_study_file(tmp_path, head + "variants={'ce_balanced': proto.Variant("
+                           "'cee', ('loss.class_weights=balanced',))}"))
+  with pytest.raises(ValueError, match=r"variant 'ce_balanced' sets eval_every, which a "
+                                       r"task's sets"):
+    proto.load(_study_file(tmp_path, head + "variants={'ce_balanced': proto.Variant("
+                           "'ce', ('eval_every=5',))}"))

@@ -885,6 +885,7 @@ def test_bad_input_to_the_sweep_is_one_line_before_anything_starts(tmp_path, mon
   negative --workers, an --until that is no time, Ray not installed, a --records folder that
   does not exist (while --root holds the study's runs), the example study's data files not
   there, a misspelt --grid field."""
+  monkeypatch.setattr(sweep.records, "RECORDS", sweep.records.RECORDS)  # main sets it
   example = os.path.join(helpers.REPO, "studies", "example_csv.py")
   stage = ["--protocol", example, "--stage", "1", "--root", str(tmp_path / "runs"),
            "--records", str(tmp_path / "records")]
@@ -899,9 +900,9 @@ def test_bad_input_to_the_sweep_is_one_line_before_anything_starts(tmp_path, mon
     return line
   assert "--workers -2: give the number of runs" in refused(stage + ["--workers", "-2"])
   assert "--until 9am: give a time of day as HH:MM" in refused(stage + ["--until", "9am"])
-  monkeypatch.setattr(sweep.importlib.util, "find_spec", lambda name: None)
-  assert "pip install 'acl-jax[ray]'" in refused(stage + ["--executor", "ray"])
-  monkeypatch.undo()
+  with monkeypatch.context() as m:
+    m.setattr(sweep.importlib.util, "find_spec", lambda name: None)
+    assert "pip install 'acl-jax[ray]'" in refused(stage + ["--executor", "ray"])
   assert "task.train_file data/train.csv does not exist" in refused(stage + ["--dry_run"])
   assert not (tmp_path / "runs").exists() and not (tmp_path / "records").exists()
   assert "no such folder" in refused(["--protocol", example, "--status", "--records",

@@ -13,6 +13,7 @@ GATED = ("optim.lr", "num_epochs")
 
 def check(p: "proto.Protocol") -> None:
   _metrics(p)
+  _variants(p)
   _stages(p)
   _looks(p)
   _learning_rates(p)
@@ -32,6 +33,23 @@ def _metrics(p) -> None:
     if t.metric not in metrics.METRICS:
       raise ValueError(f"task {t.name!r}: metric {t.metric!r} is not one that runs record; "
                        f"give one of {', '.join(metrics.METRICS)} (acl_jax/metrics.py).")
+
+
+def _variants(p) -> None:
+  """A variant is named as a run's method is, trains as a preset (not another variant), and
+  sets fields that neither its tasks' sets, the gates, the seed nor its name set."""
+  for name, v in p.variants.items():
+    if not records.fits_a_name(name) or v.method in p.variants or not v.sets:
+      raise ValueError(f"variant {name!r}: {v}: a variant's name is part of its runs' names "
+                       "(no '/', '=', ','), its method a preset (not a variant), and it sets "
+                       "at least one field; e.g. variants={'ce_balanced': "
+                       "Variant('ce', ('loss.class_weights=balanced',))}.")
+    clash = _keys(v.sets) & {*NAMED, *GATED, "seed", *(
+        k for t in p.tasks.values() for k in _keys(t.sets))}
+    if clash:
+      raise ValueError(f"variant {name!r} sets {', '.join(sorted(clash))}, which a task's "
+                       "sets, a run's name, the gates or the seed set already; set it in one "
+                       "place.")
 
 
 def _claims(p) -> None:

@@ -20,6 +20,7 @@ class Run:
   early_exit: str = ""  # entropy thresholds of eval.py's early-exit sweep on dev
   config_file: str = ""  # the task's config file and its task argument
   task_epochs: int = 0  # the task's protocol epochs (a run's own num_epochs overrides them)
+  preset: str = ""  # the preset a variant method trains as ("": the method is a preset)
 
   @property
   def name(self) -> str:
@@ -39,7 +40,7 @@ class Run:
 
   @property
   def config(self) -> str:
-    return f"{self.config_file},{self.method}"
+    return f"{self.config_file},{self.preset or self.method}"
 
   @property
   def epochs(self) -> int:
@@ -69,9 +70,12 @@ def _run(p: proto.Protocol, sweep, task, method, seed, sets, extra_settings=()) 
   settings = (("task", task), ("method", method), *extra_settings, ("seed", str(seed)))
   length = () if any(s.startswith("task.max_length=") for s in t.sets) else (
       f"task.max_length={t.max_length}",)
-  return Run(sweep, settings, tuple(sorted(t.sets + length + tuple(sets))),
+  variant = p.variants.get(method)
+  own = variant.sets if variant is not None else ()
+  return Run(sweep, settings, tuple(sorted(t.sets + length + tuple(sets) + own)),
              latest=t.scored if t.scored != "dev" else "",
-             config_file=f"{t.config}:{t.config_task}", task_epochs=t.epochs)
+             config_file=f"{t.config}:{t.config_task}", task_epochs=t.epochs,
+             preset=variant.method if variant is not None else "")
 
 
 def _index(rows: dict[str, list[dict]]) -> dict[tuple[str, str], dict]:

@@ -71,6 +71,18 @@ class Comparison:
 
 
 @dataclasses.dataclass(frozen=True)
+class Variant:
+  """A method that no preset is: `method`, a preset, with `sets` on top, e.g. CE with balanced
+  class weights as a baseline: `variants={"ce_balanced": Variant("ce",
+  ("loss.class_weights=balanced",))}`. Its runs are named by the variant and trained as the
+  preset with those overrides; like any run, one is identified by its resolved config, so a
+  run that another record holds under another name is taken from it. Its own fields, where
+  a comparison's arms may differ, are the preset's and those `sets` sets."""
+  method: str
+  sets: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
 class Arm:
   """Later-stage runs: methods x grid x seeds on one task, at its protocol. `seeds` empty:
   the protocol's first look. `framework` "torch": the HF transformers + PyTorch loop
@@ -223,6 +235,7 @@ class Protocol:
   described: tuple[Described, ...] = ()  # grids described, not decided
   presets: Mapping[tuple[str, str], str] = dataclasses.field(default_factory=dict)
   deviations: tuple[tuple[str, str], ...] = ()  # (what changed, why)
+  variants: Mapping[str, Variant] = dataclasses.field(default_factory=dict)  # name -> Variant
   pilots: tuple[str, ...] = ()  # records of earlier runs, reported apart
   # The report's words: each method's label, each claim's published number in words, the
   # published scores ({task: {method: points}}), and the claims not testable here, as claims

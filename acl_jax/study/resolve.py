@@ -91,12 +91,24 @@ def _config_words(checkout: str):
 def check_methods(p: proto.Protocol, checkout: str) -> None:
   """Every method the protocol names is a preset or a multi-exit strategy."""
   common = _config_words(checkout)
-  for where, method in methods_named(p):
+  for where, method in methods_named(p) + [(f"variant {name!r}", v.method)
+                                           for name, v in p.variants.items()]:
+    if method in p.variants and not where.startswith("variant"):
+      continue
     if method not in common.METHODS and method not in common.MULTI_EXIT:
       raise UserError(
           f"{where} names method {method!r}, which no preset has; methods: "
           f"{', '.join(common.METHODS)}; multi-exit: {', '.join(common.MULTI_EXIT)} "
-          "(configs/common.py).")
+          f"(configs/common.py){'; variants: ' + ', '.join(p.variants) if p.variants else ''}.")
+
+
+def method_fields(p: proto.Protocol, common, method: str) -> set[str]:
+  """The fields that are `method`'s own: a preset's (`common.method_fields`), or a variant's
+  preset's and those its sets set."""
+  v = p.variants.get(method)
+  if v is None:
+    return common.method_fields(method)
+  return common.method_fields(v.method) | {kv.partition("=")[0] for kv in v.sets}
 
 
 def resolve_all(p: proto.Protocol, checkout: str) -> list[tuple[Planned, dict]]:
@@ -179,7 +191,8 @@ def check_fair(p: proto.Protocol, checkout: str) -> None:
   for where, method, baseline, run_a, run_b in paired_arms(p):
     a = identity.resolve(run_a.config, overrides(run_a), checkout)
     b = identity.resolve(run_b.config, overrides(run_b), checkout)
-    apart = unfair_fields(a, b, common.method_fields(method) | common.method_fields(baseline))
+    apart = unfair_fields(a, b, method_fields(p, common, method)
+                          | method_fields(p, common, baseline))
     if apart:
       field, la, lb = apart[0], _leaves(a), _leaves(b)
       more = f" (and {', '.join(apart[1:])})" if apart[1:] else ""
@@ -187,7 +200,8 @@ def check_fair(p: proto.Protocol, checkout: str) -> None:
           f"{where}: {method} would train with {field}={la.get(field)!r} and {baseline} with "
           f"{lb.get(field)!r}{more} (--config {run_a.config}, {run_b.config}), a field of "
           "neither method, so the verdict would measure it too. Set it for both in the sets "
-          f"of task {run_a.task!r}, e.g. \"{field}={la.get(field)}\".")
+          f"of task {run_a.task!r}, e.g. \"{field}={la.get(field)}\" (or, to compare "
+          "against a method with other settings, name that method as a Variant).")
 
 
 def check(p: proto.Protocol, checkout: str) -> None:
