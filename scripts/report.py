@@ -222,8 +222,11 @@ def claims_table(ctx: Ctx) -> str:
                  "; ".join(dict.fromkeys(task_budget(ctx, r.task) for _, r in mine))])
   rows += [cost_row(ctx, rule) for rule in p.cost_rules]
   rows += [list(r) for r in p.untestable]
-  return table(["claim (SPEC §1)", "paper", "ours, per comparison: mean [97.5% interval] "
-                "(seeds ahead / seeds) verdict", "verdict", "budget"], rows)
+  header = ["claim (SPEC §1)", "paper", "ours, per comparison: mean [97.5% interval] "
+            "(seeds ahead / seeds) verdict", "verdict", "budget"]
+  if not p.sources:  # no claim has a published number: no column of dashes
+    header, rows = [header[0], *header[2:]], [[r[0], *r[2:]] for r in rows]
+  return table(header, rows)
 
 
 def exits_over_stages(ctx: Ctx, mine: list, got: list) -> str | None:

@@ -115,6 +115,10 @@ def test_own_study_runs_reports_and_resumes(study_file, local_study):
   text = doc.read_text()
   assert "| My task | ACL − CE | lower end > -1 | 2 |" in text, text
   assert "ACL matches or beats CE on my task" in text and "*pending*" not in text
+  # in the study's own terms: its budget as the runs trained it (runlocal: 6 steps), no paper
+  # column where no claim has a published number, no lr column that no rule of it trains
+  assert "My task 6 steps, lr 5e-5" in text and "epochs" not in text, text
+  assert "| paper |" not in text and "lr 1e-4" not in text
   assert subprocess.run(cmd + ["--check"], cwd=helpers.REPO, env=helpers.env(),
                         timeout=300).returncode == 0
   assert not os.path.exists(os.path.join(str(root), "PILOTS.md"))

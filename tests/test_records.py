@@ -743,3 +743,13 @@ def test_a_row_takes_only_its_own_folders_timing(tmp_path):
   records.add_time(str(evals_only), 5.0, cpu=4.0)  # an eval.py step, no training attempt
   row = records.row_from_run(str(evals_only), "s", {"task": "r8", "method": "ce", "seed": "5"})
   assert row["seconds"] == 5.0 and "cpu_seconds" not in row
+
+
+def test_the_report_refuses_a_records_folder_that_does_not_exist(tmp_path):
+  """A misspelt --records is named, not read as a study with no run."""
+  doc = tmp_path / "REPORT.md"
+  doc.write_text("<!-- table: claims -->\n<!-- /table -->\n")
+  with pytest.raises(ValueError, match=r"--records .*recrods: no such folder"):
+    report.main(["--protocol", "studies/example_csv.py", "--records",
+                 str(tmp_path / "recrods"), "--file", str(doc)])
+  assert doc.read_text() == "<!-- table: claims -->\n<!-- /table -->\n"

@@ -120,10 +120,17 @@ def not_shown(ctx: Ctx, c: proto.Comparison) -> str:
 
 
 def task_budget(ctx: Ctx, task: str) -> str:
+  """"RTE 3 epochs, lr 5e-5": the task's budget as its runs trained it (a fixed number of
+  steps where they set num_steps, as a `runlocal` study does), or "RTE pending"."""
   p = ctx.p
   st = ctx.tasks.get(task)
-  return (f"{label(p, task)} {proto.epochs_text(st.epochs)}, lr {st.lr}" if st and st.epochs else
-          f"{label(p, task)} pending")
+  if not (st and st.epochs):
+    return f"{label(p, task)} pending"
+  steps = {r.get("budget", {}).get("num_steps") or 0 for rows in ctx.rs.values() for r in rows
+           if r.get("task") == task and r.get("sweep") in p.stage_record.values()}
+  if len(steps) == 1 and (n := steps.pop()) > 0:
+    return f"{label(p, task)} {n} step{'' if n == 1 else 's'}, lr {st.lr}"
+  return f"{label(p, task)} {proto.epochs_text(st.epochs)}, lr {st.lr}"
 
 
 def later_pending(ctx: Ctx, stage: int, pairs: set[tuple[str, str]]) -> str:
@@ -210,15 +217,17 @@ def lr_table(ctx: Ctx) -> str:
   tasks = [t for t in _stage1_tasks(p) if t not in p.lr_from]
   if not any(ctx.d.tasks[t].lr_scores for t in tasks):
     return pending(p, "no CE run of the lr grid is recorded yet", ctx.d)
+  # lr_high trains only where CE misses an anchor: a protocol without anchors has no column
+  high = bool(p.anchors)
   rows = [[label(p, t), *(pts(ctx.d.tasks[t].lr_scores.get(lr)) for lr in p.lr_grid),
-           pts(ctx.d.tasks[t].high_score), ctx.d.tasks[t].lr or "—", lr_why(p, ctx.d.tasks[t])]
-          for t in tasks]
+           *([pts(ctx.d.tasks[t].high_score)] if high else []), ctx.d.tasks[t].lr or "—",
+           lr_why(p, ctx.d.tasks[t])] for t in tasks]
   follow = collections.defaultdict(list)
   for t, src in p.lr_from.items():
     follow[src].append(label(p, t))
   notes = "".join(f"{', '.join(ts)} take {label(p, src)}'s rate. " for src, ts in follow.items())
-  return table(["task", *(f"CE dev, lr {lr}" for lr in p.lr_grid), f"CE dev, lr {p.lr_high}",
-                "pick", "why"], rows) + (
+  return table(["task", *(f"CE dev, lr {lr}" for lr in p.lr_grid),
+                *([f"CE dev, lr {p.lr_high}"] if high else []), "pick", "why"], rows) + (
       f"\nCE seed 0, final weights' dev score, points. {notes}".rstrip() + "\n")
 
 
