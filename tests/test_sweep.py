@@ -737,6 +737,25 @@ def test_an_attempt_stopped_with_its_runner_marks_the_timing_incomplete(tmp_path
   assert study_status.measured_rates({"s": [{**row, "budget": {"num_epochs": 3}}]}) == {}
 
 
+def test_a_killed_attempts_time_counts_in_the_machine_hours(tmp_path):
+  """An attempt killed with its runner: its wall time from its start to the run's last
+  output is the row's lost_seconds, which the machine-hours add to the measured time."""
+  records = sweep.records
+  wd = str(tmp_path)
+  records.begin_attempt(wd)
+  started = json.load(open(tmp_path / records.RUN_TIME))["open_at"]
+  (tmp_path / "console.log").write_text("step 40\n")
+  os.utime(tmp_path / "console.log", (started + 50.0, started + 50.0))  # its last output
+  records.begin_attempt(wd)  # the next attempt finds it open: lost
+  records.add_time(wd, 5.0, 2, attempt=True, cpu=4.0)
+  json.dump({"checkpoint_step": 1, "train": {"final_step": 1}}, open(tmp_path / "results.json",
+                                                                      "w"))
+  row = records.row_from_run(wd, "s", {"task": "rte", "method": "ce", "seed": "0"})
+  assert row["timing_incomplete"] and row["lost_seconds"] == 50.0 and row["seconds"] == 5.0
+  row["timed_on"] = "Some CPU, 2 cores"
+  assert study_status.machine_seconds(row) == 4.0 / 2 + 50.0 / 2
+
+
 def test_a_runner_stopped_after_training_or_during_an_eval_leaves_the_time_incomplete(tmp_path):
   """A runner killed after train.py wrote results.json but before the attempt's time was
   added, or while an eval.py post step ran: the successor finds the run finished, and its row

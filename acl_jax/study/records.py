@@ -89,6 +89,7 @@ class Row(TypedDict, total=False):
   workers: int
   time_spans: list[dict]
   timing_incomplete: bool
+  lost_seconds: float  # attempts stopped with their runner: from start to their last output
   source: str  # the file an imported row came from
   train: dict[str, Any]
   code: Required[list[str]]
@@ -248,6 +249,8 @@ def row_from_run(workdir: str, sweep: str, settings: dict, config: str = "",
     # (a run that train.py finished outside the sweep): these times are too low
     if spent.get("lost") or spent.get("open") or not spent.get("attempts"):
       row["timing_incomplete"] = True
+    if spent.get("lost_seconds"):
+      row["lost_seconds"] = round(spent["lost_seconds"], 1)
     row["timed_on"] = machine(train.get("devices"))
   row["train"] = train
   row["code"] = code
@@ -269,17 +272,34 @@ def add_time(workdir: str, seconds: float, workers: int = 1, attempt: bool = Fal
     spent["cpu_attempts"] = spent.get("cpu_attempts", 0) + int(attempt)
   spent["attempts"] += int(attempt)
   spent["open"] = False  # the open step's time is in
+  spent.pop("open_at", None)
   spent["workers"] = workers
   provenance.write_atomic(path, json.dumps(spent))
 
 
-def _close_lost(spent: dict) -> bool:
+def _last_output(workdir: str) -> float | None:
+  """When the run's processes last wrote their output (logs, metrics), or None."""
+  try:
+    names = os.listdir(workdir)
+  except OSError:
+    return None
+  times = [os.path.getmtime(os.path.join(workdir, n)) for n in names
+           if n.endswith(".log") or n == "metrics.jsonl"]
+  return max(times) if times else None
+
+
+def _close_lost(spent: dict, workdir: str) -> bool:
   """A step still open was stopped with its runner before its time was added: counted as
-  `lost` (the run's time is incomplete) and closed. Whether there was one."""
+  `lost` (the run's time is incomplete) and closed, its wall time from its start to the
+  run's last output added to `lost_seconds` (the machine-hours count it). Whether there was
+  one."""
   if not spent.get("open"):
     return False
   spent["lost"] = spent.get("lost", 0) + 1
   spent["open"] = False
+  start, end = spent.pop("open_at", None), _last_output(workdir)
+  if start is not None and end is not None and end > start:
+    spent["lost_seconds"] = spent.get("lost_seconds", 0.0) + end - start
   return True
 
 
@@ -288,15 +308,16 @@ def begin_attempt(workdir: str) -> None:
   `add_time` adds its time; one still open is lost (`_close_lost`)."""
   spent = runs.read_timing(workdir) or {"seconds": 0.0, "attempts": 0}
   spent["run"] = runs.folder_name(workdir)
-  _close_lost(spent)
+  _close_lost(spent, workdir)
   spent["open"] = True
+  spent["open_at"] = time.time()
   provenance.write_atomic(os.path.join(workdir, RUN_TIME), json.dumps(spent))
 
 
 def end_lost_attempt(workdir: str) -> None:
   """Closes a step still open as lost (`_close_lost`), with none begun after it."""
   spent = runs.read_timing(workdir)
-  if spent and _close_lost(spent):
+  if spent and _close_lost(spent, workdir):
     provenance.write_atomic(os.path.join(workdir, RUN_TIME), json.dumps(spent))
 
 
