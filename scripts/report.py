@@ -191,6 +191,8 @@ def claims_table(ctx: Ctx) -> str:
               ctx, s, {(r.task, r.method), (r.task, r.baseline)})))
           words[got[0] if got else "pending"] += 1
     tally = ", ".join(f"{w} {words[w]}" for w in (*VERDICT_WORDS, "pending") if words[w])
+    if sum(words.values()) == 1:  # one comparison: its verdict, not a count of one
+      tally = next(iter(words))
     budgets = [task_budget(ctx, t) for t in dict.fromkeys([*(c.task for c in comps),
                                                            *later_tasks])]
     rows.append([text, p.sources.get(key, "—"), "; ".join(cells),

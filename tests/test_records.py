@@ -753,3 +753,27 @@ def test_the_report_refuses_a_records_folder_that_does_not_exist(tmp_path):
     report.main(["--protocol", "studies/example_csv.py", "--records",
                  str(tmp_path / "recrods"), "--file", str(doc)])
   assert doc.read_text() == "<!-- table: claims -->\n<!-- /table -->\n"
+
+
+def test_a_claim_of_one_comparison_reads_its_verdict_not_a_count():
+  """A study whose claim has one comparison: its verdict column is that comparison's word
+  ("beats"), not a tally of one ("beats 1"); without a published number, no paper column."""
+  t = proto.Task("t", "T", "configs/glue.py", 64, 3, "accuracy", "dev", 1.0,
+                 sets=("task.data_dir=/d",))
+  q = proto.Protocol(name="x", tasks={"t": t}, claims={"c": "ACL matches CE"}, stages={1: ""},
+                     comparisons=(proto.Comparison("c", "t", "acl", "ce", "noninferior"),),
+                     lr_grid=("5e-5",), lr_preferred="5e-5", budget_gain=None)
+  rows = {}
+  for _ in range(3):
+    for r in planner.decisions(q, rows).ready:
+      seed = int(dict(r.settings)["seed"])
+      rows.setdefault(r.sweep, []).append(
+          {"sweep": r.sweep, "run": r.name, "task": "t", "method": r.method, "seed": seed,
+           "budget": {"lr": 5e-5, "num_epochs": 3, "num_steps": 0},
+           "evals": [{"step": 9, "dev": {"accuracy": 0.8 + 0.01 * seed
+                                         + (0.02 if r.method == "acl" else 0)}}]})
+  (line,) = [x for x in report.claims_table(lib_report.context(q, rows)).splitlines()
+             if x.startswith("| ACL matches CE")]
+  cells = [c.strip() for c in line.strip("|").split("|")]
+  assert cells == ["ACL matches CE", "+2.00 [+2.00, +2.00] (3/3) beats", "beats",
+                   "T 3 epochs, lr 5e-5"]
