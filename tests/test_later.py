@@ -383,3 +383,22 @@ def test_a_later_multi_exit_arm_gains_over_the_baseline_of_the_stage_before():
   text = study_report.arm_tables(study_report.context(p, rs), 3)
   assert "| JT | 81.10 ± 0.10 (n=3) |" in text
   assert "| 2ST | +1.00 [" in text and "| ALT | -2.00 [" in text
+
+
+def test_per_class_results_are_any_tasks():
+  """A study's task scored on test (not a TextGCN corpus) gets its per-class row under
+  "task"; a study with no such run is pending in words that name no corpus of this project."""
+  from scripts import classes  # pylint: disable=import-outside-toplevel
+  mine = dataclasses.replace(p.tasks["rte"], name="mine", label="Mine", scored="test")
+  q = dataclasses.replace(p, tasks={**p.tasks, "mine": mine})
+  rs = {S1: [{"run": later.run_name("mine", "ce", s), "task": "mine", "method": "ce",
+              "seed": s, "latest": {"test": {"accuracy": 0.9, "macro_f1": 0.8,
+                                             "per_class_recall": {"a": 0.95, "b": 0.5},
+                                             "per_class_support": {"a": 90, "b": 10}}}}
+             for s in SEEDS]}
+  table = classes.table(q, rs, q.labels)
+  assert table.startswith("| task | method |")
+  assert "| Mine | CE | 90.00 ± 0.00 (n=3) | 80.00 ± 0.00 (n=3) | 50.00 ± 0.00 (n=3) (b; " \
+         "support 10) |" in table
+  assert "TextGCN" not in classes.table(q, {}, q.labels)
+  assert classes.table(q, {}, q.labels).startswith("*pending*: no run has recorded")
