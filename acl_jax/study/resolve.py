@@ -8,6 +8,11 @@ diagnostics, and each later arm's methods at every grid value. The learning rate
 and the seed are those of the gates and looks (numbers of a field that exists, whichever
 value the records pick), so one run of each kind resolves as every run of it does.
 
+It then checks that every paired comparison is fair by construction (`check_fair`): its two
+arms' resolved configs differ only in their methods' own fields (`method_fields`: the loss
+registry's, a variant's). `check_data` (sweep --stage) refuses runs whose data files are not
+there.
+
 Imports the checkout's configs (and with them jax) when it runs, not when it is imported.
 """
 import dataclasses
