@@ -15,11 +15,11 @@ probabilities of the acl-jax model's final exit. DIR holds:
 Which heads export. An HF sequence classifier has one fixed head per family, so an exit head
 exports when it is (or maps exactly onto) that head:
   BERT / MiniLM  "bert_pooler" (BertForSequenceClassification: pooler + classifier);
-  RoBERTa        "roberta" (RobertaClassificationHead);
+  RoBERTa, MPNet "roberta" (RobertaClassificationHead; MPNetClassificationHead is the same);
   DistilBERT     "distilbert" (pre_classifier + ReLU + classifier).
 acl-jax's default "linear" head (SPEC's linear layer on the raw [CLS] state) maps onto each of
-them: on DistilBERT through ReLU's linear part (`_linear_as_distilbert`), on BERT and RoBERTa
-through tanh's (`_linear_as_tanh_head`). Mean-pooled exits have no HF form (HF's heads read
+them: on DistilBERT through ReLU's linear part (`_linear_as_distilbert`), on BERT, RoBERTa and
+MPNet through tanh's (`_linear_as_tanh_head`). Mean-pooled exits have no HF form (HF's heads read
 [CLS]); they are refused, naming the config that trains an exportable head. Carrying them
 would take a sequence classifier of our own on the hub (custom code, `trust_remote_code`).
 """
@@ -44,8 +44,10 @@ log = logging.getLogger(__name__)
 ARCHITECTURES = {"bert": "BertForSequenceClassification",
                  "roberta": "RobertaForSequenceClassification",
                  "xlm-roberta": "XLMRobertaForSequenceClassification",
-                 "distilbert": "DistilBertForSequenceClassification"}
-_BASE_PREFIX = {"bert": "bert.", "roberta": "roberta.", "distilbert": "distilbert."}
+                 "distilbert": "DistilBertForSequenceClassification",
+                 "mpnet": "MPNetForSequenceClassification"}
+_BASE_PREFIX = {"bert": "bert.", "roberta": "roberta.", "distilbert": "distilbert.",
+                "mpnet": "mpnet."}
 
 
 def _layer_norm_floor(ln: dict, dim: int) -> np.ndarray:

@@ -183,7 +183,8 @@ class Worker:
 
 @dataclasses.dataclass(frozen=True)
 class Shape:
-  """A benchmark model ("minilm", "bert_base" or "tiny", `model_spec`) at batch x seq_len."""
+  """A benchmark model ("minilm", "mpnet", "bert_base" or "tiny", `model_spec`) at batch x
+  seq_len."""
   model: str
   batch: int
   seq_len: int
@@ -205,13 +206,17 @@ def minilm_folder() -> str:
 
 def model_spec(name: str) -> tuple[dict, str | None]:
   """(config.json dict, weights folder or None for random init) of a benchmark model."""
-  if name == "minilm":
-    folder = minilm_folder()
+  if name in ("minilm", "mpnet"):
+    if name == "minilm":
+      folder = minilm_folder()
+    else:  # all-mpnet-base-v2, once `python -m acl_jax.weights all-mpnet-base-v2` has run
+      from acl_jax import weights  # pylint: disable=import-outside-toplevel
+      folder = weights.installed("all-mpnet-base-v2")
     with open(os.path.join(folder, "config.json")) as f:
       return json.load(f), folder
   specs = {"bert_base": BERT_BASE, "tiny": TINY}
   if name not in specs:
-    raise ValueError(f"Unknown model {name!r}; known: {['minilm'] + sorted(specs)}.")
+    raise ValueError(f"Unknown model {name!r}; known: {['minilm', 'mpnet'] + sorted(specs)}.")
   return specs[name], None
 
 

@@ -50,6 +50,12 @@ SHAPES = {
     "minilm_b32_l128": common.Shape("minilm", 32, 128),
     "bert_base_b32_l128": common.Shape("bert_base", 32, 128),
 }
+# MPNet-base (all-mpnet-base-v2; `python -m acl_jax.weights all-mpnet-base-v2` first), on
+# request: --shapes mpnet_b32_l128,mpnet_b32_l64
+MPNET_SHAPES = {
+    "mpnet_b32_l128": common.Shape("mpnet", 32, 128),
+    "mpnet_b32_l64": common.Shape("mpnet", 32, 64),
+}
 QUICK_SHAPES = {
     "tiny_b32_l32": common.Shape("tiny", 32, 32),
     "tiny_b32_l64": common.Shape("tiny", 32, 64),
@@ -62,17 +68,19 @@ QUICK_SHAPES = {
 def jax_train_setup(model_name: str, seed: int):
   """Our model, CE objective, AdamW and jitted train step, as the training loop builds them.
 
-  The exit head gets a pooler, like BertForSequenceClassification, so both do the same work.
+  The exit head is the family's HF head (BERT's pooler; MPNet's RoBERTa-style head), so both
+  do the same work.
   """
   import jax
   from acl_jax.models import Classifier, config_from_hf, init_params, load_pretrained
+  from acl_jax.models.hf import FAMILY_HEADS
   from acl_jax.train import setup as setup_lib, step as step_lib
   from configs.common import base_config
 
   spec, folder = common.model_spec(model_name)
   if folder:
-    model, params, _ = load_pretrained(folder, NUM_LABELS, head="bert_pooler",
-                                       with_tokenizer=False)
+    model, params, _ = load_pretrained(folder, NUM_LABELS, with_tokenizer=False,
+                                       head=FAMILY_HEADS[model_spec_family(spec)])
   else:
     cfg = config_from_hf(spec, num_labels=NUM_LABELS, head="bert_pooler")
     model, params = Classifier(cfg), init_params(cfg, jax.random.key(seed))
@@ -83,6 +91,11 @@ def jax_train_setup(model_name: str, seed: int):
   tr = setup_lib.make_trainer(c, model, params, mesh, num_labels=NUM_LABELS,
                               total_steps=TOTAL_STEPS)
   return tr.train_step, tr.state, mesh, n_params
+
+
+def model_spec_family(spec: dict) -> str:
+  from acl_jax.models.config import FAMILIES
+  return FAMILIES[spec.get("model_type", "bert")]
 
 
 def _cache_size(jitted) -> int:
@@ -132,8 +145,8 @@ def torch_worker(args, chan: common.Channel) -> None:
   shape = all_shapes()[args.shape]
   spec, folder = common.model_spec(shape.model)
   kw = {"attn_implementation": args.torch_attn} if args.torch_attn else {}
-  if folder:
-    model = transformers.BertForSequenceClassification.from_pretrained(
+  if folder:  # the family's sequence classifier (BERT's, MPNet's)
+    model = transformers.AutoModelForSequenceClassification.from_pretrained(
         folder, num_labels=NUM_LABELS, **kw)
   else:
     cfg = transformers.BertConfig(**{k: v for k, v in spec.items() if k != "model_type"},
@@ -147,7 +160,8 @@ def torch_worker(args, chan: common.Channel) -> None:
   opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
                            {"params": no_decay, "weight_decay": 0.0}], lr=LR, eps=1e-6)
   batch = {k: torch.from_numpy(v.astype(np.int64))
-           for k, v in common.synthetic_batch(shape, spec["vocab_size"], args.seed).items()}
+           for k, v in common.synthetic_batch(shape, spec["vocab_size"], args.seed).items()
+           if not (k == "token_type_ids" and spec.get("model_type") == "mpnet")}  # has none
 
   def steps(n):
     t0 = time.perf_counter()
@@ -301,7 +315,7 @@ WORKERS = {"jax": jax_worker, "torch": torch_worker, "epoch": epoch_worker}
 
 
 def all_shapes() -> dict[str, common.Shape]:
-  return {**SHAPES, **QUICK_SHAPES}
+  return {**SHAPES, **MPNET_SHAPES, **QUICK_SHAPES}
 
 
 def worker_env(args, kind: str) -> dict[str, str]:
@@ -393,7 +407,7 @@ def report(results: dict) -> str:
 def parse_args(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   p.add_argument("--shapes", default=",".join(SHAPES),
-                 help=f"Comma list of train-step shapes; known: {', '.join(SHAPES)}.")
+                 help=f"Comma list of train-step shapes; known: {', '.join(all_shapes())}.")
   p.add_argument("--reps", type=int, default=5, help="Timed repetitions per framework.")
   p.add_argument("--steps_per_rep", type=int, default=1, help="Train steps in one repetition.")
   p.add_argument("--warmup", type=int, default=2, help="Untimed steps after the first one.")

@@ -34,6 +34,9 @@ def tiny_dir(folder, family):
   elif family == "roberta":  # pad 0: the tokenizer's
     model = transformers.RobertaModel(transformers.RobertaConfig(
         **{**TINY, "max_position_embeddings": 66}, type_vocab_size=1, pad_token_id=0))
+  elif family == "mpnet":  # pad 1 (MPNet's, whatever the tokenizer pads with)
+    model = transformers.MPNetModel(transformers.MPNetConfig(
+        **{**TINY, "max_position_embeddings": 66}, layer_norm_eps=1e-5))
   else:  # "distilbert", or "distilbert_sinusoidal" with the fixed position table
     model = transformers.DistilBertModel(transformers.DistilBertConfig(
         vocab_size=30522, dim=32, n_layers=2, n_heads=4, hidden_dim=37,
@@ -74,7 +77,7 @@ def hf_probs(folder, texts=TEXTS):
   assert not info["missing_keys"] and not info["unexpected_keys"], info
   tok = transformers.AutoTokenizer.from_pretrained(folder)
   enc = tok(texts, padding=True, truncation=True, max_length=64, return_tensors="pt")
-  if model.config.model_type == "distilbert":  # the MiniLM tokenizer also gives token types
+  if model.config.model_type in ("distilbert", "mpnet"):  # the MiniLM tokenizer's token types
     enc.pop("token_type_ids", None)
   with torch.no_grad():
     return torch.softmax(model.eval()(**enc).logits, -1).numpy(), model.config
@@ -84,6 +87,7 @@ def hf_probs(folder, texts=TEXTS):
                                          ("roberta", "roberta"), ("distilbert", "distilbert"),
                                          ("distilbert", "linear"), ("bert", "linear"),
                                          ("minilm", "linear"), ("roberta", "linear"),
+                                         ("mpnet", "roberta"), ("mpnet", "linear"),
                                          ("distilbert_sinusoidal", "distilbert")])
 def test_hf_gives_the_same_probabilities(family, head, tmp_path):
   src = source_dir(tmp_path, family)
@@ -191,7 +195,8 @@ def test_heads_without_an_exact_hf_form_are_refused(family, head, pooling, fix):
     export.exported_head(cfg)
 
 
-@pytest.mark.parametrize("family,head", [("bert", "bert_pooler"), ("distilbert", "linear")])
+@pytest.mark.parametrize("family,head", [("bert", "bert_pooler"), ("distilbert", "linear"),
+                                         ("mpnet", "linear")])
 def test_multi_exit_round_trip(family, head, tmp_path):
   src = source_dir(tmp_path, family)
   model, params, tok = acl_jax.load_pretrained(src, 3, exits="all", head=head)

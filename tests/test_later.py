@@ -55,17 +55,26 @@ def test_exit_rule_fails_when_the_deep_exits_gain_most_and_waits_when_unrecorded
   assert later.claim_word(p, _idx(rows[:-1]), 2, RULE) is None
 
 
+def _decoyed(row, metric, value, key):
+  """`row` scoring `value` (a fraction) with its final weights, beside what the protocol must
+  not score: an earlier dev evaluation and the best-dev checkpoint (`final`), each off by an
+  amount that varies with method, seed and `key`, so that scoring either moves the verdicts."""
+  off = (4.0 * ((3 * row["seed"] + len(row["method"]) + key) % 4) - 5.0) / 100
+  scored = p.tasks[row["task"]].scored
+  row = dict(row, evals=[{"step": 1, "dev": {metric: value - off}},
+                         {"step": 2, "dev": {metric: value}}],
+             final={"dev": {metric: value + off}})
+  if scored != "dev":
+    row["latest"] = {scored: {metric: value}}
+    row["final"][scored] = {metric: value + off}
+  return row
+
+
 def _grid_rows(task, method, field, values, score, seeds=SEEDS, metric="f1"):
-  out = []
-  for v in values:
-    for s in seeds:
-      value = score(v, s) / 100
-      row = {"run": later.run_name(task, method, s, ((field, v),)), "task": task,
-             "method": method, "seed": s, "evals": [{"step": 1, "dev": {metric: value}}]}
-      if p.tasks[task].scored != "dev":
-        row["latest"] = {"test": {metric: value}}
-      out.append(row)
-  return out
+  """A grid's rows, each with decoys (`_decoyed`)."""
+  return [_decoyed({"run": later.run_name(task, method, s, ((field, v),)), "task": task,
+                    "method": method, "seed": s}, metric, score(v, s) / 100, i)
+          for i, v in enumerate(values) for s in seeds]
 
 
 def test_range_rule_reads_the_lambda_grid_with_the_preset_point_from_stage1():
@@ -89,24 +98,33 @@ def test_stable_rule_on_gamma_keep():
   rule = p.rules[2][2]
   flat = _grid_rows("mr", "gloss", "loss.gamma_keep", rule.values,
                     lambda v, s: 82 + 0.1 * s + 0.05 * float(v), metric="accuracy")
-  assert later.stable_result(p, _idx(flat), 2, rule)[1][0] == "stable"
+  look, (word, v) = later.stable_result(p, _idx(flat), 2, rule)
+  assert (look, word) == (1, "stable")
+  assert v.mean == pytest.approx(0.05 * (0.5 - 0.7), abs=1e-9)  # the final weights' scores
   steep = _grid_rows("mr", "gloss", "loss.gamma_keep", rule.values,
                      lambda v, s: 82 + 0.1 * s + 20 * float(v), metric="accuracy")
   assert later.stable_result(p, _idx(steep), 2, rule)[1][0] == "unstable"
 
 
 def test_a_plain_later_comparison_and_its_second_look():
+  """Read at each look from the final weights' scores (`latest`), not an earlier evaluation's
+  or the best-dev checkpoint's (decoys here)."""
   rule = p.rules[2][3]  # R52, CE+G-Loss against CE, superiority
   def rows(method, offsets):
-    return [{"run": later.run_name("r52", method, s), "task": "r52", "method": method,
-             "seed": s, "latest": {"test": {"accuracy": (90 + o) / 100}}}
+    return [_decoyed({"run": later.run_name("r52", method, s), "task": "r52",
+                      "method": method, "seed": s}, "accuracy", (90 + o) / 100, 0)
             for s, o in enumerate(offsets)]
   ce = rows("ce", [0.0, 0.0, 0.0, 0.0, 0.0])
   undecided = rows("gloss", [1.0, -1.0, 0.5])
-  assert later.comparison_result(p, _idx(ce + undecided), 2, rule).word == "undecided"
+  v = later.comparison_result(p, _idx(ce + undecided), 2, rule)
+  assert v.word == "undecided" and v.mean == pytest.approx(0.5 / 3, abs=1e-9)
   second = rows("gloss", [1.0, -1.0, 0.5, 0.8, 1.2])
   v = later.comparison_result(p, _idx(ce + second), 2, rule)
   assert v.look == 2 and v.n == 5 and v.word == "inconclusive"
+  assert v.mean == pytest.approx(0.5, abs=1e-9) and v.ahead == 4
+  gains = rows("gloss", [1.0, 1.2, 0.9])  # ahead on every seed by ~1: beats at the first look
+  v = later.comparison_result(p, _idx(ce + gains), 2, rule)
+  assert (v.look, v.word) == (1, "beats") and v.mean == pytest.approx(31 / 30, abs=1e-9)
 
 
 def test_the_claims_table_shows_a_decided_later_claim():

@@ -467,7 +467,12 @@ def test_pilots_report_labels_every_pilot():
   rs = records.read_all()
   text = report.pilots_md(p, rs)
   for name in p.pilots:
-    assert f"`results/records/{name}.jsonl`" in text
+    summary = report.PILOT_SUMMARIES.get(name)
+    if summary:  # the summary committed then, shown whole
+      with open(os.path.join(helpers.REPO, summary[1])) as f:
+        assert f"`{summary[1]}`" in text and f.read() in text
+    else:
+      assert f"`results/records/{name}.jsonl`" in text
   heads = re.findall(r"^## .*$", text, re.M)
   assert len(heads) == len(p.pilots)
   assert all(h.endswith("(short-budget pilot; decides nothing)") for h in heads)
@@ -710,11 +715,12 @@ def test_glue_hf_anchor_rows_name_their_epochs(tmp_path):
 
 def test_no_two_runs_share_one_timing():
   """Two different runs (other params) with the same wall and CPU seconds is a copied timing,
-  not a measurement: such a row must be marked timing_incomplete (it then counts as untimed)."""
+  not a measurement: such a row keeps no seconds (it counts as untimed, and adds nothing to a
+  stage's machine-hours), marked timing_incomplete or not."""
   seen = {}
   for rows in records.read_all().values():
     for r in rows:
-      if r.get("reused_from") or r.get("timing_incomplete") or "cpu_seconds" not in r:
+      if r.get("reused_from") or "cpu_seconds" not in r:
         continue
       key = (r["seconds"], r["cpu_seconds"])
       params = r.get("train", {}).get("params_sha256")
@@ -777,3 +783,109 @@ def test_a_claim_of_one_comparison_reads_its_verdict_not_a_count():
   cells = [c.strip() for c in line.strip("|").split("|")]
   assert cells == ["ACL matches CE", "+2.00 [+2.00, +2.00] (3/3) beats", "beats",
                    "T 3 epochs, lr 5e-5"]
+
+
+def test_committed_records_give_the_pinned_verdicts():
+  """A few verdicts computed afresh from the committed records, each by the path that decides
+  it (stage 1: planner.decisions; stages 2 and 3: later.claim_word), not read from a rendered
+  table: a change to what a stage scores (the best-dev checkpoint instead of the final weights,
+  say) fails here even with every table regenerated. Each moves when the later stages score
+  `final` instead of the final weights."""
+  from acl_jax.study import later  # pylint: disable=import-outside-toplevel
+  rs = records.read_all()
+  idx = {(k, r["run"]): r for k, rows in rs.items() for r in rows}
+  fmt = lambda v: (f"{v.mean:+.2f} [{v.decide[0]:+.2f}, {v.decide[1]:+.2f}] ({v.ahead}/{v.n}) "
+                   f"{v.word}")
+  stage1 = planner.decisions(p, rs).verdicts
+  pinned1 = {("rte", "acl", "scl"): "-4.84 [-10.82, +1.14] (1/5) inconclusive",
+             ("mr", "gloss", "ce"): "-0.48 [-0.73, -0.23] (0/5) worse"}
+  for (task, method, baseline), want in pinned1.items():
+    v = next(v for c, v in stage1.items()
+             if (c.task, c.method, c.baseline) == (task, method, baseline))
+    assert fmt(v) == want, (task, method, baseline)
+  cells = {}
+  for stage, rules in p.rules.items():
+    for rule in rules:
+      got = later.claim_word(p, idx, stage, rule)
+      key = (stage, rule.claim, rule.task, getattr(rule, "method", ""),
+             getattr(rule, "baseline", ""))
+      cells[key] = got and got[1]
+  pinned = {
+      (2, "lambda", "mrpc", "", ""): (
+          "range of seed means ACL (Embed+Grad) 0.36 (floor 1.12), CE+SCL 0.52 (floor 1.50); "
+          "per-seed range CE+SCL − ACL (Embed+Grad) +0.15 [-0.70, +1.01]: inconclusive"),
+      (2, "gloss", "r52", "gloss", "ce"): "+0.16 [-0.04, +0.35] (4/5) inconclusive",
+      (3, "others", "rte", "acl_embed", "ce"):
+          "-3.54 [-6.81, -0.26] (0/5) lower; non-inferiority not shown",
+      (3, "others", "cola", "triplet", "ce"): "-2.11 [-4.61, +0.38] (0/5) inconclusive",
+      (3, "others", "mr", "acl_embed", "ce"): "+0.23 [-0.93, +1.40] (2/3) matches or beats",
+      (3, "others", "mr", "acl", "ce"): "+0.23 [-0.93, +1.40] (2/3) matches or beats",
+      (3, "gloss", "ohsumed", "gloss", "ce"): "-0.84 [-1.58, -0.09] (0/5) worse",
+  }
+  for key, want in pinned.items():
+    assert cells[key] == want, key
+
+
+def _stage3_text() -> str:
+  return " ".join(open(report.REPORTS[3]).read().split())
+
+
+def test_stage3_names_each_pair_across_devices():
+  """results/STAGE3.md lists every later comparison that pairs runs trained on different
+  devices (a CPU and an accelerator, as each row's timed_on names it), with its seeds."""
+  from acl_jax.study import later, status  # pylint: disable=import-outside-toplevel
+  rs = records.read_all()
+  idx = {(k, r["run"]): r for k, rows in rs.items() for r in rows}
+  want = []
+  for stage, rules in p.rules.items():
+    for c in rules:
+      if not isinstance(c, proto.Comparison):
+        continue
+      seeds = []
+      for s in p.look_seeds[0] + p.look_seeds[1]:
+        a = later.find(p, idx, stage, c.task, c.method, s)
+        b = later.find(p, idx, stage, c.task, c.baseline, s)
+        if a and b and status.accelerator_of(a) != status.accelerator_of(b):
+          seeds.append(str(s))
+      if seeds:
+        want.append(f"- {p.tasks[c.task].label} {p.label(c.method)} − {p.label(c.baseline)}: "
+                    f"seed{'s' * (len(seeds) > 1)} {', '.join(seeds)}")
+  text = open(report.REPORTS[3]).read()
+  block = text.split("**Pairs across devices.**", 1)[1].split("\n\n", 2)[1]
+  assert want and block.splitlines() == want
+
+
+def test_stage3_reading_names_the_tasks_whose_seeds_resolve_the_margin():
+  """The stage-3 reading names exactly the tasks where some comparison's seeds resolve a
+  difference no larger than the task's margin (`resolvable`, at its deciding look)."""
+  from acl_jax.study import later  # pylint: disable=import-outside-toplevel
+  rs = records.read_all()
+  idx = {(k, r["run"]): r for k, rows in rs.items() for r in rows}
+  want = set()
+  for c in p.rules[3]:
+    if isinstance(c, proto.Comparison):
+      v = later.comparison_result(p, idx, 3, c)
+      if v is not None and v.resolvable <= p.tasks[c.task].margin:
+        want.add(p.tasks[c.task].label)
+  named = re.search(r"On (.+?) the seeds resolve differences no larger than the margin",
+                    _stage3_text()).group(1)
+  assert want and set(re.split(r", | and ", named)) == want
+
+
+def test_stage3_exit_reading_quotes_the_matched_cost_intervals():
+  """Where an exit rule's matched-cost comparison is undecided, the reading says a gain at a
+  fixed cost is "not shown" and quotes each baseline's 97.5% interval, not that there is none."""
+  from acl_jax.study import later  # pylint: disable=import-outside-toplevel
+  rs = records.read_all()
+  idx = {(k, r["run"]): r for k, rows in rs.items() for r in rows}
+  text = _stage3_text().replace("−", "-")
+  sentence = next(" ".join(para.split()).replace("−", "-")
+                  for para in open(report.REPORTS[3]).read().split("\n\n")
+                  if "more accurate at a fixed cost" in " ".join(para.split()))
+  for rule in p.rules[3]:
+    if isinstance(rule, proto.ExitRule):
+      for b in rule.baselines:
+        m = later.exit_result(p, idx, 3, rule, b).matched
+        assert m.decide[0] < 0 < m.decide[1], "the reading below is for straddling intervals"
+        assert f"[{m.decide[0]:+.2f}, {m.decide[1]:+.2f}] against {p.label(b)}" in sentence
+  assert "is not shown" in sentence and "does not make" not in text

@@ -18,6 +18,9 @@ def test_exit_contrast_is_shallow_gain_minus_deep_gain():
   assert rules.exit_contrast(method, baseline) == pytest.approx(6.5 / 3 - 0.8 / 3)
   # Swapping the roles flips the sign: the contrast is not symmetric in the exits.
   assert rules.exit_contrast(baseline, method) == pytest.approx(-(6.5 - 0.8) / 3)
+  # No deep exits: the shallow exits' own gain, e.g. one exit against the same exit.
+  one = {6: 80.0}, {6: 78.5}
+  assert rules.exit_contrast(*one, shallow=(6,), deep=()) == pytest.approx(1.5)
 
 
 def test_exit_claim_holds_fails_and_waits():

@@ -17,6 +17,8 @@ import os
 import sys
 from typing import Optional, Union
 
+import numpy as np
+
 from acl_jax.errors import FileError, UserError, open_input
 from acl_jax.names import check_known
 
@@ -353,3 +355,30 @@ def read_generic(path: str, fmt: str, text_column: str, text_pair_column: Option
     want = "one JSON object a line" if fmt == "jsonl" else "a header row naming the columns"
     raise UserError(f"{path} holds no records: expected {want} and at least one labelled row.")
   return cols
+
+
+def holdout(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+  """Seeded split of range(n) into (kept, held out); both sorted, to keep file order.
+
+  Args:
+    n: number of examples.
+    fraction: share held out; round(fraction * n) examples (MR: 7108 -> 711).
+    seed: permutation seed.
+
+  Returns:
+    (kept indices [n - m], held-out indices [m]).
+  """
+  if not 0.0 < fraction < 1.0:
+    raise UserError(f"val_fraction must be in (0, 1), got {fraction}.")
+  m = int(round(fraction * n))
+  if not 0 < m < n:
+    raise UserError(f"Holding out val_fraction={fraction} of {n} training examples as dev "
+                    f"leaves {'no dev' if m == 0 else 'no training'} example: give a dev file "
+                    "(task.dev_file), more examples, or another val_fraction.")
+  perm = np.random.default_rng(seed).permutation(n)
+  return np.sort(perm[m:]), np.sort(perm[:m])
+
+
+def take(cols: Columns, idx: np.ndarray) -> Columns:
+  """The rows `idx` of every column."""
+  return {k: [v[i] for i in idx] for k, v in cols.items()}

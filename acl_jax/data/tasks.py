@@ -16,8 +16,8 @@ import datasets
 import numpy as np
 
 from acl_jax.errors import FileError, UserError
-from acl_jax.names import check_known, env_true
-from acl_jax.data import readers
+from acl_jax.names import check_known
+from acl_jax.data import hub, readers
 
 log = logging.getLogger(__name__)
 
@@ -107,37 +107,11 @@ class TaskData:
 # ---------------------------------------------------------------------------- helpers
 
 
-def holdout(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-  """Seeded split of range(n) into (kept, held out); both sorted, to keep file order.
-
-  Args:
-    n: number of examples.
-    fraction: share held out; round(fraction * n) examples (MR: 7108 -> 711).
-    seed: permutation seed.
-
-  Returns:
-    (kept indices [n - m], held-out indices [m]).
-  """
-  if not 0.0 < fraction < 1.0:
-    raise UserError(f"val_fraction must be in (0, 1), got {fraction}.")
-  m = int(round(fraction * n))
-  if not 0 < m < n:
-    raise UserError(f"Holding out val_fraction={fraction} of {n} training examples as dev "
-                    f"leaves {'no dev' if m == 0 else 'no training'} example: give a dev file "
-                    "(task.dev_file), more examples, or another val_fraction.")
-  perm = np.random.default_rng(seed).permutation(n)
-  return np.sort(perm[m:]), np.sort(perm[:m])
-
-
 def subsample(ds: datasets.Dataset, n: int, seed: int) -> datasets.Dataset:
   """A seeded subsample of n rows (all of them when n is 0 or the dataset is smaller)."""
   if n and len(ds) > n:
     return ds.shuffle(seed=seed).select(range(n))
   return ds
-
-
-def _take(cols: readers.Columns, idx: np.ndarray) -> readers.Columns:
-  return {k: [v[i] for i in idx] for k, v in cols.items()}
 
 
 def _is_empty(text) -> bool:
@@ -150,7 +124,7 @@ def _drop_empty(cols: readers.Columns) -> tuple[readers.Columns, int]:
   fields = [k for k in ("text", "text_pair", "label") if k in cols]
   keep = [i for i in range(len(cols["label"]))
           if not any(_is_empty(cols[k][i]) for k in fields)]
-  return _take(cols, keep), len(cols["label"]) - len(keep)
+  return readers.take(cols, keep), len(cols["label"]) - len(keep)
 
 
 def _sorted_labels(values) -> tuple[str, ...]:
@@ -227,11 +201,6 @@ def _label_values(raw: RawTask, splits: dict[str, readers.Columns]) -> tuple[str
   return _sorted_labels(splits["train"]["label"])
 
 
-def _hub_offline() -> bool:
-  return (env_true("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-          or bool(datasets.config.HF_HUB_OFFLINE))
-
-
 # ---------------------------------------------------------------------------- loaders
 
 
@@ -265,23 +234,14 @@ def _load_glue(spec: TaskSpec, data_dir: Optional[str], opts: LoadOptions) -> Ra
 
 
 def _load_glue_hub(spec: TaskSpec) -> RawTask:
-  fmt = spec.source
-  if _hub_offline():
+  if hub.offline():
     # Fail before datasets tries the network and hangs on retries or a stale cache.
     raise UserError(
         f"GLUE task {spec.name!r}: the hub is offline (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE "
         "is set) and no data_dir was given. Pass a local folder in GLUE TSV layout, e.g. "
         f"--config.task.data_dir=../shared/data/glue ({_glue_layout(spec, '<data_dir>')}).")
-  hub = datasets.load_dataset(GLUE_HUB_PATH, fmt.hub_config)
-  splits = {}
-  for split, hub_split in fmt.hub_splits.items():
-    ds = hub[hub_split]
-    cols = {"text": list(ds[fmt.hub_text]), "label": [str(v) for v in ds["label"]]}
-    if fmt.hub_pair is not None:
-      cols["text_pair"] = list(ds[fmt.hub_pair])
-    splits[split] = cols
   values = tuple(str(i) for i in range(len(spec.label_names)))
-  return RawTask(splits, values, spec.label_names)
+  return RawTask(hub.glue_splits(GLUE_HUB_PATH, spec.source), values, spec.label_names)
 
 
 def _require_data_dir(spec: TaskSpec, data_dir: Optional[str]) -> str:
@@ -305,10 +265,10 @@ def _load_textgcn(spec: TaskSpec, data_dir: Optional[str], opts: LoadOptions) ->
     else:
       raise UserError(f"{spec.source}: document {i} has split {word!r}, which names "
                       "neither 'train' nor 'test'.")
-  train = _take(cols, where["train"])
-  kept, held = holdout(len(where["train"]), opts.val_fraction, opts.split_seed)
-  splits = {"train": _take(train, kept), "dev": _take(train, held),
-            "test": _take(cols, where["test"])}
+  train = readers.take(cols, where["train"])
+  kept, held = readers.holdout(len(where["train"]), opts.val_fraction, opts.split_seed)
+  splits = {"train": readers.take(train, kept), "dev": readers.take(train, held),
+            "test": readers.take(cols, where["test"])}
   return RawTask(splits, _sorted_labels(cols["label"]), None)
 
 
@@ -323,7 +283,7 @@ def _load_quickstart(spec: TaskSpec, data_dir: Optional[str], opts: LoadOptions)
   perm = np.random.default_rng(opts.split_seed).permutation(n)
   parts = {"test": perm[:n_test], "dev": perm[n_test:n_test + n_dev],
            "train": perm[n_test + n_dev:]}
-  splits = {k: _take(cols, np.sort(parts[k])) for k in ("train", "dev", "test")}
+  splits = {k: readers.take(cols, np.sort(parts[k])) for k in ("train", "dev", "test")}
   return RawTask(splits, ("rotten", "fresh"), spec.label_names)
 
 
@@ -347,58 +307,16 @@ def _load_generic(spec: TaskSpec, data_dir: Optional[str], opts: LoadOptions) ->
                                          opts.text_pair_column, opts.label_column)
     sources[split] = (path, "line")
   if "dev" not in splits:
-    kept, held = holdout(len(splits["train"]["label"]), opts.val_fraction, opts.split_seed)
-    splits["dev"] = _take(splits["train"], held)
-    splits["train"] = _take(splits["train"], kept)
+    kept, held = readers.holdout(len(splits["train"]["label"]), opts.val_fraction, opts.split_seed)
+    splits["dev"] = readers.take(splits["train"], held)
+    splits["train"] = readers.take(splits["train"], kept)
     sources["dev"] = sources["train"]
   return RawTask(splits, None, None, sources)
 
 
-def _is_saved_dataset(folder: str) -> bool:
-  """Whether `folder` was written by `Dataset.save_to_disk` or `DatasetDict.save_to_disk`."""
-  return any(os.path.isfile(os.path.join(folder, f))
-             for f in ("dataset_dict.json", "state.json"))
-
-
-def open_hub_dataset(hub_id: str, config: str = "") -> datasets.DatasetDict:
-  """The dataset `hub_id` names, as a DatasetDict.
-
-  A local folder written by `save_to_disk` is read with `datasets.load_from_disk`; any other
-  folder (data files such as train.csv and test.parquet, or a loading script) and any hub id
-  go through `datasets.load_dataset`, the call that downloads when online. Offline, a hub id
-  fails at once instead of waiting on the network.
-  """
-  if not hub_id:
-    raise UserError("The hub task needs a dataset: set --config.task.hub_id to a hub id (e.g. "
-                    "stanfordnlp/imdb) or a local folder, or use a preset such as "
-                    "configs/hub.py:imdb.")
-  if os.path.isdir(hub_id):
-    if _is_saved_dataset(hub_id):
-      ds = datasets.load_from_disk(hub_id)
-      return ds if isinstance(ds, datasets.DatasetDict) else datasets.DatasetDict(train=ds)
-    return datasets.load_dataset(hub_id, config or None)
-  if _hub_offline():
-    raise UserError(
-        f"Hub dataset {hub_id!r}: the hub is offline (HF_HUB_OFFLINE/HF_DATASETS_OFFLINE is "
-        f"set) and {hub_id!r} is no local folder. Go online, or set --config.task.hub_id to a "
-        "folder written by DatasetDict.save_to_disk or holding the data files (train.csv, "
-        "test.csv, ... as datasets.load_dataset reads them).")
-  return datasets.load_dataset(hub_id, config or None)
-
-
-def _hub_labels(ds: datasets.Dataset, column: str) -> tuple[list[str], Optional[list[str]]]:
-  """(label strings, ClassLabel names or None): ClassLabel ids become "0".."K-1" and its
-  unlabelled -1 (e.g. GLUE's test splits) an empty label, which the empty-row policy drops."""
-  feature = ds.features[column]
-  values = list(ds[column])
-  if isinstance(feature, datasets.ClassLabel):
-    return ["" if v is None or v < 0 else str(v) for v in values], list(feature.names)
-  return ["" if v is None else str(v) for v in values], None
-
-
 def _load_hub(spec: TaskSpec, data_dir: Optional[str], opts: LoadOptions) -> RawTask:
   del data_dir
-  hub = open_hub_dataset(opts.hub_id, opts.hub_config)
+  hub = hub.open_hub_dataset(opts.hub_id, opts.hub_config)
   wanted = {k: v for k, v in (opts.hub_splits or {"train": "train"}).items() if v}
   unknown = sorted(set(wanted) - {"train", "dev", "test"})
   if "train" not in wanted or unknown:
@@ -422,15 +340,15 @@ def _load_hub(spec: TaskSpec, data_dir: Optional[str], opts: LoadOptions) -> Raw
                       f"has {ds.column_names}. Set task.text_column/text_pair_column/"
                       "label_column.")
     cols = {k: list(ds[c]) for k, c in columns.items() if k != "label"}
-    cols["label"], names = _hub_labels(ds, opts.label_column)
+    cols["label"], names = hub.labels(ds, opts.label_column)
     cols["row"] = list(range(1, len(ds) + 1))
     class_names = class_names or names
     splits[split] = cols
     sources[split] = (f"{opts.hub_id} split {name!r}", "row")
   if "dev" not in splits:
-    kept, held = holdout(len(splits["train"]["label"]), opts.val_fraction, opts.split_seed)
-    splits["dev"] = _take(splits["train"], held)
-    splits["train"] = _take(splits["train"], kept)
+    kept, held = readers.holdout(len(splits["train"]["label"]), opts.val_fraction, opts.split_seed)
+    splits["dev"] = readers.take(splits["train"], held)
+    splits["train"] = readers.take(splits["train"], kept)
     sources["dev"] = sources["train"]
   if class_names is not None:  # ids in the dataset's own order, named by it
     return RawTask(splits, tuple(str(i) for i in range(len(class_names))), tuple(class_names))
@@ -560,7 +478,7 @@ def load_task(name: str, data_dir: Optional[str] = None, *, text: str = "raw",
     files: generic files: {"train": path, "dev": path, "test": path}; dev/test optional.
     main_metric: overrides the task's model-selection metric (e.g. "macro_f1" for the
       G-Loss protocol on TextGCN).
-    hub_id: hub task: a dataset id, or a local folder (`open_hub_dataset`).
+    hub_id: hub task: a dataset id, or a local folder (`hub.open_hub_dataset`).
     hub_config: hub task: the dataset's config name, if any.
     hub_splits: hub task: {"train": name, "dev": name, "test": name}, the dataset's split
       names; dev and test optional ("" or absent: none; without dev, val_fraction of train is

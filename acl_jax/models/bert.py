@@ -1,13 +1,15 @@
 """BERT-family encoder with per-layer exit heads (Flax Linen).
 
-One module family serves BERT, RoBERTa, DistilBERT and MiniLM: they share the post-LayerNorm
-transformer block and differ only in embeddings (token types, position ids), which
-`EncoderConfig.family` selects. Checkpoint names are mapped onto this tree by `models/hf.py`.
+One module family serves BERT, RoBERTa, DistilBERT, MiniLM and MPNet: they share the
+post-LayerNorm transformer block and differ only in embeddings (token types, position ids) and,
+for MPNet, a relative position bias on the attention scores, which `EncoderConfig.family`
+selects. Checkpoint names are mapped onto this tree by `models/hf.py`.
 
 Parameter tree (what `model.init` returns under "params"):
   encoder/embeddings/{word_embeddings,position_embeddings?,token_type_embeddings?,LayerNorm}
   encoder/layer_{i}/attention/{qkv,out,LayerNorm}        i = 0..M-1
   encoder/layer_{i}/mlp/{fc1,fc2,LayerNorm}
+  encoder/relative_attention_bias/embedding              MPNet: [buckets, heads], all layers
   exit_{m}/{pooler?,classifier}                          m = 1-based layer of the exit
 `pooler` is the exit head's hidden dense layer (every head but "linear": BERT's pooler,
 RoBERTa's classifier.dense, DistilBERT's pre_classifier). The classifier kernel is
@@ -22,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from acl_jax.models import relative
 from acl_jax.models.config import EncoderConfig
 from acl_jax.threefry import threefry2x32
 
@@ -241,11 +244,11 @@ class Embeddings(nn.Module):
     x = embed(cfg.vocab_size, name="word_embeddings")(input_ids)
     if position_ids is not None:
       positions = position_ids
-      if cfg.family == "roberta":  # as below: non-pad tokens count from pad_token_id + 1
+      if cfg.pad_offset_positions:  # as below: non-pad tokens count from pad_token_id + 1
         positions = jnp.where(input_ids != cfg.pad_token_id, position_ids + cfg.pad_token_id + 1,
                               cfg.pad_token_id)
-    elif cfg.family == "roberta":
-      # RoBERTa counts positions from pad_token_id + 1 over non-pad tokens only.
+    elif cfg.pad_offset_positions:
+      # RoBERTa and MPNet count positions from pad_token_id + 1 over non-pad tokens only.
       not_pad = (input_ids != cfg.pad_token_id).astype(jnp.int32)
       positions = jnp.cumsum(not_pad, axis=1) * not_pad + cfg.pad_token_id
     else:
@@ -352,13 +355,26 @@ class ExitHead(nn.Module):
 
 
 class Encoder(nn.Module):
-  """Embeddings plus M transformer layers."""
+  """Embeddings plus M transformer layers (and MPNet's shared relative position bias)."""
   cfg: EncoderConfig
 
   def setup(self):
     self.embeddings = Embeddings(self.cfg)
     for i in range(self.cfg.num_layers):
       setattr(self, f"layer_{i}", TransformerLayer(self.cfg))
+    if self.cfg.relative_attention_num_buckets:
+      self.relative_attention_bias = nn.Embed(
+          self.cfg.relative_attention_num_buckets, self.cfg.num_heads, embedding_init=_INIT,
+          param_dtype=jnp.float32, dtype=jnp.float32)
+
+  def position_bias(self, seq: int, positions: jax.Array | None) -> jax.Array:
+    """[rows or 1, heads, seq, seq] float32 MPNet bias of every score; `positions` [rows,
+    seq] inside each example (packed rows), or None for one example a row from position 0."""
+    if positions is None:
+      idx = relative.buckets(np.arange(seq)[None])
+    else:
+      idx = relative.buckets(positions)
+    return jnp.transpose(self.relative_attention_bias(idx), (0, 3, 1, 2))
 
   def __call__(self, input_ids, attention_mask, token_type_ids=None, train: bool = False,
                drop: DropoutIndex | None = None, packed: Packed | None = None):
@@ -389,6 +405,11 @@ class Encoder(nn.Module):
       bias = segment_bias(packed.segment_ids)
       pool_fn = lambda x, k: pool_packed(x, packed, k)
       rows = packed.num_examples
+    if self.cfg.relative_attention_num_buckets:
+      # One [heads, q, k] bias for all layers, added where the mask's 0s are: the sum equals
+      # HF's scores + position bias + mask at every unmasked score.
+      bias = bias + self.position_bias(x.shape[1], None if packed is None
+                                       else packed.position_ids)
     keys = ("cls",) if self.cfg.exit_pooling == "cls" else ("cls", self.cfg.exit_pooling)
     states = {k: [] for k in keys}
     for i in range(start, stop):

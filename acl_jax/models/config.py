@@ -1,7 +1,8 @@
 """Encoder configuration, read from a Hugging Face `config.json`.
 
-One dataclass covers the BERT, RoBERTa, DistilBERT and MiniLM families: they differ only in
-field names, in whether token types and a pooler exist, and in how position ids are made.
+One dataclass covers the BERT, RoBERTa, DistilBERT, MiniLM and MPNet families: they differ only
+in field names, in whether token types and a pooler exist, in how position ids are made, and
+(MPNet) in a relative position bias added to every layer's attention scores.
 """
 import dataclasses
 import json
@@ -19,7 +20,10 @@ FAMILIES = {
     "roberta": "roberta",
     "xlm-roberta": "roberta",
     "distilbert": "distilbert",
+    "mpnet": "mpnet",
 }
+# Families that number positions from pad_token_id + 1 over non-pad tokens (fairseq's rule).
+PAD_OFFSET_POSITIONS = ("roberta", "mpnet")
 
 EXIT_MODES = ("last", "all")
 EXIT_POOLING = ("cls", "mean")
@@ -53,7 +57,7 @@ class EncoderConfig:
   """Static shape and behaviour of the encoder and its exit heads.
 
   Attributes:
-    family: "bert", "roberta" or "distilbert".
+    family: "bert", "roberta", "distilbert" or "mpnet".
     vocab_size, hidden_size, num_layers, num_heads, intermediate_size: transformer shape.
     max_position_embeddings: size of the learned position table.
     type_vocab_size: token-type table size (0 for DistilBERT, which has none).
@@ -61,7 +65,10 @@ class EncoderConfig:
       from the shape, not a parameter, so training cannot move it (HF freezes it).
     hidden_dropout, attention_dropout: dropout rates used when `train=True`.
     layer_norm_eps: LayerNorm epsilon.
-    pad_token_id: used for RoBERTa's position ids.
+    pad_token_id: used for RoBERTa's and MPNet's position ids.
+    relative_attention_num_buckets: rows of MPNet's relative position bias table (one
+      [buckets, heads] table shared by every layer, added to the attention scores); 0 for the
+      families without one.
     hidden_act: a key of `bert.ACTIVATIONS`: "gelu" (exact erf form, as HF), "gelu_new"/
       "gelu_tanh" or "relu" (`hf.encoder_config` rejects others at load time).
     num_labels: classes of every exit head.
@@ -91,6 +98,7 @@ class EncoderConfig:
   attention_dropout: float = 0.1
   layer_norm_eps: float = 1e-12
   pad_token_id: int = 0
+  relative_attention_num_buckets: int = 0
   hidden_act: str = "gelu"
   num_labels: int = 2
   exits: str = "last"
@@ -106,6 +114,8 @@ class EncoderConfig:
     check_known(self.exit_pooling, EXIT_POOLING, "exit_pooling")
     if self.hidden_size % self.num_heads:
       raise UserError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}.")
+    if self.relative_attention_num_buckets and self.family != "mpnet":
+      raise UserError(f"A relative position bias is MPNet's; family {self.family!r} has none.")
     if self.num_labels < 1:
       raise UserError(f"num_labels must be >= 1, got {self.num_labels}.")
 
@@ -120,11 +130,17 @@ class EncoderConfig:
   def max_length(self) -> int:
     """The longest input, in tokens with the special ones, that the position table covers.
 
-    RoBERTa numbers positions from pad_token_id + 1, so its table of 514 covers 512 tokens.
+    RoBERTa and MPNet number positions from pad_token_id + 1, so a table of 514 covers 512
+    tokens.
     """
-    if self.family == "roberta":
+    if self.pad_offset_positions:
       return self.max_position_embeddings - self.pad_token_id - 1
     return self.max_position_embeddings
+
+  @property
+  def pad_offset_positions(self) -> bool:
+    """Whether positions count from pad_token_id + 1 over non-pad tokens (RoBERTa, MPNet)."""
+    return self.family in PAD_OFFSET_POSITIONS
 
   @property
   def head_spec(self) -> HeadSpec:
@@ -174,6 +190,18 @@ def _hf_fields(hf: dict, family: str) -> dict:
         hidden_act=hf.get("activation", "gelu"),
         sinusoidal_pos_embds=bool(hf.get("sinusoidal_pos_embds", False)),
         classifier_dropout=hf.get("seq_classif_dropout", 0.2))
+  elif family == "mpnet":
+    # MPNetEmbeddings fixes padding_idx to 1 whatever pad_token_id says, and has no token types.
+    kw = dict(
+        vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"],
+        num_layers=hf["num_hidden_layers"], num_heads=hf["num_attention_heads"],
+        intermediate_size=hf["intermediate_size"],
+        max_position_embeddings=hf["max_position_embeddings"], type_vocab_size=0,
+        hidden_dropout=hf.get("hidden_dropout_prob", 0.1),
+        attention_dropout=hf.get("attention_probs_dropout_prob", 0.1),
+        layer_norm_eps=hf.get("layer_norm_eps", 1e-12), pad_token_id=1,
+        relative_attention_num_buckets=hf.get("relative_attention_num_buckets", 32),
+        hidden_act=hf.get("hidden_act", "gelu"))
   else:
     kw = dict(
         vocab_size=hf["vocab_size"], hidden_size=hf["hidden_size"],

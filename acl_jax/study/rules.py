@@ -21,10 +21,11 @@ def _open(look: int) -> str:
 def exit_contrast(method: dict[int, float], baseline: dict[int, float],
                   shallow=(1, 2, 3), deep=(4, 5, 6)) -> float:
   """One seed's mean gain (method − baseline, points) over the shallow exits minus that over
-  the deep ones; positive when the shallow exits gain more."""
+  the deep ones; positive when the shallow exits gain more. No deep exits: the shallow
+  exits' gain itself (the method's exits against the baseline's at the same layers)."""
   def gain(exits):
     return sum(method[m] - baseline[m] for m in exits) / len(exits)
-  return gain(shallow) - gain(deep)
+  return gain(shallow) - (gain(deep) if deep else 0.0)
 
 
 def score_at_layers(curve, layers: float) -> float | None:
