@@ -107,12 +107,12 @@ def run(a) -> None:
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   from acl_jax import data as data_lib  # pylint: disable=import-outside-toplevel
-  from acl_jax.study import protocol, records  # pylint: disable=import-outside-toplevel
+  from acl_jax.study import loader, records  # pylint: disable=import-outside-toplevel
   from acl_jax.train import objectives, scoring  # pylint: disable=import-outside-toplevel
   from acl_jax.train import setup as setup_lib  # pylint: disable=import-outside-toplevel
   from acl_jax.train import step as step_lib  # pylint: disable=import-outside-toplevel
 
-  p = protocol.load()
+  p = loader.load()
   if not p.cost_rules:
     raise SystemExit("The protocol has no cost_rules.")
   task, record = p.cost_rules[0].task, p.cost_rules[0].record

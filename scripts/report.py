@@ -25,7 +25,7 @@ import sys
 
 import numpy as np
 
-from acl_jax.study import later, planner, protocol as proto, records, report as lib, rules
+from acl_jax.study import later, loader, planner, protocol as proto, records, report as lib, rules
 from acl_jax.study import status as study_status
 from acl_jax.study.fmt import mean_sd as fmt_mean, span, table
 from acl_jax.study.report import (Ctx, _stage1_tasks, budget_table, ce_seed0,
@@ -800,7 +800,7 @@ def figures(p: proto.Protocol, rs: dict, out: str = FIGURES) -> list[str]:
 
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  ap.add_argument("--protocol", default=proto.DEFAULT,
+  ap.add_argument("--protocol", default=loader.DEFAULT,
                   help="the study's Protocol: module:NAME or a .py file (default: this "
                   "project's, studies.papers:PAPERS)")
   ap.add_argument("--file", action="append",
@@ -815,7 +815,7 @@ def main(argv=None):
   ap.add_argument("--no_figures", action="store_true")
   a = ap.parse_args(argv)
   p = sweep.load_protocol(a.protocol)
-  own = a.protocol == proto.DEFAULT
+  own = a.protocol == loader.DEFAULT
   if not (own or (a.file and a.records)):
     raise SystemExit(f"--protocol {a.protocol}: name its records folder (--records) and the "
                      "report(s) to fill (--file: a markdown file with <!-- table: NAME --> "

@@ -77,8 +77,9 @@ import sys
 import time
 
 from acl_jax import errors, provenance  # light: no jax
-from acl_jax.study import (aggregate, executors, identity as ident, planner, protocol as proto,
-                           records, runs, slots, status as study_status)
+from acl_jax.study import (aggregate, executors, identity as ident, loader, planner,
+                           protocol as proto, ray_executor, records, runs, slots,
+                           status as study_status)
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN, EVAL = os.path.join(REPO, "train.py"), os.path.join(REPO, "eval.py")
@@ -379,7 +380,7 @@ def make_executor(args) -> executors.Executor:
     if primary(args.extra) is not True:
       raise SystemExit("A multi-host job runs the same sweep on every host: use --executor "
                        "local there.")
-    return executors.RayExecutor(args.address or None)
+    return ray_executor.RayExecutor(args.address or None)
   return executors.LocalExecutor(slots=getattr(args, "workers", 1) or 1)
 
 
@@ -774,10 +775,10 @@ def check_records_folder(args) -> None:
 
 
 def load_protocol(spec: str) -> proto.Protocol:
-  """The protocol `spec` names, checked (`proto.load`); a protocol that is wrong is a
+  """The protocol `spec` names, checked (`loader.load`); a protocol that is wrong is a
   UserError naming it, before any run starts."""
   try:
-    return proto.load(spec)
+    return loader.load(spec)
   except (FileNotFoundError, ValueError) as e:
     text = str(e)
     raise errors.UserError(text if text.startswith("--protocol") else
@@ -789,7 +790,7 @@ def main(argv=None):
   extra = argv[argv.index("--") + 1:] if "--" in argv else []
   argv = argv[:argv.index("--")] if "--" in argv else argv
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  ap.add_argument("--protocol", default=proto.DEFAULT,
+  ap.add_argument("--protocol", default=loader.DEFAULT,
                   help="the study: a Protocol as module:NAME or a .py file (default: this "
                   "project's, studies.papers:PAPERS)")
   ap.add_argument("--stage", type=int, default=0,
@@ -838,7 +839,7 @@ def main(argv=None):
   check_args(args)
   if args.records:
     records.RECORDS = os.path.abspath(args.records)
-  elif (args.stage or args.status) and args.protocol != proto.DEFAULT and not os.environ.get(
+  elif (args.stage or args.status) and args.protocol != loader.DEFAULT and not os.environ.get(
       "ACL_JAX_RECORDS"):
     raise SystemExit(f"--protocol {args.protocol}: give its records folder with --records "
                      "(e.g. runs/my_study/records); results/records holds this project's "

@@ -99,7 +99,6 @@ def test_graph_sees_lazy_and_submodule_imports():
   assert find_cycle({"a": {"b"}, "b": set()}) is None
 
 
-@pytest.mark.xfail(strict=True, reason="protocol -> checks -> planner -> protocol")
 def test_no_import_cycles():
   cycle = find_cycle(import_graph())
   assert cycle is None, "import circle: " + " -> ".join(cycle)

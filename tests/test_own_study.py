@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from acl_jax.study import planner, protocol as proto
+from acl_jax.study import loader, planner, protocol as proto
 from acl_jax.study import records
 from tests import helpers
 
@@ -85,7 +85,7 @@ def local_study(study_file, tmp_path_factory):
 
 def test_own_study_runs_reports_and_resumes(study_file, local_study):
   root, recs = local_study
-  p = proto.load(study_file)
+  p = loader.load(study_file)
   rows = records.read_all(str(recs))
   assert [r["run"] for r in rows["lr"]] == ["task=mine,method=ce,optim.lr=5e-5,seed=0"]
   assert sorted(r["run"] for r in rows["stage1"]) == [

@@ -1,11 +1,11 @@
-"""A protocol the planner could not take to the end is refused when it is made
-(acl_jax/study/checks.py), and the later stages' second looks train every run their rules
+"""A protocol the planner could not take to the end is refused where it enters: loaded or
+planned (acl_jax/study/checks.py), and the later stages' second looks train every run their rules
 read (acl_jax/study/planner.py), on small protocols whose answers are known."""
 import dataclasses
 
 import pytest
 
-from acl_jax.study import later, planner, protocol as proto
+from acl_jax.study import checks, later, loader, planner, protocol as proto
 from acl_jax.study.records import parse_name
 from studies.papers import PAPERS
 
@@ -22,7 +22,9 @@ def _protocol(**kw):
               stages={1: "", 2: ""},
               comparisons=(proto.Comparison("c", "t", "acl", "ce", "noninferior"),),
               lr_grid=(LR,), lr_preferred=LR, budget_gain=None)
-  return proto.Protocol(**{**base, **kw})
+  p = proto.Protocol(**{**base, **kw})
+  checks.check(p)
+  return p
 
 
 def _row(sweep, run, score):
@@ -230,9 +232,9 @@ def test_a_protocol_whose_runs_would_not_start_is_refused_when_it_loads(tmp_path
   when the protocol loads: a method no preset has, a metric no run records, a claim without
   its words, a field no config has (in a task's sets, a grid, an extra)."""
   with pytest.raises(ValueError, match=says) as e:
-    proto.load(_study_file(tmp_path, change))
+    loader.load(_study_file(tmp_path, change))
   assert "\n" not in str(e.value)
-  assert proto.load(_study_file(tmp_path, "name='mine'")).name == "mine"  # the example loads
+  assert loader.load(_study_file(tmp_path, "name='mine'")).name == "mine"  # the example loads
 
 
 def test_the_sweep_refuses_a_wrong_protocol_before_any_run(tmp_path):
@@ -271,8 +273,8 @@ def test_a_comparisons_arms_may_differ_only_in_their_methods_own_fields(tmp_path
       r"comparison 'g' on mine: gloss would train with loss.class_weights='balanced' and ce "
       r"with '' .* a field of neither method, so the verdict would measure it too. Set it for "
       r"both in the sets of task 'mine', e.g. \"loss.class_weights=balanced\"")):
-    proto.load(_study_file(tmp_path, gloss))
-  both = proto.load(_study_file(tmp_path, gloss + ", tasks={'mine': dataclasses.replace("
+    loader.load(_study_file(tmp_path, gloss))
+  both = loader.load(_study_file(tmp_path, gloss + ", tasks={'mine': dataclasses.replace("
                                 "_base.tasks['mine'], sets=_base.tasks['mine'].sets + "
                                 "('loss.class_weights=balanced',))}"))
   ((_, _, _, a, b),) = resolve.paired_arms(both)
@@ -284,7 +286,7 @@ def test_a_comparisons_arms_may_differ_only_in_their_methods_own_fields(tmp_path
            "'scl', 'ce', 'superior'),)}")
   with pytest.raises(ValueError, match=r"stage 2 rule 'acl_vs_ce' on mine: scl would train "
                                        r"with model.dropout=0.2 and ce with -1.0"):
-    proto.load(_study_file(tmp_path, apart))
+    loader.load(_study_file(tmp_path, apart))
   assert {"loss.sigma", "loss.sigma_mode", "loss.gamma_keep"} <= common.method_fields("gloss")
   assert "loss.class_weights" not in common.method_fields("gloss")
   assert {"loss.lam", "loss.gate", "loss.angle_params"} <= common.method_fields("acl")
@@ -310,7 +312,7 @@ def test_a_variant_is_a_method_spelt_with_its_overrides(tmp_path):
   from tests import helpers  # pylint: disable=import-outside-toplevel
   head = ("comparisons=(Comparison('g', 'mine', 'gloss', 'ce_balanced', 'superior'),), "
           "claims={'g': 'G-Loss beats CE, both weighted'}, ")
-  p = proto.load(_study_file(tmp_path, head + "variants={'ce_balanced': proto.Variant("
+  p = loader.load(_study_file(tmp_path, head + "variants={'ce_balanced': proto.Variant("
                              "'ce', ('loss.class_weights=balanced',))}"))
   ((_, _, _, gloss, ce),) = resolve.paired_arms(p)
   assert ce.name == "task=mine,method=ce_balanced,seed=0"
@@ -322,9 +324,9 @@ def test_a_variant_is_a_method_spelt_with_its_overrides(tmp_path):
   assert gloss.config == "configs/files.py:csv,gloss"
   with pytest.raises(ValueError, match=r"variant 'ce_balanced' names method 'cee', which no "
                                        r"preset has"):
-    proto.load(_study_file(tmp_path, head + "variants={'ce_balanced': proto.Variant("
+    loader.load(_study_file(tmp_path, head + "variants={'ce_balanced': proto.Variant("
                            "'cee', ('loss.class_weights=balanced',))}"))
   with pytest.raises(ValueError, match=r"variant 'ce_balanced' sets eval_every, which a "
                                        r"task's sets"):
-    proto.load(_study_file(tmp_path, head + "variants={'ce_balanced': proto.Variant("
+    loader.load(_study_file(tmp_path, head + "variants={'ce_balanced': proto.Variant("
                            "'ce', ('eval_every=5',))}"))

@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from acl_jax.study import aggregate, identity as ident, planner, protocol as proto
+from acl_jax.study import aggregate, checks, identity as ident, loader, planner, protocol as proto
 from acl_jax.study import status as study_status
 from scripts import sweep
 from studies.papers import PAPERS
@@ -809,84 +809,92 @@ def test_a_preset_grid_point_recorded_in_stage1_is_not_work_left():
 
 def test_a_protocol_is_loaded_from_a_module_or_a_file(tmp_path):
   """--protocol: module:NAME, a module's one Protocol, or a .py file; each mistake named."""
-  assert proto.load() is PAPERS and proto.load("studies.papers:PAPERS") is PAPERS
-  assert proto.load("studies.papers") is PAPERS
-  mine = proto.load(os.path.join(helpers.REPO, "studies", "example_csv.py"))
+  assert loader.load() is PAPERS and loader.load("studies.papers:PAPERS") is PAPERS
+  with pytest.raises(ValueError, match="defines 2 Protocol values"):  # PAPERS and BASE
+    loader.load("studies.papers")
+  mine = loader.load(os.path.join(helpers.REPO, "studies", "example_csv.py"))
   assert mine.name == "example_csv" and list(mine.tasks) == ["mine"]
-  named = proto.load(os.path.join(helpers.REPO, "studies", "example_csv.py") + ":STUDY")
+  named = loader.load(os.path.join(helpers.REPO, "studies", "example_csv.py") + ":STUDY")
   assert named.name == "example_csv"
   with pytest.raises(FileNotFoundError, match="no file .*nowhere.py"):
-    proto.load(str(tmp_path / "nowhere.py"))
+    loader.load(str(tmp_path / "nowhere.py"))
   with pytest.raises(FileNotFoundError, match="cannot import studies.nosuch"):
-    proto.load("studies.nosuch")
+    loader.load("studies.nosuch")
   with pytest.raises(ValueError, match="has no Protocol named NOPE"):
-    proto.load("studies.papers:NOPE")
+    loader.load("studies.papers:NOPE")
   with pytest.raises(ValueError, match="has no Protocol named TASKS"):
-    proto.load("studies.papers:TASKS")  # there, but not a Protocol
+    loader.load("studies.papers:TASKS")  # there, but not a Protocol
   two = tmp_path / "two.py"
   two.write_text("import dataclasses\nfrom studies.papers import PAPERS\nSAME = PAPERS\n"
                  "OTHER = dataclasses.replace(PAPERS, name='other')\n")
   with pytest.raises(ValueError, match="defines 2 Protocol values; name one as module:NAME"):
-    proto.load(str(two))
-  assert proto.load(f"{two}:OTHER").name == "other"
+    loader.load(str(two))
+  assert loader.load(f"{two}:OTHER").name == "other"
   none = tmp_path / "none.py"
   none.write_text("X = 1\n")
   with pytest.raises(ValueError, match="defines 0 Protocol values"):
-    proto.load(str(none))
+    loader.load(str(none))
+
+
+def _checked(p, **changes) -> proto.Protocol:
+  """`p` with `changes`, checked as the loader and the planner check it."""
+  p = dataclasses.replace(p, **changes)
+  checks.check(p)
+  return p
 
 
 def test_a_protocol_refuses_what_it_cannot_run():
   comp = proto.Comparison("c", "nosuch", "acl", "ce", "superior")
   with pytest.raises(ValueError, match="names task 'nosuch', not one of the protocol's tasks"):
-    dataclasses.replace(PAPERS, comparisons=PAPERS.comparisons + (comp,))
+    _checked(PAPERS, comparisons=PAPERS.comparisons + (comp,))
   with pytest.raises(ValueError, match="kind 'better' is not 'noninferior' or 'superior'"):
-    dataclasses.replace(PAPERS, comparisons=PAPERS.comparisons + (
+    _checked(PAPERS, comparisons=PAPERS.comparisons + (
         proto.Comparison("c", "rte", "acl", "ce", "better"),))
   with pytest.raises(ValueError, match="stage 2 arm .* names task 'nosuch'"):
-    dataclasses.replace(PAPERS, arms={2: (proto.Arm("nosuch", ("ce",)),)})
+    _checked(PAPERS, arms={2: (proto.Arm("nosuch", ("ce",)),)})
   with pytest.raises(ValueError, match="give the seeds of two looks"):
-    dataclasses.replace(PAPERS, look_seeds=((0, 1, 2),))
+    _checked(PAPERS, look_seeds=((0, 1, 2),))
   with pytest.raises(ValueError, match=r"look_seeds\[0\], the first look's seeds, is empty"):
-    dataclasses.replace(PAPERS, look_seeds=((), (3, 4)))
+    _checked(PAPERS, look_seeds=((), (3, 4)))
   with pytest.raises(ValueError, match=r"stages \[2, 3\]: stage 1 .* must be one of them"):
-    dataclasses.replace(PAPERS, stages={2: "x", 3: "y"})
+    _checked(PAPERS, stages={2: "x", 3: "y"})
   with pytest.raises(ValueError, match=r"arms of stages \[2, 3, 4\]: give later stages. arms"):
-    dataclasses.replace(PAPERS, arms={**PAPERS.arms, 4: ()})
+    _checked(PAPERS, arms={**PAPERS.arms, 4: ()})
   with pytest.raises(ValueError, match=r"rules of stages \[1, 2, 3\]: .*not stage 1"):
-    dataclasses.replace(PAPERS, rules={**PAPERS.rules, 1: ()})
+    _checked(PAPERS, rules={**PAPERS.rules, 1: ()})
   with pytest.raises(ValueError, match="anchors need glue_hf_anchor's record"):
-    dataclasses.replace(PAPERS, glue_hf_anchor=("", ""))
+    _checked(PAPERS, glue_hf_anchor=("", ""))
   no_data = dataclasses.replace(PAPERS.tasks["mr"], sets=("eval_every=0",))
   with pytest.raises(ValueError, match="reads task 'mr' from its task.data_dir"):
-    dataclasses.replace(PAPERS, tasks={**PAPERS.tasks, "mr": no_data},
+    _checked(PAPERS, tasks={**PAPERS.tasks, "mr": no_data},
                         arms={2: (proto.Arm("mr", ("ce",), framework="torch"),)})
   # one method on one task with two `extra`s: one run name for both
   tau = proto.Comparison("c", "rte", "cosine", "ce", "superior", extra=("loss.tau=0.1",))
   with pytest.raises(ValueError, match=r"stage 1 trains ce on rte with extra \[\] and stage 1 "
                                        r"with \['loss.tau=0.1'\]: their runs would share a name"):
-    dataclasses.replace(PAPERS, comparisons=PAPERS.comparisons + (tau,))
+    _checked(PAPERS, comparisons=PAPERS.comparisons + (tau,))
   arm = PAPERS.arms[2][0]
   with pytest.raises(ValueError, match=f"stage 2 trains {arm.methods[0]} on {arm.task} with"):
-    dataclasses.replace(PAPERS, arms={**PAPERS.arms, 2: PAPERS.arms[2] + (
+    _checked(PAPERS, arms={**PAPERS.arms, 2: PAPERS.arms[2] + (
         dataclasses.replace(arm, extra=arm.extra + ("loss.tau=0.1",)),)})
-  dataclasses.replace(PAPERS, arms={**PAPERS.arms, 2: PAPERS.arms[2] + (arm,)})  # the same
+  _checked(PAPERS, arms={**PAPERS.arms, 2: PAPERS.arms[2] + (arm,)})  # the same
   # stages 1 and 3 alone: the stage before 3 is 1, and a stage without arms plans nothing
   # (stage 3's exit rule reads ACL-CL, which stage 2 trains: it goes with stage 2)
-  gap = dataclasses.replace(PAPERS, stages={1: "a", 3: "c"}, arms={3: PAPERS.arms[3]},
+  gap = _checked(PAPERS, stages={1: "a", 3: "c"}, arms={3: PAPERS.arms[3]},
                             rules={3: tuple(r for r in PAPERS.rules[3]
                                             if not isinstance(r, proto.ExitRule))})
   with pytest.raises(ValueError, match="acl_cl on sst2 must be a multi-exit method .* that an "
                                        "arm of stage 3 or before trains"):
-    dataclasses.replace(gap, rules={3: PAPERS.rules[3]})
+    _checked(gap, rules={3: PAPERS.rules[3]})
   assert sweep.planner.later_stage_ready(gap, 3, {})[0] == []
   with pytest.raises(ValueError, match="lr_preferred '3e-5' is not in lr_grid"):
-    dataclasses.replace(PAPERS, lr_preferred="3e-5")
-  one = dataclasses.replace(PAPERS, lr_grid=("5e-5",))
+    _checked(PAPERS, lr_preferred="3e-5")
+  one = _checked(PAPERS, lr_grid=("5e-5",))
   assert one.pick_lr({"5e-5": 1.0}) == "5e-5"
-  three = dataclasses.replace(PAPERS, lr_grid=("1e-5", "2e-5", "5e-5"))
+  three = _checked(PAPERS, lr_grid=("1e-5", "2e-5", "5e-5"))
   assert three.pick_lr({"1e-5": 60.0, "2e-5": 59.8, "5e-5": 59.6}) == "5e-5"  # all tie
   assert three.pick_lr({"1e-5": 61.0, "2e-5": 59.8, "5e-5": 59.6}) == "1e-5"
-  assert not dataclasses.replace(PAPERS, budget_gain=None).budget_doubles(0.0, 100.0)
+  assert not _checked(PAPERS, budget_gain=None).budget_doubles(0.0, 100.0)
   assert PAPERS.label("acl") == "ACL (Embed+Grad)" and PAPERS.label("new") == "new"
   assert PAPERS.later_claims() == [("exits", 2), ("lambda", 2), ("gamma_keep", 2),
                                    ("others", 3)]
@@ -895,7 +903,7 @@ def test_a_protocol_refuses_what_it_cannot_run():
   assert PAPERS.first_seeds(proto.Arm("mr", ("ce",), seeds=(7,))) == (7,)
   assert PAPERS.tasks["mr"].family == "textgcn" and PAPERS.tasks["rte"].config_task == "rte"
   # a task without a prior costs its start-up alone until a run of it is recorded
-  assert dataclasses.replace(PAPERS, prior_epoch_s={}).estimate_seconds("rte", "ce", 3) == 60.0
+  assert _checked(PAPERS, prior_epoch_s={}).estimate_seconds("rte", "ce", 3) == 60.0
 
 
 def test_bad_input_to_the_sweep_is_one_line_before_anything_starts(tmp_path, monkeypatch,

@@ -1,10 +1,10 @@
 """A Protocol's refusals: what its planner could not run, or would run wrongly, named with
-the fix. `Protocol.__post_init__` calls `check`, so a protocol that loads is one the planner
-can take to the end: every run it plans has a name of its own and can be recorded, and every
+the fix. `loader.load` and the planner's `decisions` call `check`, so a protocol that is
+planned is one the planner can take to the end: every run it plans has a name of its own and can be recorded, and every
 rule reads runs that some stage trains.
 """
 from acl_jax import metrics
-from acl_jax.study import estimates, later, protocol as proto, records
+from acl_jax.study import later, protocol as proto, records
 
 # Run-name fields, and the fields the gates set (a grid or `extra` may set neither).
 NAMED = ("task", "method", "seed", "framework")
@@ -94,7 +94,7 @@ def _learning_rates(p) -> None:
   if p.lr_preferred not in p.lr_grid:
     raise ValueError(f"lr_preferred {p.lr_preferred!r} is not in lr_grid "
                      f"{p.lr_grid}; ties go to it.")
-  first = estimates.first_stages(p)  # where each task's own lr is picked
+  first = p.first_stages()  # where each task's own lr is picked
   for task, source in p.lr_from.items():
     if source in p.lr_from or first.get(source, len(p.stages) + 1) > first.get(task, 1):
       raise ValueError(f"lr_from {task!r}: {source!r}: a task takes the lr of a task that "

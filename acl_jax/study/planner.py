@@ -8,7 +8,7 @@ scripts/report.py reads the same decisions to state them. Imports nothing heavy.
 """
 import dataclasses
 
-from acl_jax.study import later, protocol as proto
+from acl_jax.study import checks, later, protocol as proto
 
 @dataclasses.dataclass(frozen=True)
 class Run:
@@ -269,7 +269,9 @@ def _comparison_runs(p: proto.Protocol, st: TaskState, comps, seeds) -> list[Run
 
 
 def decisions(p: proto.Protocol, rows: dict[str, list[dict]]) -> Decisions:
-  """Walks stage 1's gates for every task (the protocol's comparisons and diagnostics)."""
+  """Walks stage 1's gates for every task (the protocol's comparisons and diagnostics), for a
+  protocol the planner can take to the end (`checks.check`, else a ValueError)."""
+  checks.check(p)
   idx = _index(rows)
   done = set(idx)
   # The gates' runs (lr, anchor, budget) of every task come first: they are cheap and each

@@ -173,7 +173,7 @@ def comparison_label(p, c: proto.Comparison) -> str:
 def protocol_tasks_table(ctx: Ctx) -> str:
   p = ctx.p
   del ctx
-  first = estimates.first_stages(p)
+  first = p.first_stages()
   rows = [[t.label, first.get(t.name, "—"), f"`{t.config}:{t.config_task}`", t.max_length,
            t.epochs,
            t.scored, METRIC_NAMES.get(t.metric, t.metric), f"{t.margin:g}",

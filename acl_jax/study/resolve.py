@@ -2,7 +2,7 @@
 a method no preset has, or a config field that does not exist, is refused before its first
 run trains, in one line that names the method or field and where the protocol names it.
 
-`check(protocol, checkout)` (called by `protocol.load`) resolves one run of every kind the
+`check(protocol, checkout)` (called by `loader.load`) resolves one run of every kind the
 planner can release: each task's lr run and budget run, each stage-1 comparison's arms and
 diagnostics, and each later arm's methods at every grid value. The learning rate, the epochs
 and the seed are those of the gates and looks (numbers of a field that exists, whichever

@@ -152,7 +152,7 @@ def stage_totals(p: proto.Protocol, rows: dict, checkout: str) -> dict[int, Stag
     more = identity.not_reused(
         estimates.later_stage_runs(p, s, d.tasks, second_looks=True), rows, checkout)
     whole[s] = [("first looks", runs, est(runs)), ("every second look", more, est(more))]
-  of_task, out = estimates.first_stages(p), {}
+  of_task, out = p.first_stages(), {}
   for stage in p.stages:
     done = [r for name, rs in rows.items() for r in rs
             if stage_of_row(p, name, r, of_task) == stage and not r.get("reused_from")]
