@@ -1,7 +1,7 @@
 """A Protocol's refusals: what its planner could not run, or would run wrongly, named with
 the fix. `loader.load` and the planner's `decisions` call `check`, so a protocol that is
-planned is one the planner can take to the end: every run it plans has a name of its own and can be recorded, and every
-rule reads runs that some stage trains.
+planned is one the planner can take to the end: every run it plans has a name of its own and
+can be recorded, and every rule reads runs that some stage trains.
 """
 from acl_jax import metrics
 from acl_jax.study import later, protocol as proto, records

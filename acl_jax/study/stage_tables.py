@@ -1,15 +1,8 @@
-"""A study's reports: markdown files whose table blocks are rebuilt from the records and the
-protocol, and the tables any protocol gets from its comparisons and gates.
+"""The tables any protocol gets from its comparisons and gates (reporting.py puts them in a
+report's table blocks).
 
-A table sits in a report between marker lines naming it:
-
-  <!-- table: stage1 -->
-  ...rebuilt from the records...
-  <!-- /table -->
-
-`render(text, tables)` rebuilds every block from `tables` ({name: () -> markdown}); a block
-whose table nothing names is an error. `context(protocol, records)` holds the records and
-the planner's decisions on them (`planner.decisions`), from which every table here is built:
+`context(protocol, records)` holds the records and the planner's decisions on them
+(`planner.decisions`), from which every table here is built:
 the comparisons with their verdicts (`stage1_table`), the scores per method and task, the lr
 pick, the budget check, the protocol's tasks and its deviations. A table with nothing
 recorded yet is one "*pending*" line naming what it waits on.
@@ -18,32 +11,10 @@ Imports nothing heavy.
 """
 import collections
 import dataclasses
-import re
 
 from acl_jax.study import estimates, later, planner, protocol as proto
 from acl_jax.study.fmt import mean_sd as fmt_mean, span, table
 from acl_jax.study.tables import axis_table, label, multi_exit_table, pts, select
-
-BLOCK = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
-
-
-def render(text: str, tables) -> tuple[str, list[str]]:
-  """(text with every table block rebuilt by `tables[name]()`, names of blocks that
-  changed)."""
-  changed = []
-
-  def fill(m):
-    name = m.group("name")
-    if name not in tables:
-      raise SystemExit(f"a report has a table block {name!r} that no table builds; the "
-                       f"tables: {', '.join(tables)}.")
-    body = tables[name]()
-    if body != m.group("body"):
-      changed.append(name)
-    return m.group(1) + body + m.group(4)
-
-  return BLOCK.sub(fill, text), changed
-
 
 METRIC_NAMES = {"accuracy": "accuracy (%)", "f1": "F1 (%)", "mcc": "MCC x100"}
 
