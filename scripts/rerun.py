@@ -18,7 +18,7 @@ import subprocess
 import sys
 
 from acl_jax.study import loader
-from acl_jax.study import records
+from acl_jax.study import records, timing
 
 PREFIX = "rerun_"  # the record of tag T is rerun_T
 
@@ -49,7 +49,7 @@ def collect(of: str, run: str, workdir: str, tag: str) -> dict:
   old = original(of, run)
   row = records.row_from_run(workdir, record_of(tag), settings, old["config"], old["set"])
   # trained here, by this command (on the devices its train record names)
-  row.setdefault("timed_on", records.machine(row["train"].get("devices")))
+  row.setdefault("timed_on", timing.machine(row["train"].get("devices")))
   row.update(rerun_of=of, xla_flags=os.environ.get("XLA_FLAGS", ""))
   row = records.make_row(**row)
   records.append(records.path_of(record_of(tag)), row)

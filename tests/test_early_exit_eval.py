@@ -84,7 +84,7 @@ def test_a_stage_runs_evaluations_come_before_its_row(jt_workdir, tmp_path):
   it runs nothing: the row is in."""
   import shutil  # pylint: disable=import-outside-toplevel
   from acl_jax.study import executors, records, runs  # pylint: disable=import-outside-toplevel
-  from acl_jax.study import jobs, steps  # pylint: disable=import-outside-toplevel
+  from acl_jax.study import jobs, steps, timing  # pylint: disable=import-outside-toplevel
   wd = str(tmp_path / "run")
   shutil.copytree(jt_workdir, wd, ignore=shutil.ignore_patterns("early_exit_*", "results_*.json"))
   shutil.copy(os.path.join(jt_workdir, "results.json"), wd)
@@ -111,7 +111,7 @@ def test_a_stage_runs_evaluations_come_before_its_row(jt_workdir, tmp_path):
   assert row["latest"]["checkpoint_step"] == row["train"]["final_step"]
   # what trained it, from train.py's record: here the CPU, so the row is timed on the CPU
   assert row["train"]["devices"] == {"platform": "cpu", "kind": "cpu", "count": 1}
-  assert row["timed_on"] == records.machine() and ", host " not in row["timed_on"]
+  assert row["timed_on"] == timing.machine() and ", host " not in row["timed_on"]
   assert "test/accuracy" in records.scores(row, "latest")
   spent = runs.read_timing(wd)
   assert len(spent["spans"]) == 3 and spent["cpu_seconds"] > 4.0  # training, then 2 evals

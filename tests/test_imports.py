@@ -104,7 +104,6 @@ def test_no_import_cycles():
   assert cycle is None, "import circle: " + " -> ".join(cycle)
 
 
-@pytest.mark.xfail(strict=True, reason="acl_jax/study/records.py, planner.py")
 def test_module_line_limits():
   over = []
   for top in ("scripts", PACKAGE):

@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from acl_jax.study import planner, protocol as proto, records, reporting, stage_tables, summary
-from acl_jax.study import tables
+from acl_jax.study import tables, timing
 from scripts import report
 from studies import papers_pilots, papers_report
 from studies.papers import MULTI_EXIT_EXTRA, PAPERS as p
@@ -735,7 +735,7 @@ def test_a_row_takes_only_its_own_folders_timing(tmp_path):
   wd = tmp_path / "task=r8,method=ce,seed=3"
   wd.mkdir()
   (wd / "results.json").write_text(json.dumps({"train": {}, "checkpoint_step": 1}))
-  records.add_time(str(wd), 10.0, attempt=True, cpu=9.0)
+  timing.add_time(str(wd), 10.0, attempt=True, cpu=9.0)
   row = records.row_from_run(str(wd), "s", {"task": "r8", "method": "ce", "seed": "3"})
   assert (row["seconds"], row["cpu_seconds"]) == (10.0, 9.0) and row["time_spans"]
   copy = tmp_path / "task=r8,method=ce,seed=4"
@@ -747,7 +747,7 @@ def test_a_row_takes_only_its_own_folders_timing(tmp_path):
   evals_only = tmp_path / "task=r8,method=ce,seed=5"
   evals_only.mkdir()
   (evals_only / "results.json").write_text((wd / "results.json").read_text())
-  records.add_time(str(evals_only), 5.0, cpu=4.0)  # an eval.py step, no training attempt
+  timing.add_time(str(evals_only), 5.0, cpu=4.0)  # an eval.py step, no training attempt
   row = records.row_from_run(str(evals_only), "s", {"task": "r8", "method": "ce", "seed": "5"})
   assert row["seconds"] == 5.0 and "cpu_seconds" not in row
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from acl_jax.study import aggregate, records, runs
+from acl_jax.study import aggregate, records, runs, timing
 from tests import helpers
 
 NAME = "task=rte,method=acl,loss.lam=0.5,seed=1"
@@ -75,7 +75,7 @@ def test_the_row_of_a_full_folder_keeps_its_keys_and_order(tmp_path):
   """The row's JSON, byte for byte: the record files' format."""
   wd = _full(tmp_path / NAME)
   row = records.row_from_run(wd, "s", SETTINGS, "configs/glue.py:rte,acl", ["b=2", "a=1"])
-  m = records.machine()
+  m = timing.machine()
   want = (
       '{"sweep": "s", "run": "task=rte,method=acl,loss.lam=0.5,seed=1", "task": "rte", '
       '"method": "acl", "seed": 1, "overrides": {"loss.lam": "0.5"}, '
@@ -134,7 +134,7 @@ def test_a_timing_copied_with_another_run_is_not_this_runs(tmp_path):
   wd = _full(tmp_path / "task=rte,method=acl,loss.lam=0.5,seed=2")  # seed 1's sweep_time.json
   assert runs.read(wd).timing is None
   assert "seconds" not in records.row_from_run(wd, "s", {**SETTINGS, "seed": "2"})
-  records.add_time(wd, 5.0, cpu=4.0)  # this folder's evaluations: its own time starts anew
+  timing.add_time(wd, 5.0, cpu=4.0)  # this folder's evaluations: its own time starts anew
   spent = runs.read_timing(wd)
   assert (spent["seconds"], spent["run"], len(spent["spans"])) == (5.0, runs.folder_name(wd), 1)
 
@@ -268,7 +268,7 @@ def test_a_row_names_the_gpu_its_run_trained_on(tmp_path, monkeypatch):
   gpu = {"platform": "gpu", "kind": "NVIDIA H200", "count": 2}
   _write(wd, {"results.json": {**RESULTS, "train": {**RESULTS["train"], "devices": gpu}}})
   row = records.row_from_run(wd, "s", SETTINGS)
-  assert row["timed_on"] == f"NVIDIA H200 GPU x2, host {records.machine()}"
+  assert row["timed_on"] == f"NVIDIA H200 GPU x2, host {timing.machine()}"
   assert row["train"]["devices"] == gpu
   for name in ("sweep_time.json", "early_exit_entropy_dev.json"):  # as rerun's train.py
     os.remove(os.path.join(wd, name))                              # leaves a folder

@@ -157,7 +157,7 @@ def test_local_slots_give_each_run_its_accelerators_and_cores(monkeypatch):
   assert slots.local_slots() == [slots.Slot({"CUDA_VISIBLE_DEVICES": "4"}, (0, 1)),
                                  slots.Slot({"CUDA_VISIBLE_DEVICES": "5"}, (2, 3))]
   assert slots.local_slots(1) == [slots.Slot({"CUDA_VISIBLE_DEVICES": "4,5"}, ())]
-  # the name a run's row gives the GPU (records.machine), from nvidia-smi for the first one
+  # the name a run's row gives the GPU (timing.machine), from nvidia-smi for the first one
   asked = []
   with monkeypatch.context() as m:
     m.setattr(slots.subprocess, "run", lambda argv, **_: asked.append(argv) or

@@ -12,7 +12,7 @@ import pytest
 
 from acl_jax.study import aggregate, checks, executors, identity as ident, jobs, loader, planner
 from acl_jax.study import protocol as proto, records, runner, slots, stages, steps
-from acl_jax.study import status as study_status
+from acl_jax.study import status as study_status, timing
 from scripts import sweep
 from studies.papers import PAPERS
 from tests import helpers
@@ -595,16 +595,16 @@ def test_rates_on_a_cpu_scale_the_others_by_the_runs_it_shares_with_them():
 
 
 def test_a_run_trained_on_an_accelerator_is_its_seconds_not_a_cpu_rate():
-  """A row timed with a GPU names it (records.machine from the train record's devices); its
+  """A row timed with a GPU names it (timing.machine from the train record's devices); its
   machine seconds are its wall time over the runs that shared the GPU, not its host CPU's,
   and it gives no CPU rate: the estimates plan CPU machines."""
   from acl_jax.study import records  # pylint: disable=import-outside-toplevel
   gpu = {"platform": "gpu", "kind": "NVIDIA H200", "count": 1}
-  timed = records.machine(gpu)
+  timed = timing.machine(gpu)
   assert timed.startswith("NVIDIA H200 GPU x1, host ") and timed.endswith(" cores")
-  assert records.machine({"platform": "tpu", "kind": "TPU v5 lite", "count": 4}).startswith(
+  assert timing.machine({"platform": "tpu", "kind": "TPU v5 lite", "count": 4}).startswith(
       "TPU v5 lite x4, host ")
-  assert records.machine({"platform": "cpu", "kind": "cpu", "count": 8}) == records.machine()
+  assert timing.machine({"platform": "cpu", "kind": "cpu", "count": 8}) == timing.machine()
   assert study_status.accelerator_of({"timed_on": timed}) == "NVIDIA H200 GPU"
   assert study_status.accelerator_of(
       {"timed_on": "NVIDIA H200 GPU (JAX CUDA), host Intel(R) Xeon(R) Processor, 16 cores"}
@@ -634,7 +634,7 @@ def test_the_deadline_estimates_are_this_cpus(tmp_path, monkeypatch, capsys):
   GPU host, one timed ten times as fast on its GPU divides it by ten."""
   folder = tmp_path / "records"
   monkeypatch.setattr(records, "RECORDS", str(folder))
-  monkeypatch.setattr(records, "machine", lambda: "Here CPU (family 1, model 2), 2 cores")
+  monkeypatch.setattr(timing, "machine", lambda: "Here CPU (family 1, model 2), 2 cores")
   p = dataclasses.replace(PAPERS, prior_epoch_s={k: 600 for k in PAPERS.prior_epoch_s})
   lr_run = "lr: task=rte,method=ce,optim.lr=2e-5,seed=0 "
 
@@ -720,11 +720,11 @@ def test_call_returns_the_childs_cpu_seconds():
 
 def test_an_attempt_stopped_with_its_runner_marks_the_timing_incomplete(tmp_path):
   wd = str(tmp_path)
-  records.begin_attempt(wd)
-  records.add_time(wd, 10.0, 2, attempt=True, cpu=8.0)  # a whole attempt
-  records.begin_attempt(wd)  # killed with its runner: no add_time
-  records.begin_attempt(wd)
-  records.add_time(wd, 5.0, 2, attempt=True, cpu=4.0)
+  timing.begin_attempt(wd)
+  timing.add_time(wd, 10.0, 2, attempt=True, cpu=8.0)  # a whole attempt
+  timing.begin_attempt(wd)  # killed with its runner: no add_time
+  timing.begin_attempt(wd)
+  timing.add_time(wd, 5.0, 2, attempt=True, cpu=4.0)
   json.dump({"checkpoint_step": 1, "train": {"final_step": 1}}, open(tmp_path / "results.json",
                                                                       "w"))
   row = records.row_from_run(wd, "s", {"task": "rte", "method": "ce", "seed": "0"})
@@ -736,12 +736,12 @@ def test_a_killed_attempts_time_counts_in_the_machine_hours(tmp_path):
   """An attempt killed with its runner: its wall time from its start to the run's last
   output is the row's lost_seconds, which the machine-hours add to the measured time."""
   wd = str(tmp_path)
-  records.begin_attempt(wd)
+  timing.begin_attempt(wd)
   started = json.load(open(tmp_path / records.RUN_TIME))["open_at"]
   (tmp_path / "console.log").write_text("step 40\n")
   os.utime(tmp_path / "console.log", (started + 50.0, started + 50.0))  # its last output
-  records.begin_attempt(wd)  # the next attempt finds it open: lost
-  records.add_time(wd, 5.0, 2, attempt=True, cpu=4.0)
+  timing.begin_attempt(wd)  # the next attempt finds it open: lost
+  timing.add_time(wd, 5.0, 2, attempt=True, cpu=4.0)
   json.dump({"checkpoint_step": 1, "train": {"final_step": 1}}, open(tmp_path / "results.json",
                                                                       "w"))
   row = records.row_from_run(wd, "s", {"task": "rte", "method": "ce", "seed": "0"})
@@ -764,9 +764,9 @@ def test_a_runner_stopped_after_training_or_during_an_eval_leaves_the_time_incom
     assert run_steps.before(None)  # the attempt opens
     _fake_train([])(jobs.command(job, []))
     if case != "after training":
-      records.add_time(wd, 10.0, 2, attempt=True, cpu=8.0)
+      timing.add_time(wd, 10.0, 2, attempt=True, cpu=8.0)
     if case == "during an eval":
-      records.begin_attempt(wd)  # post_steps opened the eval; its runner died in it
+      timing.begin_attempt(wd)  # post_steps opened the eval; its runner died in it
     assert not run_steps.before(None)  # the successor: finished, nothing to train
     rows[case] = records.row_from_run(wd, "s", job.record_settings, job.config)
   assert "timing_incomplete" not in rows["whole"] and rows["whole"]["seconds"] == 10.0
@@ -780,8 +780,8 @@ def test_a_runner_stopped_after_training_or_during_an_eval_leaves_the_time_incom
   job = jobs.Job({"task": "rte", "method": "ce", "seed": "0"}, "configs/glue.py:rte,ce", [],
                   wd, "s")
   _fake_train([])(jobs.command(job, []))
-  records.begin_attempt(wd)
-  records.add_time(wd, 3.0, 1, cpu=2.0)
+  timing.begin_attempt(wd)
+  timing.add_time(wd, 3.0, 1, cpu=2.0)
   assert records.row_from_run(wd, "s", job.record_settings, job.config)["timing_incomplete"]
 
 

@@ -1,7 +1,8 @@
 """A Protocol's refusals: what its planner could not run, or would run wrongly, named with
-the fix. `loader.load` and the planner's `decisions` call `check`, so a protocol that is
-planned is one the planner can take to the end: every run it plans has a name of its own and
-can be recorded, and every rule reads runs that some stage trains.
+the fix; and a record's rows that the planner's decisions refuse (`later_rows`).
+`loader.load` and the planner's `decisions` call `check`, so a protocol that is planned is
+one the planner can take to the end: every run it plans has a name of its own and can be
+recorded, and every rule reads runs that some stage trains.
 """
 from acl_jax import metrics
 from acl_jax.study import later, protocol as proto, records
@@ -256,3 +257,33 @@ def _costs(p) -> None:
     if not records.SWEEP_NAME.fullmatch(rule.record):
       raise ValueError(f"cost rule {rule}: record {rule.record!r} is not a record name "
                        "(letters, digits, '_', '.', '-').")
+
+
+# ---- rows against the planner's decisions ------------------------------------------------
+
+
+def later_rows(p: proto.Protocol, idx: dict, states: dict) -> None:
+  """Every row of a later stage's record whose task has its lr and epochs decided (`states`:
+  the planner's TaskState of each), checked to have trained at them (`trained_as_planned`),
+  as stage 1's rows are where they are paired: the rules' lookups (`later.find`) name runs
+  without either."""
+  later_records = {p.stage_record[s] for s in p.stages if s > 1}
+  for (record, _), row in idx.items():
+    st = states.get(row.get("task"))
+    if record in later_records and st is not None and None not in (st.lr, st.epochs):
+      trained_as_planned(p, row, st)
+
+
+def trained_as_planned(p: proto.Protocol, row: dict, st) -> dict:
+  """The row, if it trained at the task's picked lr and epochs (`st`, its planner.TaskState);
+  else a ValueError. Run names
+  leave both out (they are the task's decisions), so a row trained before a decision changed
+  would otherwise be paired as if it were planned."""
+  b = row.get("budget", {})
+  lr, epochs = b.get("lr"), b.get("num_epochs")
+  if not proto.same_lr(lr, st.lr) or epochs != st.epochs:
+    raise ValueError(
+        f"{row['sweep']} row {row['run']} trained at lr {lr}, {proto.epochs_text(epochs)}, but "
+        f"{st.task}'s decisions are lr {st.lr}, {proto.epochs_text(st.epochs)}; move the row "
+        f"out of results/records/{row['sweep']}.jsonl (the sweep then trains it again).")
+  return row

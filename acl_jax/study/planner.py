@@ -166,33 +166,8 @@ def task_states(p: proto.Protocol, idx: dict, d: "Decisions") -> dict[str, TaskS
   for t in _sources_first(p, dict.fromkeys(a.task for s in sorted(p.arms) for a in p.arms[s])):
     if t not in states:
       states[t], _ = task_state(p, t, idx, states)
-  check_later_rows(p, idx, states)
+  checks.later_rows(p, idx, states)
   return states
-
-
-def check_later_rows(p: proto.Protocol, idx: dict, states: dict[str, TaskState]) -> None:
-  """Every row of a later stage's record whose task has its lr and epochs decided, checked
-  to have trained at them (`check_trained_as_planned`), as stage 1's rows are where they are
-  paired: the rules' lookups (`later.find`) name runs without either."""
-  later_records = {p.stage_record[s] for s in p.stages if s > 1}
-  for (record, _), row in idx.items():
-    st = states.get(row.get("task"))
-    if record in later_records and st is not None and None not in (st.lr, st.epochs):
-      check_trained_as_planned(p, row, st)
-
-
-def check_trained_as_planned(p: proto.Protocol, row: dict, st: TaskState) -> dict:
-  """The row, if it trained at the task's picked lr and epochs; else a ValueError. Run names
-  leave both out (they are the task's decisions), so a row trained before a decision changed
-  would otherwise be paired as if it were planned."""
-  b = row.get("budget", {})
-  lr, epochs = b.get("lr"), b.get("num_epochs")
-  if not proto.same_lr(lr, st.lr) or epochs != st.epochs:
-    raise ValueError(
-        f"{row['sweep']} row {row['run']} trained at lr {lr}, {proto.epochs_text(epochs)}, but "
-        f"{st.task}'s decisions are lr {st.lr}, {proto.epochs_text(st.epochs)}; move the row "
-        f"out of results/records/{row['sweep']}.jsonl (the sweep then trains it again).")
-  return row
 
 
 def comparison_rows(p: proto.Protocol, idx: dict, st: TaskState, comp: proto.Comparison,
@@ -202,7 +177,7 @@ def comparison_rows(p: proto.Protocol, idx: dict, st: TaskState, comp: proto.Com
   def rows(method):
     got = [idx.get((p.stage_record[1], method_run(p, p.stage_record[1], st, method, s,
                                                  comp.extra).name)) for s in seeds]
-    return [r and check_trained_as_planned(p, r, st) for r in got]
+    return [r and checks.trained_as_planned(p, r, st) for r in got]
   return rows(comp.method), rows(comp.baseline)
 
 
@@ -364,7 +339,7 @@ def later_stage_ready(p: proto.Protocol, stage: int, rows: dict[str, list[dict]]
       continue
     runs += [r for a in arms if a.task == task for r in _arm_runs(p, stage, a, st)]
     runs += second_look_runs(p, stage, task, st, idx)
-  check_later_rows(p, idx, states)
+  checks.later_rows(p, idx, states)
   return [r for r in dict.fromkeys(runs) if (r.sweep, r.name) not in idx], waiting
 
 

@@ -20,7 +20,7 @@ import time
 
 from acl_jax import errors, provenance
 from acl_jax.study import (identity as ident, jobs, protocol as proto, records, resolve, runner,
-                           slots, status as study_status)
+                           slots, status as study_status, timing)
 
 
 @dataclasses.dataclass
@@ -107,7 +107,7 @@ def host_rates(rows: dict, told: dict | None, gpu: str = "") -> dict:
   CPU rates, scaled by how much slower or faster this CPU, or this host's `gpu`
   (`local_gpu`), ran the runs it shares with them. A new factor is printed once (`told`
   holds the last; None prints every time)."""
-  host = study_status.rates_on(rows, study_status.cpu_of({"timed_on": records.machine()}), gpu)
+  host = study_status.rates_on(rows, study_status.cpu_of({"timed_on": timing.machine()}), gpu)
   key = (round(host.factor, 2), host.pairs, host.own)
   if told is None or told.get("key") != key:
     print(f"estimates for {gpu or 'this CPU'}: x{host.factor:.2f} the "

@@ -1,8 +1,8 @@
 """What a sweep run does around train.py, on the host that trains it and under its claim.
 
 `RunSteps` (the executors' `Steps` of a sweep run): the attempt's time is opened
-(`records.begin_attempt`) and, once the executor has its wall and CPU seconds, added
-(`records.add_time`); a run that train.py finished then runs its post steps (`post_steps`:
+(`timing.begin_attempt`) and, once the executor has its wall and CPU seconds, added
+(`timing.add_time`); a run that train.py finished then runs its post steps (`post_steps`:
 eval.py's early-exit sweep on dev, timed on seed 0, and the final weights' scores, as the
 protocol asks), its row is appended to the record (under the record's lock, and not when the
 run is there already) and its checkpoints go (`finish`; `keep_checkpoints` keeps them): the
@@ -18,7 +18,7 @@ import sys
 import time
 
 from acl_jax import provenance
-from acl_jax.study import executors, jobs, records
+from acl_jax.study import executors, jobs, records, timing
 
 
 def local_call(cmd, **kw) -> tuple[int, float]:
@@ -43,11 +43,11 @@ def post_steps(job: jobs.Job, call=local_call, workers: int = 1) -> int:
     if not jobs.has_weights(wd):
       print(f"  {wd} has no checkpoints left for: {' '.join(cmd[2:])}", flush=True)
       return 1
-    records.begin_attempt(wd)  # an eval stopped with its runner leaves it open: lost
+    timing.begin_attempt(wd)  # an eval stopped with its runner leaves it open: lost
     t0 = time.time()
     with open(os.path.join(wd, "eval.log"), "a") as log:
       rc, cpu = call(cmd, stdout=log, stderr=subprocess.STDOUT)
-    records.add_time(wd, time.time() - t0, workers, cpu=cpu)
+    timing.add_time(wd, time.time() - t0, workers, cpu=cpu)
     if rc:
       print(f"  eval FAILED (exit {rc}); see {os.path.join(wd, 'eval.log')}", flush=True)
       return rc
@@ -83,8 +83,8 @@ def finish(job: jobs.Job, record: str | None, keep_checkpoints: bool, extra: lis
 @dataclasses.dataclass(frozen=True)
 class RunSteps(executors.Steps):
   """What a sweep run does around train.py, on the host that trains it and under the run's
-  claim (so once, whatever the drivers): the attempt's time (`records.begin_attempt`, then
-  `records.add_time` with the executor's wall and CPU seconds), then for a finished run its
+  claim (so once, whatever the drivers): the attempt's time (`timing.begin_attempt`, then
+  `timing.add_time` with the executor's wall and CPU seconds), then for a finished run its
   post steps, its row and the pruning of its checkpoints (`finish`). A run that train.py had
   finished (its row, evaluations or pruning left undone) does only the latter."""
   job: jobs.Job
@@ -103,15 +103,15 @@ class RunSteps(executors.Steps):
   def before(self, spec):
     if provenance.run_finished(self.job.workdir):
       # an attempt stopped after train.py finished, before its time was added, is lost
-      records.end_lost_attempt(self.job.workdir)
+      timing.end_lost_attempt(self.job.workdir)
       return False
-    records.begin_attempt(self.job.workdir)
+    timing.begin_attempt(self.job.workdir)
     return True
 
   def after(self, spec, result, call):
     wd = self.job.workdir
     if result.detail != executors.NOT_NEEDED:
-      records.add_time(wd, result.wall_s, self.workers, attempt=True, cpu=result.cpu_s)
+      timing.add_time(wd, result.wall_s, self.workers, attempt=True, cpu=result.cpu_s)
     if result.returncode != 0 or not provenance.run_finished(wd):
       return result
     rc = finish(self.job, self.record, self.keep_checkpoints, list(self.extra), call,
