@@ -5,6 +5,7 @@ import json
 import math
 import os
 import socket
+import sys
 import time
 
 import numpy as np
@@ -941,3 +942,21 @@ def test_an_ad_hoc_runs_task_is_the_configs_own_when_its_argument_names_none(tmp
   (job,) = jobs.jobs_of_args(args)
   assert job.name == "task=quickstart,method=ce,seed=0"
   assert jobs.task_of("configs/glue.py:rte,acl") == "rte"
+
+
+def test_a_config_resolves_without_changing_the_process(monkeypatch, tmp_path):
+  """Resolving a config (a run's identity) loads the checkout's configs by their paths: the
+  working directory and sys.path stay as they were, so the local executor's threads beside
+  it see the process unchanged."""
+  for name in [m for m in list(sys.modules) if m.split(".")[0] == "configs"]:
+    monkeypatch.delitem(sys.modules, name)
+  ident._resolved.cache_clear()  # pylint: disable=protected-access
+  monkeypatch.chdir(tmp_path)
+  # the checkout off the path: only its configs' own paths can load them
+  monkeypatch.setattr(sys, "path", [x for x in sys.path if x not in ("", ".", helpers.REPO)])
+  path = list(sys.path)
+  cfg = ident.resolved_config("configs/glue.py:rte,acl", ("seed=3",), helpers.REPO)
+  assert cfg["seed"] == 3 and cfg["task"]["name"] == "rte"
+  assert os.getcwd() == str(tmp_path) and sys.path == path
+  configs = sys.modules["configs"]
+  assert os.path.dirname(configs.__file__) == os.path.join(helpers.REPO, "configs")

@@ -11,33 +11,48 @@ would refuse it.
 
 Imports ml_collections and the config files, not jax.
 """
-import contextlib
 import functools
 import hashlib
 import importlib
+import importlib.util
 import json
 import os
 import re
 import sys
+import threading
 
 from acl_jax.errors import UserError
 
 RECORD_ONLY = ("progress",)  # fields that change only what a run prints
 
 
-@contextlib.contextmanager
-def _importable(folder: str):
-  """The checkout `folder` importable (its config files import `configs.common`) while the
-  config loads; the process's working directory is left alone (the file is named by its
-  absolute path), and sys.path is restored only where it had to change."""
-  if folder in sys.path:
-    yield
-    return
-  sys.path.insert(0, folder)
-  try:
-    yield
-  finally:
-    sys.path.remove(folder)
+_CONFIGS_LOCK = threading.Lock()
+
+
+def configs_of(checkout: str):
+  """The `configs` package that the checkout's config files import (`from configs import
+  common`): the one already imported, else `<checkout>/configs` imported by its path. The
+  config files are loaded by their absolute paths, so neither the working directory nor
+  sys.path changes while a config resolves: threads beside it (the local executor's) see the
+  process as it was."""
+  with _CONFIGS_LOCK:
+    have = sys.modules.get("configs")
+    if have is not None:
+      return have
+    folder = os.path.join(os.path.abspath(checkout), "configs")
+    init = os.path.join(folder, "__init__.py")
+    if not os.path.isfile(init):
+      raise ImportError(f"{checkout} has no configs package ({init}).")
+    spec = importlib.util.spec_from_file_location("configs", init,
+                                                  submodule_search_locations=[folder])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["configs"] = module  # as an import does: the package before its body runs
+    try:
+      spec.loader.exec_module(module)
+    except BaseException:
+      del sys.modules["configs"]
+      raise
+    return module
 
 
 def _absolute(config: str, cwd: str) -> str:
@@ -54,9 +69,9 @@ def _resolved(config: str, overrides: tuple[str, ...], cwd: str) -> str:
   fv = flags.FlagValues()
   holder = config_flags.DEFINE_config_file("config", None, "the config file",
                                            flag_values=fv, lock_config=True, sys_argv=argv)
-  with _importable(cwd):
-    fv(argv)
-    cfg = holder.value.to_dict()
+  configs_of(cwd)
+  fv(argv)
+  cfg = holder.value.to_dict()
   for key in RECORD_ONLY:
     cfg.pop(key, None)
   return json.dumps(cfg, sort_keys=True, default=str)
@@ -110,11 +125,11 @@ def _has(cfg: dict, key: str) -> bool:
 def _unknown_field(key: str, cwd: str) -> str | None:
   """configs/common.py's message for an unknown field (the closest names, the section's
   fields), where the checkout has it."""
-  with _importable(cwd):
-    try:
-      common = importlib.import_module("configs.common")
-    except ImportError:
-      return None
+  try:
+    configs_of(cwd)
+    common = importlib.import_module("configs.common")
+  except ImportError:
+    return None
   return common.unknown_field(common.base_config(), key)
 
 

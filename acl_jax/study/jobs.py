@@ -15,6 +15,7 @@ and each host logs to its own file (`log_name`).
 Nothing here imports jax.
 """
 import dataclasses
+import importlib
 import itertools
 import os
 import socket
@@ -84,7 +85,8 @@ def task_of(config: str) -> str:
 
 
 def is_method(word: str) -> bool:
-  from configs import common  # pylint: disable=import-outside-toplevel
+  ident.configs_of(REPO)
+  common = importlib.import_module("configs.common")
   return word in common.METHODS or word in common.MULTI_EXIT
 
 

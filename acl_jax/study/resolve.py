@@ -89,8 +89,8 @@ def planned(p: proto.Protocol) -> list[Planned]:
 
 def _config_words(checkout: str):
   """The checkout's configs/common.py: its method presets and multi-exit strategies."""
-  with identity._importable(checkout):  # pylint: disable=protected-access
-    return importlib.import_module("configs.common")
+  identity.configs_of(checkout)
+  return importlib.import_module("configs.common")
 
 
 def check_methods(p: proto.Protocol, checkout: str) -> None:
