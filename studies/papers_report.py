@@ -3,7 +3,8 @@ CLASSES.md), filled from studies/papers.py's protocol and results/records.
 
 Every table any protocol gets (acl_jax/study/reporting.py's TABLES) plus this study's own:
 its anchors (our CE against HF PyTorch on MR, and against the published MiniLM scores on GLUE
-dev), ACL's gate (how often it was on) and the gate's angles by parameter partition. The
+dev), ACL's gate (how often it was on), the gate's angles by parameter partition, and its
+later stages' exit, λ and γ rules in full. The
 pilots from before the protocol are studies/papers_pilots.py's.
 
   python -m scripts.report            # these tables, results/PILOTS.md, results/figures/
@@ -13,7 +14,7 @@ import os
 
 import numpy as np
 
-from acl_jax.study import planner, protocol as proto, records, reporting
+from acl_jax.study import later_tables, planner, protocol as proto, records, reporting
 from acl_jax.study.fmt import mean_sd as fmt_mean, span, table
 from acl_jax.study.stage_tables import Ctx, _stage1_tasks, ce_seed0, pending
 from acl_jax.study.tables import label, pts
@@ -208,8 +209,14 @@ def gate_angles_table(ctx: Ctx) -> str:
       "before the step.\n")
 
 
-TABLES = {**reporting.TABLES, "anchors": anchors_table, "gate": gate_table,
-          "gate_angles": gate_angles_table}
+TABLES = {
+    **reporting.TABLES, "anchors": anchors_table, "gate": gate_table,
+    "gate_angles": gate_angles_table,
+    # results/STAGE2.md and STAGE3.md: this study's exit, λ and γ rules in full
+    **{name: (lambda ctx, name=name: later_tables.stage2_md(ctx.p, ctx.idx, ctx.p.labels)[name])
+       for name in ("stage2_exits", "stage2_lambda", "stage2_gamma_keep")},
+    "stage3_exits": lambda ctx: later_tables.stage3_exits(ctx.p, ctx.idx, ctx.p.labels),
+}
 
 
 def render(p: proto.Protocol, text: str, rs: dict) -> tuple[str, list[str]]:

@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+from acl_jax import errors
 from acl_jax.study import aggregate, checks, executors, identity as ident, jobs, loader, planner
 from acl_jax.study import protocol as proto, records, runner, slots, stages, steps
 from acl_jax.study import status as study_status, timing
@@ -960,3 +961,24 @@ def test_a_config_resolves_without_changing_the_process(monkeypatch, tmp_path):
   assert os.getcwd() == str(tmp_path) and sys.path == path
   configs = sys.modules["configs"]
   assert os.path.dirname(configs.__file__) == os.path.join(helpers.REPO, "configs")
+
+
+def test_the_python_api_plans_and_reports_a_study(tmp_path, monkeypatch, capsys):
+  """`study.run` and `study.report` (README, "Your own study"): the dry run of a study's
+  stage 1 names its first runs, and its report is every table any protocol gets."""
+  from acl_jax import study  # pylint: disable=import-outside-toplevel
+  from acl_jax.study import reporting  # pylint: disable=import-outside-toplevel
+  from studies import example_csv  # pylint: disable=import-outside-toplevel
+  for split in ("train", "dev"):
+    (tmp_path / f"{split}.csv").write_text("text,label\ngood,1\nbad,0\n")
+  p = example_csv.study(str(tmp_path / "train.csv"), str(tmp_path / "dev.csv"))
+  checks.check(p)
+  (tmp_path / "records").mkdir()
+  monkeypatch.setattr(records, "RECORDS", records.RECORDS)  # run() sets the process's
+  study.run(p, 1, records=str(tmp_path / "records"), root=str(tmp_path / "runs"), dry_run=True)
+  assert "lr: task=mine,method=ce,optim.lr=5e-5,seed=0" in capsys.readouterr().out
+  with pytest.raises(errors.UserError, match="stage 2: the protocol 'example_csv' has stages 1"):
+    study.run(p, 2, records=str(tmp_path / "records"), root=str(tmp_path / "runs"))
+  tables = study.report(p, str(tmp_path / "records"))
+  assert list(tables) == list(reporting.TABLES)
+  assert tables["lr"].startswith("*pending*")

@@ -11,7 +11,8 @@ A table sits in a report between marker lines naming it:
 (`stage_tables.context`: the records and the planner's decisions on them): the claims and
 their verdicts, the stages' comparisons, scores, lr picks and budgets, the later stages' rules
 and arms, the Holm correction, per-class results, machine-hours and reruns. A study adds its
-own tables to these (this project's: studies/papers_report.py). A table with nothing recorded
+own tables to these (this project's: studies/papers_report.py, e.g. its stage 2 rules' tables
+in full, which read that stage's exit, λ and γ rules). A table with nothing recorded
 yet is one "*pending*" line naming what it waits on.
 
   from acl_jax import study
@@ -40,9 +41,6 @@ TABLES: dict[str, Table] = {
     "classes": lambda ctx: classes.table(ctx.p, ctx.rs, ctx.p.labels),
     "holm": lambda ctx: holm.table(summary.holm_tests(ctx)),
     "reruns": summary.reruns_table,
-    **{name: (lambda ctx, name=name: later_tables.stage2_md(ctx.p, ctx.idx, ctx.p.labels)[name])
-       for name in ("stage2_exits", "stage2_lambda", "stage2_gamma_keep")},
-    "stage3_exits": lambda ctx: later_tables.stage3_exits(ctx.p, ctx.idx, ctx.p.labels),
     "holm_summary": lambda ctx: holm.summary(summary.holm_tests(ctx),
                                              summary.holm_registered(ctx.p)),
     "stage3_exits_holm": lambda ctx: summary.exit_holm_standing(ctx, 3),
