@@ -94,6 +94,9 @@ def test_own_study_runs_reports_and_resumes(study_file, local_study):
   ce0 = next(r for r in rows["stage1"] if r["run"] == "task=mine,method=ce,seed=0")
   assert ce0["reused_from"] == "lr"
   assert len({r["train"]["params_sha256"] for r in rows["stage1"]}) == 4
+  # each of the 2 workers trained on its share of the cores: its XLA threads, in its row
+  share = max(1, len(os.sched_getaffinity(0)) // 2)
+  assert all(1 <= r["train"]["devices"]["threads"] <= share for r in rows["stage1"])
   d = planner.decisions(p, rows)
   (v,) = d.verdicts.values()
   assert v.n == 2 and v.word in proto.VERDICT_WORDS and not d.ready

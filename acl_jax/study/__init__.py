@@ -34,8 +34,20 @@ run within one host, as the second line. The hosts' clocks must agree to well wi
 
 Nothing here imports jax; `ray` is imported by RayExecutor alone.
 """
-from acl_jax.study.loader import load
-from acl_jax.study.reporting import report
-from acl_jax.study.stages import run
-
 __all__ = ["load", "report", "run"]
+
+
+def __getattr__(name):
+  # The API loads on first use, so that the light readers (`from acl_jax.study import
+  # records, runs`) import nothing heavy: the report brings numpy.
+  # pylint: disable=import-outside-toplevel
+  if name == "load":
+    from acl_jax.study.loader import load
+    return load
+  if name == "run":
+    from acl_jax.study.stages import run
+    return run
+  if name == "report":
+    from acl_jax.study.reporting import report
+    return report
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -3,8 +3,8 @@ r"""What a protocol asks to train next, given the records so far.
 `decisions(protocol, rows)` walks each task through the protocol's gates in order (lr grid, the
 anchor's extra lr, the budget check, then the comparisons' first and second looks) and returns
 the runs each gate needs: `ready` ones (their inputs are recorded) in the order to train them,
-and what still waits on what. scripts/sweep.py trains the ready runs and plans again after each;
-scripts/report.py reads the same decisions to state them. Imports nothing heavy.
+and what still waits on what. stages.py trains the ready runs and plans again after each;
+the report (reporting.py) reads the same decisions to state them. Imports nothing heavy.
 """
 import dataclasses
 

@@ -3,8 +3,8 @@ r"""Compact run records: one JSONL file per sweep, one row per finished run.
   results/records/<sweep>.jsonl
 
 A row says what was trained and what it measured, without checkpoints, so a fresh checkout
-can rebuild every table (scripts/report.py) and a sweep can tell which runs are done
-(scripts/sweep.py):
+can rebuild every table (reporting.py) and a sweep can tell which runs are done
+(runner.py):
 
   {"sweep": "glue", "run": "task=rte,method=acl,seed=0",   # the run's settings, as its name
    "task": "rte", "method": "acl", "seed": 0,
@@ -48,7 +48,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # ACL_JAX_RECORDS points a sweep running from another checkout (a worktree pinned to a
 # commit) at the records of the tree they are committed from.
 RECORDS = os.environ.get("ACL_JAX_RECORDS") or os.path.join(REPO, "results", "records")
-# A run folder's machine time, written by scripts/sweep.py: {"seconds", "attempts", "workers"}.
+# A run folder's machine time, written by timing.py: {"seconds", "attempts", "workers"}.
 RUN_TIME = runs.TIMING
 
 # The settings every row carries as its own columns rather than as overrides.
