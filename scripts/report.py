@@ -1,5 +1,6 @@
-r"""The command line of a study's report (acl_jax/study/reporting.py): the table blocks of its
-markdown files rebuilt from its records and its protocol.
+r"""The command line of a study's report: its markdown files' tables rebuilt from its records.
+
+The tables are acl_jax/study/reporting.py's, built from the records and the protocol.
 
   python -m scripts.report            # RESULTS.md's tables, results/PILOTS.md, results/figures/
   python -m scripts.report --check    # exit 1, naming what differs from the records

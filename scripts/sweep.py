@@ -1,4 +1,6 @@
-r"""The command line of a study's sweeps (acl_jax/study: `stages.run`, `runner.run_all`).
+r"""The command line of a study's sweeps: a protocol's stages, or an ad-hoc grid of runs.
+
+The runner is acl_jax/study's (`stages.run`, `runner.run_all`).
 
 The protocol behind RESULTS.md is fixed in studies/papers.py, its stages run by --stage:
 
