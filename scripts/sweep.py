@@ -116,7 +116,8 @@ def main(argv=None):
   if not args.dry_run and not args.aggregate_only:
     slots.niceness_for_autogroup()  # `nice -n 19 setsid`: behind interactive work too
   if args.stage:
-    stages.run_stage(args.stage, args)
+    if stages.run_stage(args.stage, args):
+      raise SystemExit(1)  # the status is printed; the exit status says that a run failed
     return
   if not args.root:
     raise SystemExit("Give --stage N (of --protocol), --status, or --root and "

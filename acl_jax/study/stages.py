@@ -47,11 +47,11 @@ class Options:
   record: str = ""
 
 
-def run(p: proto.Protocol, stage: int, **options) -> None:
+def run(p: proto.Protocol, stage: int, **options) -> set[str]:
   """Trains stage `stage` of protocol `p` as its gates release runs (`run_stage`), with
-  `options` as `Options` names them (records, root, executor, workers, until, dry_run, ...).
-  The records folder becomes this process's (`records.RECORDS`). Raises errors.UserError for
-  options that cannot work, and SystemExit(1) once the stage has ended with runs failed."""
+  `options` as `Options` names them (records, root, executor, workers, until, dry_run, ...);
+  returns the names of the runs that failed. The records folder becomes this process's
+  (`records.RECORDS`). Raises errors.UserError for options that cannot work."""
   args = Options(study=p, **options)
   check_args(args)
   if args.records:
@@ -60,7 +60,7 @@ def run(p: proto.Protocol, stage: int, **options) -> None:
   if stage not in p.stages:
     raise errors.UserError(f"stage {stage}: the protocol {p.name!r} has stages "
                            f"{', '.join(map(str, sorted(p.stages)))}.")
-  run_stage(stage, args)
+  return run_stage(stage, args)
 
 
 def check_args(args) -> None:
@@ -129,11 +129,12 @@ def start_order(run, stage_record: str, part_trained: bool, est: float,
   return (not part_trained, run.sweep == stage_record, 0.0 if deadline is None else -est)
 
 
-def run_stage(stage: int, args) -> None:
+def run_stage(stage: int, args) -> set[str]:
   """Trains a stage's runs as the protocol's gates release them, on the executor `args` names
   (`make_executor`: `--workers` runs at a time here, each pinned to its own cores when there
   are several, or a Ray cluster's), planning again after every run. With `--until`, a run
-  starts only if its estimate ends before then (`start_order`: which first)."""
+  starts only if its estimate ends before then (`start_order`: which first). Returns the
+  names of the runs that failed (each one's error printed)."""
   p = args.study
   deadline = runner.parse_until(args.until)
   root = args.root = os.path.abspath(args.root or os.path.join(jobs.REPO, "runs", "sweeps"))
@@ -155,7 +156,7 @@ def run_stage(stage: int, args) -> None:
       print(f"{run.sweep}: {run.name} (~{est / 60:.0f} min): {' '.join(run.sets)}")
     for task, what in waiting.items():
       print(f"{task}: waits on {what}")
-    return
+    return set()
 
   declined, told = set(), {}
 
@@ -197,7 +198,7 @@ def run_stage(stage: int, args) -> None:
 
   failed = runner.drive(runner.make_executor(args), next_spec, keep_going=True)
   print(study_status.status(p, records.read_all(), jobs.REPO), flush=True)
-  if failed:  # the status says what is left; the exit status, that a run failed
+  if failed:  # the status says what is left; the caller, that a run failed
     print(f"{len(failed)} run(s) FAILED: {', '.join(sorted(failed))}; each one's error is "
           "above, its whole output in its workdir's console.log", flush=True)
-    raise SystemExit(1)
+  return failed
