@@ -4,7 +4,9 @@ Prints each split's metrics, then its per-class precision, recall and F1, the cl
 the run's labels.json (results.json: per_class). Log lines go to stderr; with --json, stdout
 holds one JSON object alone (each split's metrics with per_class; with --exit_policy, each
 workdir's sweep rows), to be read by another program. Each split's entry in results.json holds
-the hash of the data it scored (data_sha256). A workdir that train.py is still training is
+the hash of the data it scored (data_sha256). Splits whose data differs from what the run
+trained on are scored into results_other_data.json (results_latest_other_data.json) instead,
+so results.json keeps the trained data's scores. A workdir that train.py is still training is
 scored and left as it is: its run writes results.json when it ends.
 
   python eval.py --workdir runs/quickstart --split dev
@@ -137,6 +139,12 @@ def evaluate_workdirs():
                                       dump_features=_DUMP.value, checkpoint=_CHECKPOINT.value,
                                       per_class=True)
   name = "results.json" if _CHECKPOINT.value == "best" else "results_latest.json"
+  changed = evaluate.changed_splits(workdir, results)
+  if changed:  # the run's own scores stay: these go beside them, under a name that says so
+    name = name.replace(".json", "_other_data.json")
+    print(f"{', '.join(changed)}: the data differs from what the run trained on, so these "
+          f"scores go to {os.path.join(workdir, name)}; results.json keeps the scores of the "
+          "data it trained on.", file=sys.stderr, flush=True)
   out = os.path.join(workdir, name)
   # Printed before anything is written: a workdir that cannot be written still gives them.
   if _JSON.value:

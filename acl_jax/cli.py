@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import sys
+import traceback
 import warnings
 
 from absl import app, flags
@@ -60,15 +61,16 @@ def _verbose(argv) -> bool:
 
 
 def user_errors(main):
-  """Wraps an absl `main(argv)`: a user error or a diverged run becomes one line (`fail`)
-  unless --verbose; any other exception propagates, so its traceback is printed (status 1)."""
+  """Wraps an absl `main(argv)`: a user error or a diverged run becomes one line (`fail`),
+  after its traceback with --verbose, and exits 2 (3 for a diverged run) either way; any other
+  exception propagates, so its traceback is printed (status 1)."""
   @functools.wraps(main)
   def wrapped(argv):
     try:
       return main(argv)
     except (*USER_ERRORS, errors.Diverged) as e:
       if _verbose(argv):
-        raise
+        traceback.print_exc()
       fail(str(e) or type(e).__name__,
            EXIT_DIVERGED if isinstance(e, errors.Diverged) else EXIT_USER_ERROR)
   return wrapped
@@ -111,6 +113,6 @@ def parse_flags(argv, closest=None):
       fail(msg)
     cause = e.__cause__ or e.__context__ or e
     if _verbose(argv):
-      raise
+      traceback.print_exc()
     fail(f"{type(cause).__name__}: {cause}" if not str(e) else str(e))
   return None

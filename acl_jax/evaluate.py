@@ -36,6 +36,15 @@ def evaluate_workdir(workdir: str, splits, dump_features: bool = False,
                                     per_class=per_class)}
 
 
+def changed_splits(workdir: str, results: dict) -> list[str]:
+  """The splits of `results` (`evaluate_workdir`'s) scored on data other than the run
+  trained on (their data_sha256 against the run's data record)."""
+  trained_on = fingerprint.read(workdir) or {}
+  return [split for split, r in results.items()
+          if isinstance(r, dict) and split in trained_on and r.get("data_sha256")
+          and r["data_sha256"] != trained_on[split]["sha256"]]
+
+
 def merge_results(old: dict, new: dict) -> dict:
   """results.json after re-evaluating some splits: `new` replaces its entries, the rest stays.
 

@@ -107,12 +107,12 @@ def run(a) -> None:
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   from acl_jax import data as data_lib  # pylint: disable=import-outside-toplevel
-  from acl_jax.study import protocol, records  # pylint: disable=import-outside-toplevel
+  from acl_jax.study import loader, records, timing  # pylint: disable=import-outside-toplevel
   from acl_jax.train import objectives, scoring  # pylint: disable=import-outside-toplevel
   from acl_jax.train import setup as setup_lib  # pylint: disable=import-outside-toplevel
   from acl_jax.train import step as step_lib  # pylint: disable=import-outside-toplevel
 
-  p = protocol.load()
+  p = loader.load()
   if not p.cost_rules:
     raise SystemExit("The protocol has no cost_rules.")
   task, record = p.cost_rules[0].task, p.cost_rules[0].record
@@ -215,7 +215,7 @@ def run(a) -> None:
           budget={"batch_size": int(c0.batch_size), "max_length": int(c0.task.max_length)},
           step_seconds=[round(t, 6) for t in r["times"]],
           **({"term_seconds": [round(t, 8) for t in terms]} if m == term_method else {}),
-          timed_on=records.machine(), code=code)
+          timed_on=timing.machine(), code=code)
       records.append(records.path_of(record), row)
     print(f"recorded in {records.path_of(record)}")
 

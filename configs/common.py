@@ -10,8 +10,8 @@ import functools
 import ml_collections
 
 from acl_jax.errors import UserError
-from acl_jax.names import check_known
-from acl_jax.train.objectives import LOSSES, spec_default
+from acl_jax.names import check_known, lookup
+from acl_jax.train.objectives import GATE_FIELDS, LOSSES, spec_default
 
 # Method presets: a loss family and overrides on top of its SPEC defaults. A preset writes its
 # family's defaults (`acl_jax.train.objectives.LOSSES[name].defaults`: lambda, tau, sigma, ...)
@@ -248,6 +248,22 @@ def apply_args(c: ml_collections.ConfigDict, arg: str | None) -> ml_collections.
                       f"multi-exit strategies: {sorted(MULTI_EXIT)}, or 'runlocal'.")
   c.lock()  # unknown --config.x overrides now fail instead of being silently added
   return c
+
+
+def method_fields(method: str) -> set[str]:
+  """The config fields that are `method`'s own, dotted: the only ones in which a study may
+  train a comparison's two arms differently. loss.name and its loss family's fields
+  (`LossFamily.own_fields`), the fields its preset sets (ACL-Grad's gate fields where it
+  gates); for a multi-exit strategy, model.exits and the multi_exit block (and ACL-CL's
+  ACL fields)."""
+  if method in MULTI_EXIT:
+    own = {"model.exits", *(f"multi_exit.{k}" for k in base_config().multi_exit)}
+    return own | (method_fields("acl") if method == "acl_cl" else {"loss.name"})
+  preset = lookup(METHODS, method, "method")
+  loss = {*LOSSES[preset["name"]].own_fields(), *preset, "name"}
+  if preset.get("gate"):
+    loss |= set(GATE_FIELDS)
+  return {f"loss.{k}" for k in loss}
 
 
 def _apply_method(loss: ml_collections.ConfigDict, method: str) -> None:

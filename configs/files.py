@@ -23,17 +23,24 @@ TASKS = ("csv", "tsv", "jsonl")
 
 def get_config(arg="csv"):
   words = [w for w in (arg or "").split(",") if w]
-  fmt = words.pop(0) if words and words[0] in TASKS else "csv"
-  if words and not common.is_config_word(words[0]):
-    raise UserError(f"Unknown file format {words[0]!r}: configs/files.py reads "
-                    f"{', '.join(TASKS)} (then optional method words and 'runlocal'); save "
-                    "the data as CSV, TSV or JSONL.")
+  if words and words[0] in TASKS:
+    fmt = words.pop(0)
+  else:  # no format word: the first is a method, or a format the files cannot be read as
+    fmt = "csv"
+    if words and not common.is_config_word(words[0]):
+      raise UserError(f"Unknown file format {words[0]!r}: configs/files.py reads "
+                      f"{', '.join(TASKS)} (then optional method words and 'runlocal'); save "
+                      f"the data as CSV, TSV or JSONL. Methods: {', '.join(common.METHODS)}, "
+                      f"{', '.join(common.MULTI_EXIT)}.")
+  # after the format, a word that is no method is named as one (common.apply_args)
   c = common.base_config()
   c.task.name = fmt
   c = common.apply_args(c, ",".join(words))
   # G-Loss on a file of one's own weighs its classes, as the G-Loss reference does: unweighted,
   # its graph term let a rare class go unpredicted (README, "G-Loss and rare classes");
-  # --config.loss.class_weights= turns it off.
+  # --config.loss.class_weights= turns it off. A study that compares it with another method
+  # sets the weights for both (the task's sets): a protocol is refused otherwise
+  # (acl_jax/study/resolve.py), as the two would differ in more than the method.
   if c.loss.name == "gloss" and not c.loss.class_weights:
     c.loss.class_weights = "balanced"
   return c

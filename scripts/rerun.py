@@ -17,8 +17,8 @@ import os
 import subprocess
 import sys
 
-from acl_jax.study import protocol as proto
-from acl_jax.study import records
+from acl_jax.study import loader
+from acl_jax.study import records, timing
 
 PREFIX = "rerun_"  # the record of tag T is rerun_T
 
@@ -49,7 +49,7 @@ def collect(of: str, run: str, workdir: str, tag: str) -> dict:
   old = original(of, run)
   row = records.row_from_run(workdir, record_of(tag), settings, old["config"], old["set"])
   # trained here, by this command (on the devices its train record names)
-  row.setdefault("timed_on", records.machine(row["train"].get("devices")))
+  row.setdefault("timed_on", timing.machine(row["train"].get("devices")))
   row.update(rerun_of=of, xla_flags=os.environ.get("XLA_FLAGS", ""))
   row = records.make_row(**row)
   records.append(records.path_of(record_of(tag)), row)
@@ -58,7 +58,7 @@ def collect(of: str, run: str, workdir: str, tag: str) -> dict:
 
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  ap.add_argument("--protocol", default=proto.DEFAULT,
+  ap.add_argument("--protocol", default=loader.DEFAULT,
                   help="the study whose scoring the numbers follow (module:NAME or a .py file)")
   ap.add_argument("--of", required=True, help="the original's record, e.g. stage1")
   ap.add_argument("--run", required=True, help="the original's run name")
@@ -66,7 +66,7 @@ def main(argv=None):
   ap.add_argument("--collect", metavar="WORKDIR",
                   help="record a folder already trained with the original's command")
   a = ap.parse_args(argv)
-  p = proto.load(a.protocol)
+  p = loader.load(a.protocol)
   row = original(a.of, a.run)
   workdir = a.collect or os.path.join(records.REPO, "runs", "rerun", a.tag, a.run)
   if not a.collect:

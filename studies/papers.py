@@ -264,7 +264,7 @@ DEVIATIONS = (
 )
 
 # Earlier runs at 200-300 steps, kept as records (RESULTS.md labels them short-budget pilots);
-# pilot_textgcn_more's runs were not kept, only its summary (scripts/report.py PILOT_SUMMARIES).
+# pilot_textgcn_more's runs were not kept, only its summary (papers_pilots.py PILOT_SUMMARIES).
 PILOTS = ("pilot_glue", "pilot_single_mr", "pilot_lambda_mr", "pilot_gloss_ablation_mr",
           "pilot_multi_exit", "pilot_grad_conflict", "pilot_textgcn_more")
 

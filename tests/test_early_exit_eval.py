@@ -78,28 +78,28 @@ def test_evaluate_latest_checkpoint(jt_workdir):
 
 def test_a_stage_runs_evaluations_come_before_its_row(jt_workdir, tmp_path):
   """What a stage sweep does once a multi-exit run has trained, on the host that trained it
-  (`scripts.sweep.RunSteps.after`, with the command runner an executor hands it): eval.py's
-  early-exit sweep on dev (untimed: seed 1) and the final weights' test scores, each timed
+  (`acl_jax.study.steps.RunSteps.after`, with the command runner an executor hands it):
+  eval.py's early-exit sweep on dev (untimed: seed 1) and the final weights' test scores, each timed
   into the run's time; then the row, holding both; then the checkpoints pruned. Done again,
   it runs nothing: the row is in."""
   import shutil  # pylint: disable=import-outside-toplevel
   from acl_jax.study import executors, records, runs  # pylint: disable=import-outside-toplevel
-  from scripts import sweep  # pylint: disable=import-outside-toplevel
+  from acl_jax.study import jobs, steps, timing  # pylint: disable=import-outside-toplevel
   wd = str(tmp_path / "run")
   shutil.copytree(jt_workdir, wd, ignore=shutil.ignore_patterns("early_exit_*", "results_*.json"))
   shutil.copy(os.path.join(jt_workdir, "results.json"), wd)
-  job = sweep.Job({"task": "local", "method": "jt", "seed": "1"},
+  job = jobs.Job({"task": "local", "method": "jt", "seed": "1"},
                   "configs/quickstart.py:runlocal,jt", [], wd, "s", early_exit="0.01,0.7",
                   latest="test")
   rec = str(tmp_path / "s.jsonl")
-  steps = sweep.RunSteps(job, rec, keep_checkpoints=False)
+  run_steps = steps.RunSteps(job, rec, keep_checkpoints=False)
   commands = []
 
   def call(argv, **kw):  # as an executor's: the command's exit code and CPU seconds
     commands.append(argv[2:])
     return executors.call(argv, cwd=helpers.REPO, env=helpers.env(), **kw)
   ran = executors.RunResult(job.name, executors.RAN, returncode=0, wall_s=5.0, cpu_s=4.0)
-  res = steps.after(None, ran, call)
+  res = run_steps.after(None, ran, call)
   assert res.returncode == 0, open(os.path.join(wd, "eval.log")).read()[-3000:]
   assert commands == [
       ["--workdir", wd, "--exit_policy", "entropy", "--thresholds", "0.01,0.7", "--split",
@@ -110,13 +110,16 @@ def test_a_stage_runs_evaluations_come_before_its_row(jt_workdir, tmp_path):
   assert all(r["speedup"] is None for r in row["early_exit"]["entropy"])  # untimed
   assert row["latest"]["checkpoint_step"] == row["train"]["final_step"]
   # what trained it, from train.py's record: here the CPU, so the row is timed on the CPU
-  assert row["train"]["devices"] == {"platform": "cpu", "kind": "cpu", "count": 1}
-  assert row["timed_on"] == records.machine() and ", host " not in row["timed_on"]
+  # and the host threads it ran on: the cores train.py was pinned to (XLA:CPU's pool)
+  devices = dict(row["train"]["devices"])
+  assert devices.pop("threads") >= 1
+  assert devices == {"platform": "cpu", "kind": "cpu", "count": 1}
+  assert row["timed_on"] == timing.machine() and ", host " not in row["timed_on"]
   assert "test/accuracy" in records.scores(row, "latest")
   spent = runs.read_timing(wd)
   assert len(spent["spans"]) == 3 and spent["cpu_seconds"] > 4.0  # training, then 2 evals
   assert not os.path.exists(os.path.join(wd, "ckpt")) and not os.path.exists(
       os.path.join(wd, "best"))
-  assert steps.done()
-  assert steps.after(None, ran, call).returncode == 0 and len(commands) == 2
+  assert run_steps.done()
+  assert run_steps.after(None, ran, call).returncode == 0 and len(commands) == 2
   assert len(records.read(rec)) == 1

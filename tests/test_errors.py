@@ -251,7 +251,8 @@ def test_eval_beside_a_run_still_training_prints_and_writes_nothing(trained, tmp
 def test_results_json_names_the_data_each_split_was_scored_on(trained, tmp_path):
   """Each split's scores in results.json carry the hash of the data they are of: train.py's
   (the data the run trained on) and eval.py's, which stay equal while the data does; eval.py
-  on changed data warns and records the new hash beside its scores."""
+  on changed data warns and writes its scores, with the new hash, beside results.json, which
+  keeps the trained data's."""
   import json
   wd = _copy(trained, str(tmp_path))
   res = json.load(open(os.path.join(wd, "results.json")))
@@ -270,9 +271,10 @@ def test_results_json_names_the_data_each_split_was_scored_on(trained, tmp_path)
   p = helpers.run_py(["eval.py", "--workdir", wd])
   assert p.returncode == 0, p.stderr[-3000:]
   assert "The data scored here differs from what the run trained" in p.stderr
-  now = json.load(open(os.path.join(wd, "results.json")))
-  assert now["dev"]["data_sha256"] != res["train"]["data"]["dev"]["sha256"]
-  assert now["train"]["data"]["dev"]["sha256"] == res["train"]["data"]["dev"]["sha256"]
+  assert "dev: the data differs from what the run trained on" in p.stderr
+  assert json.load(open(os.path.join(wd, "results.json"))) == again
+  other = json.load(open(os.path.join(wd, "results_other_data.json")))
+  assert other["dev"]["data_sha256"] != res["train"]["data"]["dev"]["sha256"]
 
 
 def _fault_run(tiny_model_dir, wd, worker, *args):
@@ -318,9 +320,11 @@ def test_a_diverged_run_stops_in_one_line_naming_its_last_good_checkpoint(tiny_m
 
 
 def test_verbose_shows_the_traceback(tmp_path):
+  """--verbose adds the traceback; the error is still a user error: status 2, its line last."""
   p = helpers.run_py(["train.py", "--config", "configs/files.py", "--workdir",
                       str(tmp_path / "run"), "--verbose"])
-  assert p.returncode != 0 and "Traceback" in p.stderr and "--config.task.train_file" in p.stderr
+  assert p.returncode == 2 and "Traceback" in p.stderr and "--config.task.train_file" in p.stderr
+  assert p.stderr.strip().splitlines()[-1].startswith("error: ")
 
 
 def test_a_busy_workdir_is_one_message_naming_the_holder(tmp_path):
@@ -474,3 +478,13 @@ def test_the_default_run_exports_and_matches_predict_in_plain_transformers(train
     got = torch.softmax(model(**tok(texts, padding=True, truncation=True,
                                     return_tensors="pt")).logits, -1).numpy()
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_the_never_predicted_warning_says_what_the_run_can_still_do():
+  """A run that weighs its classes already is not told to weigh them."""
+  from acl_jax.train import scoring
+  plain = scoring.never_predicted("dev", {"rare": 3}, 100)
+  weighted = scoring.never_predicted("dev", {"rare": 3}, 100, "balanced")
+  assert "Weight the loss by class frequency (--config.loss.class_weights=balanced)" in plain
+  assert "Weight the loss" not in weighted
+  assert "already weighs the classes by frequency" in weighted and "train longer" in weighted

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from acl_jax.study import estimates, identity as ident, planner, protocol as proto, records
-from scripts import sweep
+from acl_jax.study import checks, estimates, identity as ident, jobs, planner, protocol as proto
+from acl_jax.study import records
 from studies.papers import PAPERS
 from tests import helpers
 
@@ -29,25 +29,27 @@ def test_a_torch_arm_is_planned_and_commanded_like_any_run():
                                      for s in (0, 1)]
   assert {r.name for r in runs if r.framework == "jax"} == {
       f"task=mr,method=ce,seed={s}" for s in (0, 1)}
-  job = sweep.job_of(torch[1], "/runs")
-  cmd = sweep.torch_command(job)
+  job = jobs.job_of(torch[1], "/runs")
+  cmd = jobs.torch_command(job)
   assert cmd[1:4] == ["-m", "benchmarks.hf_run", "--workdir"]
   assert cmd[4] == job.workdir
   flags = dict(zip(cmd[5::2], cmd[6::2]))
   assert flags == {"--task": "mr", "--data_dir": "../shared/data", "--max_length": "64",
                    "--lr": "5e-5", "--epochs": "3", "--seed": "1"}
-  assert sweep._command(job, []) == cmd  # pylint: disable=protected-access
+  assert jobs.command(job, []) == cmd
   # the torch and jax runs of one seed are other runs
-  jax_job = sweep.job_of(next(r for r in runs if r.framework == "jax"), "/runs")
-  assert ident.settings_identity(jax_job.config, jax_job.set, jax_job.settings, sweep.REPO) \
-      != ident.settings_identity(job.config, job.set, job.settings, sweep.REPO)
+  jax_job = jobs.job_of(next(r for r in runs if r.framework == "jax"), "/runs")
+  assert ident.settings_identity(jax_job.config, jax_job.set, jax_job.settings, jobs.REPO) \
+      != ident.settings_identity(job.config, job.set, job.settings, jobs.REPO)
 
 
 def test_a_torch_arm_trains_ce_alone():
   with pytest.raises(ValueError, match="trains CE alone"):
-    dataclasses.replace(PAPERS, arms={2: (proto.Arm("mr", ("acl",), framework="torch"),)})
+    checks.check(dataclasses.replace(PAPERS, arms={2: (proto.Arm("mr", ("acl",),
+                                                                  framework="torch"),)}))
   with pytest.raises(ValueError, match="framework 'tf'"):
-    dataclasses.replace(PAPERS, arms={2: (proto.Arm("mr", ("ce",), framework="tf"),)})
+    checks.check(dataclasses.replace(PAPERS, arms={2: (proto.Arm("mr", ("ce",),
+                                                                  framework="tf"),)}))
 
 
 @pytest.mark.needs_shared_data

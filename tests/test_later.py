@@ -4,8 +4,7 @@ import dataclasses
 
 import pytest
 
-from acl_jax.study import later
-from scripts import report
+from acl_jax.study import later, stage_tables, summary
 from studies.papers import PAPERS as p
 
 S1, S2 = p.stage_record[1], p.stage_record[2]
@@ -134,7 +133,7 @@ def test_the_claims_table_shows_a_decided_later_claim():
   for r in rows:
     r["sweep"] = S2
   def cells(records):
-    claims = report.claims_table(report.context(p, records))
+    claims = summary.claims_table(stage_tables.context(p, records))
     return next(x for x in claims.splitlines() if x.startswith(f"| {p.claims['exits']}"))
   # stage 3 tests the claim again, against 2ST and ALT: pending, then decided beside stage 2's
   got = cells({S2: rows})
@@ -191,7 +190,7 @@ def test_an_undecided_later_rule_releases_its_second_look():
 
 
 def test_the_rarest_class_is_reported_and_a_collapse_is_noted():
-  from scripts import classes  # pylint: disable=import-outside-toplevel
+  from acl_jax.study import classes  # pylint: disable=import-outside-toplevel
   def rows(method, rare):
     return [{"run": later.run_name("r8", method, s), "task": "r8", "method": method, "seed": s,
              "latest": {"test": {"accuracy": 0.97, "macro_f1": 0.9,
@@ -218,14 +217,14 @@ def test_a_rerun_is_set_beside_its_original():
                train={"params_sha256": "2" * 16})
   for rerun, want in ((same, ["30.0000", "3 of 3", "yes"]),
                       (moved, ["31.0000", "2 of 3", "no (`11111111` / `22222222`)"])):
-    text = report.reruns_table(report.context(p, {S1: [old], "rerun_head": [rerun]}))
+    text = summary.reruns_table(stage_tables.context(p, {S1: [old], "rerun_head": [rerun]}))
     cells = [c.strip() for c in text.splitlines()[2].strip("|").split("|")]
     assert cells[1:3] == ["`aaaaaaa` on CPU A", "`bbbbbbb` on CPU B"]
     assert [cells[3]] + cells[4:] == ["30.0000"] + want
 
 
 def test_stage2_detail_tables_render_the_rules():
-  from scripts import later_tables  # pylint: disable=import-outside-toplevel
+  from acl_jax.study import later_tables  # pylint: disable=import-outside-toplevel
   rows = [_multi_exit_row(m, s, g) for s in SEEDS
           for m, g in (("acl_cl", {k: v + 0.05 * s for k, v in SHALLOW.items()}), ("jt", {}),
                        ("kd", {}))]
@@ -251,7 +250,7 @@ def test_a_described_grid_is_each_value_against_stage1s_preset_paired_by_seed():
   """STAGE3.md's sigma block: every sigma of stage 3's grid and the preset (0.667, stage 1's
   runs) with its mean, and each value's paired difference to the preset, seed by seed; pending
   until every value's first look is recorded."""
-  from scripts import later_tables  # pylint: disable=import-outside-toplevel
+  from acl_jax.study import later_tables  # pylint: disable=import-outside-toplevel
   S3 = p.stage_record[3]
   d = p.described[0]
   # the seeds' offsets cancel in a paired difference and dominate an unpaired one
@@ -279,7 +278,7 @@ def test_a_described_grid_is_each_value_against_stage1s_preset_paired_by_seed():
 def test_stage3_exit_table_reads_acl_cl_from_stage2_and_its_baselines_from_stage3():
   """STAGE3.md's shallow-exit block: ACL-CL's rows come from stage 2's record, 2ST's and ALT's
   from stage 3's; a missing baseline run leaves the block pending."""
-  from scripts import later_tables  # pylint: disable=import-outside-toplevel
+  from acl_jax.study import later_tables  # pylint: disable=import-outside-toplevel
   S3 = p.stage_record[3]
   acl = [_multi_exit_row("acl_cl", s, {k: v + 0.05 * s for k, v in SHALLOW.items()})
          for s in SEEDS]
@@ -347,7 +346,7 @@ def test_a_baselines_missing_second_look_seeds_train_in_the_later_stage():
 def test_an_exit_rule_reads_the_exits_it_names():
   """A 4-layer model's rule (shallow 1-2, deep 3-4) reads exits 1-4 alone, and the table shows
   them and the rule's own described layers."""
-  from scripts import later_tables  # pylint: disable=import-outside-toplevel
+  from acl_jax.study import later_tables  # pylint: disable=import-outside-toplevel
   rule = dataclasses.replace(RULE, shallow=(1, 2), deep=(3, 4), layers=2.0,
                              described_layers=(3.0,))
   rows = [_multi_exit_row(m, s, g) for s in SEEDS
@@ -388,7 +387,6 @@ def test_a_later_multi_exit_arm_gains_over_the_baseline_of_the_stage_before():
   over JT's runs of the same settings in stage 2's record, and every score is the final
   weights' (the last dev evaluation), not the selected checkpoint's (`final`, here a decoy
   off by an amount that varies with method and seed)."""
-  from acl_jax.study import report as study_report  # pylint: disable=import-outside-toplevel
 
   def row(m, s, g):
     r = _multi_exit_row(m, s, g)
@@ -398,6 +396,25 @@ def test_a_later_multi_exit_arm_gains_over_the_baseline_of_the_stage_before():
   rs = {S2: [row("jt", s, {}) for s in SEEDS],
         p.stage_record[3]: [row(m, s, {1: g}) for s in SEEDS
                             for m, g in (("2st", 1.0), ("alt", -2.0))]}
-  text = study_report.arm_tables(study_report.context(p, rs), 3)
+  text = stage_tables.arm_tables(stage_tables.context(p, rs), 3)
   assert "| JT | 81.10 ± 0.10 (n=3) |" in text
   assert "| 2ST | +1.00 [" in text and "| ALT | -2.00 [" in text
+
+
+def test_per_class_results_are_any_tasks():
+  """A study's task scored on test (not a TextGCN corpus) gets its per-class row under
+  "task"; a study with no such run is pending in words that name no corpus of this project."""
+  from acl_jax.study import classes  # pylint: disable=import-outside-toplevel
+  mine = dataclasses.replace(p.tasks["rte"], name="mine", label="Mine", scored="test")
+  q = dataclasses.replace(p, tasks={**p.tasks, "mine": mine})
+  rs = {S1: [{"run": later.run_name("mine", "ce", s), "task": "mine", "method": "ce",
+              "seed": s, "latest": {"test": {"accuracy": 0.9, "macro_f1": 0.8,
+                                             "per_class_recall": {"a": 0.95, "b": 0.5},
+                                             "per_class_support": {"a": 90, "b": 10}}}}
+             for s in SEEDS]}
+  table = classes.table(q, rs, q.labels)
+  assert table.startswith("| task | method |")
+  assert "| Mine | CE | 90.00 ± 0.00 (n=3) | 80.00 ± 0.00 (n=3) | 50.00 ± 0.00 (n=3) (b; " \
+         "support 10) |" in table
+  assert "TextGCN" not in classes.table(q, {}, q.labels)
+  assert classes.table(q, {}, q.labels).startswith("*pending*: no run has recorded")

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from acl_jax.study import planner, protocol as proto
+from acl_jax.study import loader, planner, protocol as proto
 from acl_jax.study import records
 from tests import helpers
 
@@ -85,7 +85,7 @@ def local_study(study_file, tmp_path_factory):
 
 def test_own_study_runs_reports_and_resumes(study_file, local_study):
   root, recs = local_study
-  p = proto.load(study_file)
+  p = loader.load(study_file)
   rows = records.read_all(str(recs))
   assert [r["run"] for r in rows["lr"]] == ["task=mine,method=ce,optim.lr=5e-5,seed=0"]
   assert sorted(r["run"] for r in rows["stage1"]) == [
@@ -94,6 +94,9 @@ def test_own_study_runs_reports_and_resumes(study_file, local_study):
   ce0 = next(r for r in rows["stage1"] if r["run"] == "task=mine,method=ce,seed=0")
   assert ce0["reused_from"] == "lr"
   assert len({r["train"]["params_sha256"] for r in rows["stage1"]}) == 4
+  # each of the 2 workers trained on its share of the cores: its XLA threads, in its row
+  share = max(1, len(os.sched_getaffinity(0)) // 2)
+  assert all(1 <= r["train"]["devices"]["threads"] <= share for r in rows["stage1"])
   d = planner.decisions(p, rows)
   (v,) = d.verdicts.values()
   assert v.n == 2 and v.word in proto.VERDICT_WORDS and not d.ready
@@ -115,6 +118,10 @@ def test_own_study_runs_reports_and_resumes(study_file, local_study):
   text = doc.read_text()
   assert "| My task | ACL − CE | lower end > -1 | 2 |" in text, text
   assert "ACL matches or beats CE on my task" in text and "*pending*" not in text
+  # in the study's own terms: its budget as the runs trained it (runlocal: 6 steps), no paper
+  # column where no claim has a published number, no lr column that no rule of it trains
+  assert "My task 6 steps, lr 5e-5" in text and "epochs" not in text, text
+  assert "| paper |" not in text and "lr 1e-4" not in text
   assert subprocess.run(cmd + ["--check"], cwd=helpers.REPO, env=helpers.env(),
                         timeout=300).returncode == 0
   assert not os.path.exists(os.path.join(str(root), "PILOTS.md"))

@@ -64,7 +64,7 @@ def _row(sweep, task, method, seed, score, **overrides):
 def test_report_figures_from_records(tmp_path):
   """scripts/report.py draws every figure the records support: the lambda and G-Loss axis
   curves over seeds with CE's band, per-exit curves, early-exit curves, gradient angles."""
-  from scripts import report
+  from studies import papers_pilots  # pylint: disable=import-outside-toplevel
   from studies.papers import PAPERS
   rs = {"pilot_lambda_mr": [_row("pilot_lambda_mr", "mr", m, s, 0.8 + 0.01 * s, **{
             "loss.lam": lam}) for m in ("scl", "acl") for lam in ("0.1", "0.9") for s in (0, 1)],
@@ -75,7 +75,7 @@ def test_report_figures_from_records(tmp_path):
                              for m in ("jt", "acl_cl")],
         "pilot_grad_conflict": [{"task": "rte", "method": "scl", "steps": [
             {"scl": 80 + i, "acl": 70 + i, "scl_top": 80, "acl_top": 70} for i in range(20)]}]}
-  made = report.figures(PAPERS, rs, str(tmp_path))
+  made = papers_pilots.figures(PAPERS, rs, str(tmp_path))
   assert sorted(os.path.basename(path) for path in made) == [
       "pilot_gloss_ablation_mr_sigma.png", "pilot_grad_conflict.png", "pilot_lambda_mr.png",
       "pilot_multi_exit_per_exit.png", "pilot_multi_exit_quality_speed.png"]

@@ -1,11 +1,11 @@
-"""A protocol the planner could not take to the end is refused when it is made
-(acl_jax/study/checks.py), and the later stages' second looks train every run their rules
+"""A protocol the planner could not take to the end is refused where it enters: loaded or
+planned (acl_jax/study/checks.py), and the later stages' second looks train every run their rules
 read (acl_jax/study/planner.py), on small protocols whose answers are known."""
 import dataclasses
 
 import pytest
 
-from acl_jax.study import later, planner, protocol as proto
+from acl_jax.study import checks, later, loader, planner, protocol as proto
 from acl_jax.study.records import parse_name
 from studies.papers import PAPERS
 
@@ -22,7 +22,9 @@ def _protocol(**kw):
               stages={1: "", 2: ""},
               comparisons=(proto.Comparison("c", "t", "acl", "ce", "noninferior"),),
               lr_grid=(LR,), lr_preferred=LR, budget_gain=None)
-  return proto.Protocol(**{**base, **kw})
+  p = proto.Protocol(**{**base, **kw})
+  checks.check(p)
+  return p
 
 
 def _row(sweep, run, score):
@@ -188,3 +190,143 @@ def test_the_stage1_estimate_is_what_the_planner_trains():
   assert sorted(r.sweep + ":" + r.name for r in first if r.task == "t" and r.method == "ce") == [
       "lr:task=t,method=ce,optim.lr=5e-5,seed=0", "stage1:task=t,method=ce,seed=1",
       "stage1:task=t,method=ce,seed=2"]
+
+
+def _study_file(tmp_path, change: str) -> str:
+  """A user's protocol file: studies/example_csv.py's study with `change` (dataclasses.replace
+  arguments, `_base` being the example's protocol), as STUDY."""
+  path = tmp_path / "mine.py"
+  path.write_text(
+      "import dataclasses\n"
+      "from acl_jax.study import protocol as proto\n"
+      "from acl_jax.study.protocol import Arm, Comparison\n"
+      "from studies import example_csv\n"
+      "_base = example_csv.study('data/train.csv', 'data/dev.csv')\n"
+      f"STUDY = dataclasses.replace(_base, {change})\n")
+  return f"{path}:STUDY"
+
+
+@pytest.mark.parametrize("change,says", [
+    ("comparisons=(Comparison('acl_vs_ce', 'mine', 'acll', 'ce', 'noninferior'),)",
+     r"comparison 'acl_vs_ce' on mine names method 'acll', which no preset has; methods: ce, "),
+    ("tasks={'mine': dataclasses.replace(_base.tasks['mine'], metric='macro-f1')}",
+     r"task 'mine': metric 'macro-f1' is not one that runs record; give one of accuracy, "
+     r"macro_f1"),
+    ("claims={'acl_beats_ce': 'ACL beats CE'}",
+     r"comparison acl vs ce on mine decides claim 'acl_vs_ce', which `claims` lacks"),
+    ("tasks={'mine': dataclasses.replace(_base.tasks['mine'], "
+     "sets=_base.tasks['mine'].sets + ('num_step=30',))}",
+     r"task mine's lr grid: run .* does not resolve: Unknown config field 'num_step'. Did you "
+     r"mean 'num_steps'"),
+    ("stages={1: '', 2: ''}, arms={2: (Arm('mine', ('acl',), grid=(('loss.lamm', "
+     "('0.1',)),)),)}",
+     r"stage 2 arm on mine: run task=mine,method=acl,loss.lamm=0.1,seed=0 .* Unknown config "
+     r"field 'loss.lamm'. Did you mean 'loss.lam'"),
+    ("comparisons=(Comparison('acl_vs_ce', 'mine', 'acl', 'ce', 'noninferior', "
+     "extra=('optim.lr_mult=2',)),)",
+     r"comparison 'acl_vs_ce' on mine: .* Unknown config field 'optim.lr_mult'"),
+])
+def test_a_protocol_whose_runs_would_not_start_is_refused_when_it_loads(tmp_path, change,
+                                                                         says):
+  """What train.py would refuse after the study had trained for hours, refused in one line
+  when the protocol loads: a method no preset has, a metric no run records, a claim without
+  its words, a field no config has (in a task's sets, a grid, an extra)."""
+  with pytest.raises(ValueError, match=says) as e:
+    loader.load(_study_file(tmp_path, change))
+  assert "\n" not in str(e.value)
+  assert loader.load(_study_file(tmp_path, "name='mine'")).name == "mine"  # the example loads
+
+
+def test_the_sweep_refuses_a_wrong_protocol_before_any_run(tmp_path):
+  """A method typo: exit 2, one line naming the method and the valid ones, nothing started
+  (no run folder); `csv,acll` is named as a method, not as a file format."""
+  import subprocess  # pylint: disable=import-outside-toplevel
+  import sys  # pylint: disable=import-outside-toplevel
+  from acl_jax.study import identity  # pylint: disable=import-outside-toplevel
+  from tests import helpers  # pylint: disable=import-outside-toplevel
+  study = _study_file(tmp_path, "comparisons=(Comparison('acl_vs_ce', 'mine', 'acll', 'ce', "
+                                "'noninferior'),)")
+  root = tmp_path / "runs"
+  out = subprocess.run(
+      [sys.executable, "-m", "scripts.sweep", "--protocol", study, "--stage", "1", "--root",
+       str(root), "--records", str(tmp_path / "records")], cwd=helpers.REPO,
+      env=helpers.env(), capture_output=True, text=True, timeout=300)
+  assert out.returncode == 2, out.stderr
+  (line,) = out.stderr.strip().splitlines()
+  assert line.startswith("error: --protocol ") and "names method 'acll'" in line
+  assert "file format" not in line and not root.exists() and out.stdout == ""
+  with pytest.raises(ValueError, match=r"Unknown config argument 'acll'; methods: "):
+    identity.resolve("configs/files.py:csv,acll", (), helpers.REPO)
+
+
+def test_a_comparisons_arms_may_differ_only_in_their_methods_own_fields(tmp_path):
+  """configs/files.py weighs G-Loss's classes and not CE's: G-Loss against CE there is
+  refused, naming the field and the fix; with the weights in the task's sets, both arms train
+  with them. A later arm's extra that one method alone gets is refused too; the methods' own
+  fields (G-Loss's sigma, ACL's lambda) may differ."""
+  from acl_jax.study import resolve  # pylint: disable=import-outside-toplevel
+  from configs import common  # pylint: disable=import-outside-toplevel
+  from tests import helpers  # pylint: disable=import-outside-toplevel
+  gloss = ("comparisons=(Comparison('g', 'mine', 'gloss', 'ce', 'superior'),), "
+           "claims={'g': 'G-Loss beats CE'}")
+  with pytest.raises(ValueError, match=(
+      r"comparison 'g' on mine: gloss would train with loss.class_weights='balanced' and ce "
+      r"with '' .* a field of neither method, so the verdict would measure it too. Set it for "
+      r"both in the sets of task 'mine', e.g. \"loss.class_weights=balanced\"")):
+    loader.load(_study_file(tmp_path, gloss))
+  both = loader.load(_study_file(tmp_path, gloss + ", tasks={'mine': dataclasses.replace("
+                                "_base.tasks['mine'], sets=_base.tasks['mine'].sets + "
+                                "('loss.class_weights=balanced',))}"))
+  ((_, _, _, a, b),) = resolve.paired_arms(both)
+  weights = [identity_cfg["loss"]["class_weights"] for identity_cfg in (
+      resolve.identity.resolve(r.config, resolve.overrides(r), helpers.REPO) for r in (a, b))]
+  assert weights == ["balanced", "balanced"] and (a.method, b.method) == ("gloss", "ce")
+  apart = ("stages={1: '', 2: ''}, arms={2: (Arm('mine', ('scl',), "
+           "extra=('model.dropout=0.2',)),)}, rules={2: (Comparison('acl_vs_ce', 'mine', "
+           "'scl', 'ce', 'superior'),)}")
+  with pytest.raises(ValueError, match=r"stage 2 rule 'acl_vs_ce' on mine: scl would train "
+                                       r"with model.dropout=0.2 and ce with -1.0"):
+    loader.load(_study_file(tmp_path, apart))
+  assert {"loss.sigma", "loss.sigma_mode", "loss.gamma_keep"} <= common.method_fields("gloss")
+  assert "loss.class_weights" not in common.method_fields("gloss")
+  assert {"loss.lam", "loss.gate", "loss.angle_params"} <= common.method_fields("acl")
+  assert "loss.gate" not in common.method_fields("scl")
+  assert {"model.exits", "multi_exit.strategy", "loss.tau"} <= common.method_fields("acl_cl")
+
+
+def test_the_papers_protocol_is_fair():
+  """Every paired comparison of this project's study (stage 1's and the later rules') trains
+  its two arms alike but for their methods' own fields."""
+  from acl_jax.study import resolve  # pylint: disable=import-outside-toplevel
+  from tests import helpers  # pylint: disable=import-outside-toplevel
+  assert len(resolve.paired_arms(PAPERS)) == 40
+  resolve.check_fair(PAPERS, helpers.REPO)
+
+
+def test_a_variant_is_a_method_spelt_with_its_overrides(tmp_path):
+  """CE with balanced class weights, a baseline no preset is: its runs are named by the
+  variant, trained as CE with the weights, identified by their resolved config (a CE run with
+  the weights in its sets is the same run); G-Loss against it through configs/files.py is
+  fair. A variant that trains as no preset, or sets what a task's sets set, is refused."""
+  from acl_jax.study import identity, resolve  # pylint: disable=import-outside-toplevel
+  from tests import helpers  # pylint: disable=import-outside-toplevel
+  head = ("comparisons=(Comparison('g', 'mine', 'gloss', 'ce_balanced', 'superior'),), "
+          "claims={'g': 'G-Loss beats CE, both weighted'}, ")
+  p = loader.load(_study_file(tmp_path, head + "variants={'ce_balanced': proto.Variant("
+                             "'ce', ('loss.class_weights=balanced',))}"))
+  ((_, _, _, gloss, ce),) = resolve.paired_arms(p)
+  assert ce.name == "task=mine,method=ce_balanced,seed=0"
+  assert ce.config == "configs/files.py:csv,ce" and "loss.class_weights=balanced" in ce.sets
+  plain = planner.method_run(p, "stage1", resolve._state(p, "mine"), "ce", 0)  # pylint: disable=protected-access
+  same = lambda r, extra=(): identity.settings_identity(
+      r.config, [*r.sets, *extra], {"seed": "0"}, helpers.REPO)
+  assert same(ce) == same(plain, ("loss.class_weights=balanced",)) != same(plain)
+  assert gloss.config == "configs/files.py:csv,gloss"
+  with pytest.raises(ValueError, match=r"variant 'ce_balanced' names method 'cee', which no "
+                                       r"preset has"):
+    loader.load(_study_file(tmp_path, head + "variants={'ce_balanced': proto.Variant("
+                           "'cee', ('loss.class_weights=balanced',))}"))
+  with pytest.raises(ValueError, match=r"variant 'ce_balanced' sets eval_every, which a "
+                                       r"task's sets"):
+    loader.load(_study_file(tmp_path, head + "variants={'ce_balanced': proto.Variant("
+                           "'ce', ('eval_every=5',))}"))

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from acl_jax.study import planner, protocol as proto, records, report as lib_report, tables
+from acl_jax.study import planner, protocol as proto, records, reporting, stage_tables, summary
+from acl_jax.study import tables, timing
 from scripts import report
+from studies import papers_pilots, papers_report
 from studies.papers import MULTI_EXIT_EXTRA, PAPERS as p
 from tests import helpers
 
-records = report.records
 RESULTS = os.path.join(helpers.REPO, "RESULTS.md")
 S1 = p.stage_record[1]
 
@@ -27,14 +28,14 @@ def _pilot(row):
 def test_committed_reports_are_what_the_committed_records_give():
   """Every table block of RESULTS.md, and results/PILOTS.md, equal scripts/report.py's output
   on results/records/ (run `python -m scripts.report` after a sweep adds rows)."""
-  texts = {path: open(path).read() for path in report.REPORTS}
-  blocks = [b[1] for text in texts.values() for b in lib_report.BLOCK.findall(text)]
-  assert sorted(blocks) == sorted(report.TABLES), "a table is missing, or rendered twice"
+  texts = {path: open(path).read() for path in papers_report.REPORTS}
+  blocks = [b[1] for text in texts.values() for b in reporting.BLOCK.findall(text)]
+  assert sorted(blocks) == sorted(papers_report.TABLES), "a table is missing, or rendered twice"
   rs = records.read_all()
   for path, text in texts.items():
-    _, changed = report.render(p, text, rs)
+    _, changed = papers_report.render(p, text, rs)
     assert not changed, f"{path}: tables differ from the records: {changed}"
-  assert open(report.PILOTS_MD).read() == report.pilots_md(p, rs), (
+  assert open(papers_pilots.PILOTS_MD).read() == papers_pilots.pilots_md(p, rs), (
       "results/PILOTS.md differs from the records")
 
 
@@ -103,7 +104,7 @@ def _row(run: planner.Run, value: float, **extra) -> dict:
   if t.scored != "dev":
     row["latest"] = {t.scored: scores}
     row["final"][t.scored] = decoy
-  if run.method in report.GATED:
+  if run.method in papers_report.GATED:
     row["train"]["gate_on_fraction"] = 0.995 if run.sweep == S1 else 0.5
   return {**row, **extra}
 
@@ -185,10 +186,10 @@ def _cells(tbl: str) -> list[list[str]]:
 
 
 def test_verdicts_of_a_complete_stage1(complete):
-  ctx = report.context(p, complete)
+  ctx = stage_tables.context(p, complete)
   got = {(c.task, c.method, c.baseline): (v.word, v.look) for c, v in ctx.d.verdicts.items()}
   assert got == EXPECTED
-  rows = {(r[0], r[1]): r for r in _cells(report.stage1_table(ctx))}
+  rows = {(r[0], r[1]): r for r in _cells(stage_tables.stage1_table(ctx))}
   assert len(rows) == len(p.comparisons)
   rte = rows[("RTE", "ACL (Embed+Grad) − CE")]
   assert rte[2] == "lower end > -2" and rte[3] == "3" and rte[4] == "+1.10"
@@ -204,7 +205,7 @@ def test_verdicts_of_a_complete_stage1(complete):
   sst = rows[("SST-2", "CE+SCL − CE")]
   assert sst[3] == "5" and sst[8] == "2" and sst[9] == f"inconclusive: any effect lies in {sst[5]}"
   assert rows[("CoLA", "ACL (Embed+Grad) − CE+SCL")][9] == "worse"
-  claims = report.claims_table(ctx)
+  claims = summary.claims_table(ctx)
   acl = next(r for r in _cells(claims) if r[0] == p.claims["acl"])
   assert acl[2].startswith("RTE vs CE +1.10 [") and "(3/3) beats; RTE vs CE+SCL" in acl[2]
   assert acl[3] == "beats 3, matches or beats 3, within the margin, lower 1, worse 1"
@@ -220,66 +221,66 @@ def test_verdicts_of_a_complete_stage1(complete):
   st = ctx.d.tasks["sst2"]
   run = planner.method_run(p, p.stage_record[2], st, "jt", 0, MULTI_EXIT_EXTRA)
   more = dict(complete, **{p.stage_record[2]: [_row(run, 90.0)]})
-  exits = next(r for r in _cells(report.claims_table(report.context(p, more)))
+  exits = next(r for r in _cells(summary.claims_table(stage_tables.context(p, more)))
                if r[0] == p.claims["exits"])
   assert exits[2] == "pending: stage 2 (1 of 9 runs recorded)"
   assert "not testable here" in claims and "pending: no `cost` record yet" in claims
 
 
 def test_lr_budget_anchor_and_score_tables(complete):
-  ctx = report.context(p, complete)
-  lr = {r[0]: r for r in _cells(report.lr_table(ctx))}
+  ctx = stage_tables.context(p, complete)
+  lr = {r[0]: r for r in _cells(stage_tables.lr_table(ctx))}
   assert lr["RTE"][1:] == ["69.00", "69.30", "—", "5e-5", "tie (within 0.5): 5e-5"]
   assert lr["MRPC"][4:] == ["2e-5", "2e-5 better by 1.50"]
   assert lr["CoLA"][3:] == ["46.00", "1e-4", "tie (within 1): 5e-5; CE missed its anchor: 1e-4 "
                             "better by more than 1, taken"]
-  assert "R52, Ohsumed, 20NG take R8's rate." in report.lr_table(ctx)
-  budget = {r[0]: r for r in _cells(report.budget_table(ctx))}
+  assert "R52, Ohsumed, 20NG take R8's rate." in stage_tables.lr_table(ctx)
+  budget = {r[0]: r for r in _cells(stage_tables.budget_table(ctx))}
   assert budget["SST-2"][1:] == ["5e-5", "1", "91.60", "94.00", "+2.40",
                                  "doubles to 2 (gain > 1.5)"]
   assert budget["CoLA"][-2:] == ["+0.50", "keeps 3 (gain ≤ 3)"]
   assert budget["R52"][1:3] == ["5e-5", "3"]  # a later stage's own check, at R8's rate
   assert budget["R52"][-1] == "waits on the budget check"
-  assert report.anchors_table(ctx).startswith("*pending*: no seed of `anchor_mr_hf`")
-  glue = {r[0]: r for r in _cells(report.glue_anchor(ctx))}
+  assert papers_report.anchors_table(ctx).startswith("*pending*: no seed of `anchor_mr_hf`")
+  glue = {r[0]: r for r in _cells(papers_report.glue_anchor(ctx))}
   assert glue["CoLA"][1:4] == ["1e-4", "46.00", "46.30 ± 0.30 (n=3)"]
   assert glue["CoLA"][5:] == ["-1.50", "3", "yes at 5e-5 (40.50): CE at 1e-4 tried"]
   assert glue["RTE"][-1] == "no"
-  scores = {r[0]: r[1:] for r in _cells(report.stage1_scores_table(ctx))}
+  scores = {r[0]: r[1:] for r in _cells(stage_tables.stage1_scores_table(ctx))}
   assert scores["CE"][0] == "69.60 ± 0.30 (n=3)" and scores["CE"][3].endswith("(n=5)")
   assert scores["ACL (Embed+Grad)"][0] == "70.70 ± 0.36 (n=3)"
   assert scores["CE+G-Loss (sigma fixed)"][:3] == ["", "", ""]  # no G-Loss arm on RTE-CoLA
-  gate = {tuple(r[:4]): r[4:] for r in _cells(report.gate_table(ctx))}
+  gate = {tuple(r[:4]): r[4:] for r in _cells(papers_report.gate_table(ctx))}
   assert gate["RTE", "ACL (Embed+Grad)", "encoder", f"`{p.gate_record}`"] == ["0", "50.0%"]
   cola = [r for r in complete[S1] if (r["task"], r["method"]) == ("cola", "scl_grad")]
   seeds, fracs = gate["CoLA", "CE+SCL+Grad", "all", f"`{S1}`"]
   assert seeds == ", ".join(str(r["seed"]) for r in sorted(cola, key=lambda r: r["seed"]))
   assert fracs == ", ".join(["99.5%"] * len(cola))
   assert sum(len(s.split(", ")) for s, _ in gate.values()) == len(
-      [r for r in complete[S1] if r["method"] in report.GATED]) + len(p.diagnostics)
+      [r for r in complete[S1] if r["method"] in papers_report.GATED]) + len(p.diagnostics)
 
 
 def test_mr_anchor_reads_agreement_and_equivalence():
   def rows(ours, ref):
     return [{"seed": s, "framework": f, "task": "mr", "latest": {"test": {"accuracy": v / 100}}}
             for f, vs in (("jax", ours), ("torch", ref)) for s, v in enumerate(vs)]
-  near = _cells(report.mr_anchor(p, rows([82.0, 82.2, 82.1], [82.1, 82.2, 82.0])))[0]
+  near = _cells(papers_report.mr_anchor(p, rows([82.0, 82.2, 82.1], [82.1, 82.2, 82.0])))[0]
   # the registered rule (equivalence within ±1) leads; containing 0 is description
   assert near[4] == "-0.10, +0.00, +0.10" and near[6] == "equivalent within ±1; " \
       "no difference detected (the interval contains 0)"
-  wide = _cells(report.mr_anchor(p, rows([82.0, 83.0, 81.0], [82.5, 82.0, 82.0])))[0]
+  wide = _cells(papers_report.mr_anchor(p, rows([82.0, 83.0, 81.0], [82.5, 82.0, 82.0])))[0]
   assert wide[6].startswith("not shown equivalent within ±1") and "contains 0" in wide[6]
-  off = _cells(report.mr_anchor(p, rows([80.0, 80.1, 80.2], [82.0, 82.2, 82.1])))[0]
+  off = _cells(papers_report.mr_anchor(p, rows([80.0, 80.1, 80.2], [82.0, 82.2, 82.1])))[0]
   assert off[6].endswith("differ (the interval excludes 0)")
-  assert report.mr_anchor(p, []).startswith("*pending*: ")
+  assert papers_report.mr_anchor(p, []).startswith("*pending*: ")
 
 
 def test_stage_hours_count_a_reused_run_once(complete):
-  ctx = report.context(p, complete)
+  ctx = stage_tables.context(p, complete)
   own = [r for name in (p.lr_record, p.budget_record, p.gate_record, S1)
          for r in complete.get(name, [])
          if not r.get("reused_from")]
-  stage = {r[0]: r for r in _cells(report.stage_hours_table(ctx))}
+  stage = {r[0]: r for r in _cells(summary.stage_hours_table(ctx))}
   assert stage["1"][1] == str(len(own)) and len(own) < sum(
       len(complete.get(n, [])) for n in (p.lr_record, p.budget_record, p.gate_record, S1))
   assert stage["1"][2] == f"{sum(r['seconds'] for r in own) / 3600:.1f}"
@@ -292,33 +293,33 @@ def test_stage_hours_name_each_cpu_by_its_vector_isa():
   """The table cuts a machine's ISA list to what tells the kinds apart (AMX, then AVX-512 or
   AVX2); a machine named without family and model stays as it is."""
   full = "(family 6, model 207; AMX, AVX-512, AVX512-BF16, AVX512-VNNI, AVX2, FMA)"
-  assert report._vector_isa(f"GPU, host Xeon {full}, 16 cores") == \
+  assert summary._vector_isa(f"GPU, host Xeon {full}, 16 cores") == \
       "GPU, host Xeon (family 6, model 207; AMX, AVX-512), 16 cores"
-  assert report._vector_isa("AMD EPYC (family 25, model 1; AVX2, FMA), 2 cores") == \
+  assert summary._vector_isa("AMD EPYC (family 25, model 1; AVX2, FMA), 2 cores") == \
       "AMD EPYC (family 25, model 1; AVX2), 2 cores"
   for kept in ("AMD EPYC, 2 cores", "CPU (family 6, model 1; FMA), 2 cores"):
-    assert report._vector_isa(kept) == kept
+    assert summary._vector_isa(kept) == kept
 
 
 def test_pending_text_where_records_are_missing(complete):
-  empty = report.context(p, {})
+  empty = stage_tables.context(p, {})
   for name in ("lr", "budget", "stage1", "stage1_scores", "gate"):
-    text = report.TABLES[name](empty)
+    text = papers_report.TABLES[name](empty)
     assert text.startswith("*pending*: ") and text.count("\n") == 1, name
     assert "Awaited: RTE, MRPC, CoLA, SST-2, MR, R8: the lr grid." in text, name
-  assert "(0 of 6 runs recorded)" in report.claims_table(empty)
-  deviations = _cells(report.deviations_table(empty))
+  assert "(0 of 6 runs recorded)" in summary.claims_table(empty)
+  deviations = _cells(stage_tables.deviations_table(empty))
   assert len(deviations) == len(p.deviations) > 0
   for (what, why), row in zip(p.deviations, deviations):
     assert row == [what, why]  # in the protocol's order, each with its reason
   partial = {k: [r for r in v if not (r["task"] == "r8" and r["method"] == "gloss")]
              for k, v in complete.items()}
-  ctx = report.context(p, partial)
-  assert "R8 pending (3 of 6 runs recorded)" in report.claims_table(ctx)
-  r8 = next(r for r in _cells(report.stage1_table(ctx)) if r[0] == "R8")
+  ctx = stage_tables.context(p, partial)
+  assert "R8 pending (3 of 6 runs recorded)" in summary.claims_table(ctx)
+  r8 = next(r for r in _cells(stage_tables.stage1_table(ctx)) if r[0] == "R8")
   assert r8[9] == "pending (3 of 6 runs recorded)"
   early = {p.lr_record: [r for r in complete[p.lr_record] if r["task"] == "rte"]}
-  text = report.budget_table(report.context(p, early))
+  text = stage_tables.budget_table(stage_tables.context(p, early))
   assert text.startswith("*pending*: no budget-check run") and "RTE: the budget check" in text
 
 
@@ -336,7 +337,7 @@ def test_cost_claims_read_their_record_per_cpu():
   """Each CPU's rows give the claims their own verdict: the share from the G-Loss term over
   G-Loss's step, the ratio from G-Loss's step over SCL's, never the other way round."""
   share, ratio = (f"| {p.claims[k]} |" for k in ("gloss_share", "gloss_epoch"))
-  pending = report.claims_table(report.context(p, {}))
+  pending = summary.claims_table(stage_tables.context(p, {}))
   for claim in (share, ratio):
     row = next(line for line in pending.splitlines() if line.startswith(claim))
     assert "pending: no `cost` record yet" in row
@@ -344,7 +345,7 @@ def test_cost_claims_read_their_record_per_cpu():
                      [0.50, 0.52, 0.48], [0.0005, 0.00052, 0.00048])
           + _cost_rows("Xeon (family 6, model 143; AMX, AVX-512, AVX2)", [0.80, 0.82, 0.78],
                        [1.00, 1.025, 0.975], [0.04, 0.041, 0.039]))
-  cells = {r[0]: r for r in _cells(report.claims_table(report.context(p, {"cost": rows})))}
+  cells = {r[0]: r for r in _cells(summary.claims_table(stage_tables.context(p, {"cost": rows})))}
   got = cells[p.claims["gloss_share"]]
   assert got[2] == ("5.00% [5.00, 5.00] of the step (3 rounds; Xeon (family 6, model 143; "
                     "AMX, AVX-512)): fails; 0.10% [0.10, 0.10] of the step (3 rounds; Zen "
@@ -369,8 +370,8 @@ def test_results_stay_under_30kb_when_stage1_is_complete():
   later_records = {p.stage_record[s] for s in p.stages if s > 1}
   rs.update({k: v for k, v in records.read_all().items()
              if k not in rs and k not in later_records})
-  text, changed = report.render(p, open(RESULTS).read(), rs)
-  _, detail = report.render(p, open(report.REPORTS[1]).read(), rs)
+  text, changed = papers_report.render(p, open(RESULTS).read(), rs)
+  _, detail = papers_report.render(p, open(papers_report.REPORTS[1]).read(), rs)
   assert "stage1_scores" in changed and {"stage1", "gate"} <= set(detail)
   assert len(text.encode()) < 30 * 1024, len(text.encode())
 
@@ -416,20 +417,20 @@ def test_results_stay_under_30kb_when_every_stage_is_complete():
   rs = _complete_all(_every_stage_value)
   assert rs.get(p.stage_record[3]), "stage 3 was not released"
   rs.update({k: v for k, v in records.read_all().items() if k not in rs})
-  text, changed = report.render(p, open(RESULTS).read(), rs)
+  text, changed = papers_report.render(p, open(RESULTS).read(), rs)
   assert "claims" in changed and "pending: stage" not in text.split("## Protocol")[0]
   others = next(line for line in text.splitlines() if line.startswith(f"| {p.claims['others']}"))
   assert "RTE CE+ACL-Embed " in others and "MR CE+SCL " in others  # each names its method
   gloss = next(line for line in text.splitlines() if line.startswith(f"| {p.claims['gloss']}"))
   budgets = gloss.split(" | ")[-1]  # stage 1's tasks' budgets, then the later stages'
   assert all(f"{t} 3 epochs, lr" in budgets for t in ("MR", "R8", "R52", "Ohsumed", "20NG"))
-  stage3 = _cells(report.TABLES["stage3_comparisons"](report.context(p, rs)))
+  stage3 = _cells(papers_report.TABLES["stage3_comparisons"](stage_tables.context(p, rs)))
   assert len(stage3) == sum(isinstance(r, proto.Comparison) for r in p.rules[3])
   assert all(r[3] == "5" and r[8] == "2" and r[9].split(":")[0] in proto.VERDICT_WORDS
              for r in stage3)  # every one at its second look, with a verdict
   # the Holm family is whole: every registered comparison has its final verdict
-  assert len(report.holm_tests(report.context(p, rs))) == report.holm_registered(p)
-  assert f"among all {report.holm_registered(p)} registered comparisons," in text
+  assert len(summary.holm_tests(stage_tables.context(p, rs))) == summary.holm_registered(p)
+  assert f"among all {summary.holm_registered(p)} registered comparisons," in text
   assert len(text.encode()) < 30 * 1024, len(text.encode())
 
 
@@ -465,9 +466,9 @@ def test_pilot_paired_differences_and_t_interval():
 
 def test_pilots_report_labels_every_pilot():
   rs = records.read_all()
-  text = report.pilots_md(p, rs)
+  text = papers_pilots.pilots_md(p, rs)
   for name in p.pilots:
-    summary = report.PILOT_SUMMARIES.get(name)
+    summary = papers_pilots.PILOT_SUMMARIES.get(name)
     if summary:  # the summary committed then, shown whole
       with open(os.path.join(helpers.REPO, summary[1])) as f:
         assert f"`{summary[1]}`" in text and f.read() in text
@@ -476,9 +477,9 @@ def test_pilots_report_labels_every_pilot():
   heads = re.findall(r"^## .*$", text, re.M)
   assert len(heads) == len(p.pilots)
   assert all(h.endswith("(short-budget pilot; decides nothing)") for h in heads)
-  for _, name, _, _ in report.figure_specs(p, rs):
+  for _, name, _, _ in papers_pilots.figure_specs(p, rs):
     assert f"](figures/{name})" in text
-    assert os.path.isfile(os.path.join(report.FIGURES, name)), name
+    assert os.path.isfile(os.path.join(papers_pilots.FIGURES, name)), name
 
 
 def test_report_check_finds_stale_tables(tmp_path):
@@ -545,12 +546,12 @@ def test_glue_hf_anchor_pairs_a_torch_run_with_our_recorded_ce(complete):
       hf("sst2", 5e-5, 2, 92.0),  # ours: the budget check's SST-2 run at twice 1 epoch (94.00)
       hf("rte", 5e-5, 3, 60.0), hf("rte", 5e-5, 3, 61.5, "jax"),  # both sides benchmarked
       hf("mrpc", 1e-4, 3, 80.0)]}  # MRPC never ran CE at 1e-4: nothing to pair
-  rows = _cells(report.glue_hf_anchor(report.context(p, rs)))
+  rows = _cells(papers_report.glue_hf_anchor(stage_tables.context(p, rs)))
   assert rows == [["RTE", "5e-5", "3", "0", "61.50", "60.00", "+1.50", "this benchmark"],
                   ["CoLA", "1e-4", "3", "0", "46.00", "41.00", "+5.00", f"`{p.lr_record}` record"],
                   ["SST-2", "5e-5", "2", "0", "94.00", "92.00", "+2.00",
                    f"`{p.budget_record}` record"]]
-  assert report.glue_hf_anchor(report.context(p, complete)).startswith("*pending*")
+  assert papers_report.glue_hf_anchor(stage_tables.context(p, complete)).startswith("*pending*")
 
 
 def test_gate_angles_table_reads_each_partition():
@@ -560,17 +561,17 @@ def test_gate_angles_table_reads_each_partition():
            {"acl": 84.0, "acl_encoder": 85.0, "acl_top": 72.0, "acl_classifier": 50.0,
             "scl": 89.0, "scl_encoder": 94.0, "scl_top": 87.0,
             "ce_classifier_share": 0.3, "acl_classifier_share": 0.4}]
-  row = {"sweep": report.GATE_ANGLES, "run": "task=rte,method=acl,seed=0", "task": "rte",
+  row = {"sweep": papers_report.GATE_ANGLES, "run": "task=rte,method=acl,seed=0", "task": "rte",
          "method": "acl", "seed": 0, "steps": steps,
          "budget": {"num_steps": 2, "batch_size": 32, "max_length": 128, "lr": 1e-4}}
-  ctx = report.context(p, {report.GATE_ANGLES: [row]})
-  got = _cells(report.gate_angles_table(ctx))
+  ctx = stage_tables.context(p, {papers_report.GATE_ANGLES: [row]})
+  got = _cells(papers_report.gate_angles_table(ctx))
   assert got[0] == ["RTE", "ACL (Embed+Grad)", "CE vs ACL-Embed", "82.0° (0%)", "90.0° (50%)",
                     "71.0° (0%)", "45.0° (0%)", "CE 40%, ACL-Embed 30%"]
   assert got[1][:6] == ["RTE", "ACL (Embed+Grad)", "CE vs SCL", "90.0° (50%)", "93.0° (100%)",
                         "88.0° (0%)"]
-  assert "2 steps, B32, L128, lr 0.0001, seed 0" in report.gate_angles_table(ctx)
-  assert report.gate_angles_table(report.context(p, {})).startswith("*pending*")
+  assert "2 steps, B32, L128, lr 0.0001, seed 0" in papers_report.gate_angles_table(ctx)
+  assert papers_report.gate_angles_table(stage_tables.context(p, {})).startswith("*pending*")
 
 
 def _low_mrpc(run):
@@ -584,27 +585,27 @@ def _low_mrpc(run):
 def test_a_task_that_misses_its_anchor_is_read_only_with_its_hf_run():
   rs = _complete(value=_low_mrpc,
                  withhold=lambda r: _rte_grad_second_look(r) or r.framework == "torch")
-  ctx = report.context(p, rs)
+  ctx = stage_tables.context(p, rs)
   assert set(ctx.d.withheld) == {"mrpc"}
   # the planner asks for the HF run the reading waits on, as a run of the protocol
   assert [r.name for r in ctx.d.ready if r.sweep == p.glue_hf_anchor[0]] == [
       "task=mrpc,method=ce,framework=torch,seed=0"]
   assert "CE at lr 2e-5 (84.50) misses the published 88.9 by more than 1" in (
       ctx.d.withheld["mrpc"])
-  rows = {(r[0], r[1]): r for r in _cells(report.stage1_table(ctx))}
+  rows = {(r[0], r[1]): r for r in _cells(stage_tables.stage1_table(ctx))}
   assert rows[("MRPC", "ACL (Embed+Grad) − CE")][9].startswith("withheld: CE at lr 2e-5")
   assert rows[("RTE", "ACL (Embed+Grad) − CE")][9] == "beats"
-  assert "MRPC vs CE withheld: " in report.claims_table(ctx)
+  assert "MRPC vs CE withheld: " in summary.claims_table(ctx)
   hf = {"sweep": p.glue_hf_anchor[0], "run": "task=mrpc,framework=torch", "task": "mrpc",
         "framework": "torch", "seed": 0, "method": "ce",
         "budget": {"lr": 2e-5, "num_epochs": p.tasks["mrpc"].epochs},
         "evals": [{"step": None, "dev": {"f1": 0.83}}]}
   for wrong in ({"lr": 5e-5}, {"num_epochs": 2 * p.tasks["mrpc"].epochs}):
     other = dict(hf, budget={**hf["budget"], **wrong})
-    assert "mrpc" in report.context(p, {**rs, p.glue_hf_anchor[0]: [other]}).d.withheld
-  ctx = report.context(p, {**rs, p.glue_hf_anchor[0]: [hf]})
+    assert "mrpc" in stage_tables.context(p, {**rs, p.glue_hf_anchor[0]: [other]}).d.withheld
+  ctx = stage_tables.context(p, {**rs, p.glue_hf_anchor[0]: [hf]})
   assert not ctx.d.withheld
-  rows = {(r[0], r[1]): r for r in _cells(report.stage1_table(ctx))}
+  rows = {(r[0], r[1]): r for r in _cells(stage_tables.stage1_table(ctx))}
   assert rows[("MRPC", "ACL (Embed+Grad) − CE")][9] == "matches or beats"
 
 
@@ -627,10 +628,10 @@ def test_a_later_stage_row_trained_at_another_budget_is_refused_not_read():
   bad = {**rs, p.stage_record[2]: rows}
   with pytest.raises(ValueError, match=fr"{rows[i]['run']} trained at lr .* but sst2's "
                      r"decisions are .*; move the row out"):
-    report.context(p, bad)
+    stage_tables.context(p, bad)
   with pytest.raises(ValueError, match="move the row out"):
     planner.later_stage_ready(p, 3, bad)
-  report.context(p, rs)  # as recorded: read
+  stage_tables.context(p, rs)  # as recorded: read
 
 
 def test_a_float32_rounded_lr_is_the_same_rate(complete):
@@ -641,7 +642,7 @@ def test_a_float32_rounded_lr_is_the_same_rate(complete):
   rows[i]["budget"] = {**rows[i]["budget"], "lr": lr32}
   assert (planner.decisions(p, {**complete, S1: rows}).verdicts
           == planner.decisions(p, complete).verdicts)
-  assert report._lr_name(p, lr32) == "5e-5" and report._lr_name(p, 3e-5) is None
+  assert papers_report._lr_name(p, lr32) == "5e-5" and papers_report._lr_name(p, 3e-5) is None
   assert not proto.same_lr(None, 5e-5) and not proto.same_lr("2e-5", "5e-5")
 
 
@@ -685,7 +686,7 @@ def test_later_stages_wait_on_each_tasks_lr_and_budget():
 def test_every_read_task_that_misses_its_anchor_has_its_gap_explained():
   """RESULTS.md explains the gap of each task whose verdicts the missed anchor no longer
   withholds (its HF PyTorch run is recorded): a bullet under "Gaps explained"."""
-  text = open(report.REPORTS[1]).read()
+  text = open(papers_report.REPORTS[1]).read()
   gaps = text.split("**Gaps explained.**", 1)[1].split("\n## ", 1)[0]
   d = planner.decisions(p, records.read_all())
   for task, st in d.tasks.items():
@@ -734,7 +735,7 @@ def test_a_row_takes_only_its_own_folders_timing(tmp_path):
   wd = tmp_path / "task=r8,method=ce,seed=3"
   wd.mkdir()
   (wd / "results.json").write_text(json.dumps({"train": {}, "checkpoint_step": 1}))
-  records.add_time(str(wd), 10.0, attempt=True, cpu=9.0)
+  timing.add_time(str(wd), 10.0, attempt=True, cpu=9.0)
   row = records.row_from_run(str(wd), "s", {"task": "r8", "method": "ce", "seed": "3"})
   assert (row["seconds"], row["cpu_seconds"]) == (10.0, 9.0) and row["time_spans"]
   copy = tmp_path / "task=r8,method=ce,seed=4"
@@ -746,9 +747,43 @@ def test_a_row_takes_only_its_own_folders_timing(tmp_path):
   evals_only = tmp_path / "task=r8,method=ce,seed=5"
   evals_only.mkdir()
   (evals_only / "results.json").write_text((wd / "results.json").read_text())
-  records.add_time(str(evals_only), 5.0, cpu=4.0)  # an eval.py step, no training attempt
+  timing.add_time(str(evals_only), 5.0, cpu=4.0)  # an eval.py step, no training attempt
   row = records.row_from_run(str(evals_only), "s", {"task": "r8", "method": "ce", "seed": "5"})
   assert row["seconds"] == 5.0 and "cpu_seconds" not in row
+
+
+def test_the_report_refuses_a_records_folder_that_does_not_exist(tmp_path):
+  """A misspelt --records is named, not read as a study with no run."""
+  doc = tmp_path / "REPORT.md"
+  doc.write_text("<!-- table: claims -->\n<!-- /table -->\n")
+  with pytest.raises(ValueError, match=r"--records .*recrods: no such folder"):
+    report.main(["--protocol", "studies/example_csv.py", "--records",
+                 str(tmp_path / "recrods"), "--file", str(doc)])
+  assert doc.read_text() == "<!-- table: claims -->\n<!-- /table -->\n"
+
+
+def test_a_claim_of_one_comparison_reads_its_verdict_not_a_count():
+  """A study whose claim has one comparison: its verdict column is that comparison's word
+  ("beats"), not a tally of one ("beats 1"); without a published number, no paper column."""
+  t = proto.Task("t", "T", "configs/glue.py", 64, 3, "accuracy", "dev", 1.0,
+                 sets=("task.data_dir=/d",))
+  q = proto.Protocol(name="x", tasks={"t": t}, claims={"c": "ACL matches CE"}, stages={1: ""},
+                     comparisons=(proto.Comparison("c", "t", "acl", "ce", "noninferior"),),
+                     lr_grid=("5e-5",), lr_preferred="5e-5", budget_gain=None)
+  rows = {}
+  for _ in range(3):
+    for r in planner.decisions(q, rows).ready:
+      seed = int(dict(r.settings)["seed"])
+      rows.setdefault(r.sweep, []).append(
+          {"sweep": r.sweep, "run": r.name, "task": "t", "method": r.method, "seed": seed,
+           "budget": {"lr": 5e-5, "num_epochs": 3, "num_steps": 0},
+           "evals": [{"step": 9, "dev": {"accuracy": 0.8 + 0.01 * seed
+                                         + (0.02 if r.method == "acl" else 0)}}]})
+  (line,) = [x for x in summary.claims_table(stage_tables.context(q, rows)).splitlines()
+             if x.startswith("| ACL matches CE")]
+  cells = [c.strip() for c in line.strip("|").split("|")]
+  assert cells == ["ACL matches CE", "+2.00 [+2.00, +2.00] (3/3) beats", "beats",
+                   "T 3 epochs, lr 5e-5"]
 
 
 def test_committed_records_give_the_pinned_verdicts():
@@ -793,7 +828,7 @@ def test_committed_records_give_the_pinned_verdicts():
 
 
 def _stage3_text() -> str:
-  return " ".join(open(report.REPORTS[3]).read().split())
+  return " ".join(open(papers_report.REPORTS[3]).read().split())
 
 
 def test_stage3_names_each_pair_across_devices():
@@ -816,7 +851,7 @@ def test_stage3_names_each_pair_across_devices():
       if seeds:
         want.append(f"- {p.tasks[c.task].label} {p.label(c.method)} − {p.label(c.baseline)}: "
                     f"seed{'s' * (len(seeds) > 1)} {', '.join(seeds)}")
-  text = open(report.REPORTS[3]).read()
+  text = open(papers_report.REPORTS[3]).read()
   block = text.split("**Pairs across devices.**", 1)[1].split("\n\n", 2)[1]
   assert want and block.splitlines() == want
 
@@ -846,7 +881,7 @@ def test_stage3_exit_reading_quotes_the_matched_cost_intervals():
   idx = {(k, r["run"]): r for k, rows in rs.items() for r in rows}
   text = _stage3_text().replace("−", "-")
   sentence = next(" ".join(para.split()).replace("−", "-")
-                  for para in open(report.REPORTS[3]).read().split("\n\n")
+                  for para in open(papers_report.REPORTS[3]).read().split("\n\n")
                   if "more accurate at a fixed cost" in " ".join(para.split()))
   for rule in p.rules[3]:
     if isinstance(rule, proto.ExitRule):

@@ -136,7 +136,7 @@ def test_every_later_arm_method_has_a_rule_or_a_description():
 
 
 def test_holm_step_down_and_the_p_of_a_verdict():
-  from scripts import holm  # pylint: disable=import-outside-toplevel
+  from acl_jax.study import holm  # pylint: disable=import-outside-toplevel
   tests = [holm.Test("a", "beats", 0.001), holm.Test("b", "worse", 0.006),
            holm.Test("c", "beats", 0.004), holm.Test("d", "inconclusive", 1.0)]
   # thresholds 0.025/4, /3, /2, /1: a (0.001 <= 0.00625), c (0.004 <= 0.00833), b (0.006 <=
@@ -185,7 +185,7 @@ def test_holm_step_down_and_the_p_of_a_verdict():
 
 
 def test_holm_standing_names_each_rank_and_threshold():
-  from scripts import holm  # pylint: disable=import-outside-toplevel
+  from acl_jax.study import holm  # pylint: disable=import-outside-toplevel
   # by p: a 0.001 (<= 0.025/5), y 0.005 (<= 0.025/4), x 0.02 (> 0.025/3), then d and e (p 1)
   tests = [holm.Test("a", "beats", 0.001), holm.Test("x", "holds", 0.02),
            holm.Test("y", "holds", 0.005), holm.Test("d", "inconclusive", 1.0),

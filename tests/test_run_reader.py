@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from acl_jax.study import aggregate, records, runs
+from acl_jax.study import aggregate, records, runs, timing
 from tests import helpers
 
 NAME = "task=rte,method=acl,loss.lam=0.5,seed=1"
@@ -75,7 +75,7 @@ def test_the_row_of_a_full_folder_keeps_its_keys_and_order(tmp_path):
   """The row's JSON, byte for byte: the record files' format."""
   wd = _full(tmp_path / NAME)
   row = records.row_from_run(wd, "s", SETTINGS, "configs/glue.py:rte,acl", ["b=2", "a=1"])
-  m = records.machine()
+  m = timing.machine()
   want = (
       '{"sweep": "s", "run": "task=rte,method=acl,loss.lam=0.5,seed=1", "task": "rte", '
       '"method": "acl", "seed": 1, "overrides": {"loss.lam": "0.5"}, '
@@ -134,7 +134,7 @@ def test_a_timing_copied_with_another_run_is_not_this_runs(tmp_path):
   wd = _full(tmp_path / "task=rte,method=acl,loss.lam=0.5,seed=2")  # seed 1's sweep_time.json
   assert runs.read(wd).timing is None
   assert "seconds" not in records.row_from_run(wd, "s", {**SETTINGS, "seed": "2"})
-  records.add_time(wd, 5.0, cpu=4.0)  # this folder's evaluations: its own time starts anew
+  timing.add_time(wd, 5.0, cpu=4.0)  # this folder's evaluations: its own time starts anew
   spent = runs.read_timing(wd)
   assert (spent["seconds"], spent["run"], len(spent["spans"])) == (5.0, runs.folder_name(wd), 1)
 
@@ -196,8 +196,9 @@ def test_collecting_a_run_twice_records_it_once(tmp_path):
 
 
 def test_a_collector_that_crashed_mid_write_loses_nothing(tmp_path):
-  """A row cut short by a crash is no row: reading skips it, and collecting the run again
-  replaces it with the whole row. A last row whose newline alone is missing is kept."""
+  """A row cut short by a crash is no row: reading names its line rather than read the file
+  as one run fewer; collecting the run again (or `repair`) replaces it. A last row whose
+  newline alone is missing is kept."""
   wd = _full(tmp_path / NAME)
   other = _full(tmp_path / "task=rte,method=ce,seed=0")
   path = str(tmp_path / "s.jsonl")
@@ -206,7 +207,13 @@ def test_a_collector_that_crashed_mid_write_loses_nothing(tmp_path):
   whole = json.dumps(records.row_from_run(wd, "s", SETTINGS))
   with open(path, "a") as f:
     f.write(whole[:len(whole) // 2])  # the crash
+  with pytest.raises(ValueError, match=r"s.jsonl:2 is not a JSON row .*\(a row cut short"):
+    records.read(path)
+  before = open(path).read()
+  assert records.repair(path) == 2 and records.repair(path) == 0
   assert [r["run"] for r in records.read(path)] == ["task=rte,method=ce,seed=0"]
+  with open(path, "w") as f:
+    f.write(before)
   assert records.append(path, records.row_from_run(wd, "s", SETTINGS))  # collected again
   assert [r["run"] for r in records.read(path)] == ["task=rte,method=ce,seed=0", NAME]
   lines = open(path).read().split("\n")
@@ -224,6 +231,28 @@ def test_a_collector_that_crashed_mid_write_loses_nothing(tmp_path):
     records.read(path)
 
 
+def test_a_record_read_as_other_runs_than_it_holds_is_named(tmp_path):
+  """A run recorded twice with other scores, or with a score that is not a number, is named
+  by its line, not read as one of the two or as a score; a run recorded twice alike (two
+  hosts of one job) is one row."""
+  wd = _full(tmp_path / NAME)
+  row = records.row_from_run(wd, "s", SETTINGS)
+  path = tmp_path / "s.jsonl"
+  path.write_text(json.dumps(row) + "\n" + json.dumps(row) + "\n")
+  assert len(records.read(str(path))) == 1
+  other = json.loads(json.dumps(row))
+  other["evals"][-1]["dev"]["accuracy"] += 0.1
+  path.write_text(json.dumps(row) + "\n" + json.dumps(other) + "\n")
+  with pytest.raises(ValueError, match=rf"s.jsonl:2 records run {NAME} again, with other "
+                                       "scores than line 1"):
+    records.read(str(path))
+  other["evals"][-1]["dev"]["accuracy"] = float("nan")
+  path.write_text(json.dumps(other) + "\n")
+  with pytest.raises(ValueError, match=r"s.jsonl:1: run .* has a score that is not a number "
+                                       r"\(dev evaluation at step \d+: accuracy is nan\)"):
+    records.read(str(path))
+
+
 def test_the_reader_imports_nothing_heavy():
   p = helpers.run_py(["-c", "import sys; from acl_jax.study import runs, records; "
                       "print(sorted({m.split('.')[0] for m in sys.modules} & "
@@ -239,7 +268,7 @@ def test_a_row_names_the_gpu_its_run_trained_on(tmp_path, monkeypatch):
   gpu = {"platform": "gpu", "kind": "NVIDIA H200", "count": 2}
   _write(wd, {"results.json": {**RESULTS, "train": {**RESULTS["train"], "devices": gpu}}})
   row = records.row_from_run(wd, "s", SETTINGS)
-  assert row["timed_on"] == f"NVIDIA H200 GPU x2, host {records.machine()}"
+  assert row["timed_on"] == f"NVIDIA H200 GPU x2, host {timing.machine()}"
   assert row["train"]["devices"] == gpu
   for name in ("sweep_time.json", "early_exit_entropy_dev.json"):  # as rerun's train.py
     os.remove(os.path.join(wd, name))                              # leaves a folder

@@ -16,6 +16,7 @@ import time
 import pytest
 
 from acl_jax.study import claims, executors as ex, slots
+from acl_jax.study.ray_executor import RayExecutor
 from tests import helpers
 
 # A tiny run: after `sleep` seconds, appends "start <name>" then "end <name>" to the shared
@@ -156,7 +157,7 @@ def test_local_slots_give_each_run_its_accelerators_and_cores(monkeypatch):
   assert slots.local_slots() == [slots.Slot({"CUDA_VISIBLE_DEVICES": "4"}, (0, 1)),
                                  slots.Slot({"CUDA_VISIBLE_DEVICES": "5"}, (2, 3))]
   assert slots.local_slots(1) == [slots.Slot({"CUDA_VISIBLE_DEVICES": "4,5"}, ())]
-  # the name a run's row gives the GPU (records.machine), from nvidia-smi for the first one
+  # the name a run's row gives the GPU (timing.machine), from nvidia-smi for the first one
   asked = []
   with monkeypatch.context() as m:
     m.setattr(slots.subprocess, "run", lambda argv, **_: asked.append(argv) or
@@ -328,10 +329,10 @@ def test_a_cluster_that_refuses_the_drivers_token_is_a_user_error(monkeypatch):
   for cause in (as_text, ray.exceptions.AuthenticationError("token missing")):
     monkeypatch.setattr(ray, "init", refuse(cause))
     with pytest.raises(errors.UserError, match="RAY_AUTH_MODE=token.*auth_token"):
-      ex.RayExecutor("127.0.0.1:6390").capacity()
+      RayExecutor("127.0.0.1:6390").capacity()
   monkeypatch.setattr(ray, "init", refuse(RuntimeError("Failed to connect to GCS")))
   with pytest.raises(ConnectionError, match="127.0.0.1:6390"):
-    ex.RayExecutor("127.0.0.1:6390").capacity()
+    RayExecutor("127.0.0.1:6390").capacity()
 
 
 def test_without_an_address_the_driver_starts_its_own_cluster(monkeypatch):
@@ -343,10 +344,10 @@ def test_without_an_address_the_driver_starts_its_own_cluster(monkeypatch):
   monkeypatch.setattr(ray, "is_initialized", lambda: bool(inits))
   monkeypatch.setattr(ray, "init", lambda **kw: inits.append(kw))
   monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})
-  assert ex.RayExecutor().capacity() == 2
+  assert RayExecutor().capacity() == 2
   inits2 = inits[:]
   inits.clear()
-  ex.RayExecutor("auto").capacity()
+  RayExecutor("auto").capacity()
   assert [(k["address"], k.get("include_dashboard")) for k in inits2 + inits] == [
       ("local", False), ("auto", None)]
 
@@ -374,12 +375,12 @@ def test_ray_executor_gives_the_local_executors_outputs(ray_address, tmp_path):
   local, remote = tiny_specs(str(tmp_path / "local")), tiny_specs(str(tmp_path / "ray"))
   assert all(r.ok for r in ex.LocalExecutor(slots=2).run(local, DONE))
   t0 = time.time()
-  res = list(ex.RayExecutor(ray_address).run(remote, DONE))
+  res = list(RayExecutor(ray_address).run(remote, DONE))
   print(f"RayExecutor, 4 tiny runs: {time.time() - t0:.2f} s")
   assert all(r.status == ex.RAN and r.returncode == 0 for r in res)
   assert all(r.wall_s > 0 and r.cpu_s > 0 and r.host for r in res)
   assert outputs(remote) == outputs(local)
-  assert [r.status for r in ex.RayExecutor(ray_address).run(remote, DONE)] == [ex.FINISHED] * 4
+  assert [r.status for r in RayExecutor(ray_address).run(remote, DONE)] == [ex.FINISHED] * 4
 
 
 def test_a_run_queued_past_its_latest_start_does_not_start(ray_address, tmp_path):
@@ -389,7 +390,7 @@ def test_a_run_queued_past_its_latest_start_does_not_start(ray_address, tmp_path
   root = str(tmp_path / "ray")
   first, second, third = tiny_specs(root, n=3, sleep=3.0)
   third = dataclasses.replace(third, start_by=time.time() + 1.5)
-  res = {r.identity: r for r in ex.RayExecutor(ray_address).run([first, second, third], DONE)}
+  res = {r.identity: r for r in RayExecutor(ray_address).run([first, second, third], DONE)}
   assert [res[s.identity].status for s in (first, second)] == [ex.RAN, ex.RAN]
   assert res["run2"].status == ex.LATE and not res["run2"].ok
   assert "after its latest start" in res["run2"].detail
@@ -407,7 +408,7 @@ def test_two_ray_drivers_at_once_run_each_spec_once(ray_address, tmp_path):
   got = [[], []]
 
   def drive(i):
-    got[i] = list(ex.RayExecutor(ray_address).run(specs, DONE))
+    got[i] = list(RayExecutor(ray_address).run(specs, DONE))
   threads = [threading.Thread(target=drive, args=(i,)) for i in range(2)]
   for t in threads:
     t.start()
@@ -423,9 +424,10 @@ def test_two_ray_drivers_at_once_run_each_spec_once(ray_address, tmp_path):
 DRIVER = """
 import sys
 from acl_jax.study import executors as ex
+from acl_jax.study.ray_executor import RayExecutor
 from tests.test_study_executors import DONE, tiny_specs
 kind, root, address, sleep = sys.argv[1:5]
-exe = ex.LocalExecutor(slots=2) if kind == "local" else ex.RayExecutor(address)
+exe = ex.LocalExecutor(slots=2) if kind == "local" else RayExecutor(address)
 for r in exe.run(tiny_specs(root, sleep=float(sleep)), DONE):
   print(r.identity, r.status, flush=True)
 """
@@ -452,7 +454,7 @@ def test_a_killed_driver_loses_and_repeats_nothing(kind, request, tmp_path):
   started = log_counts(root)["start"]
   assert sum(started.values()) == 2 and not log_counts(root)["end"]
   specs, deadline = tiny_specs(root, sleep=2.0), time.time() + 60
-  exe = ex.LocalExecutor(slots=2) if kind == "local" else ex.RayExecutor(address)
+  exe = ex.LocalExecutor(slots=2) if kind == "local" else RayExecutor(address)
   while True:  # a run whose claim is still live (its owner dying) is asked for again
     res = list(exe.run(specs, DONE))
     assert not [r for r in res if r.status not in (ex.RAN, ex.FINISHED, ex.CLAIMED)], res
@@ -495,11 +497,11 @@ def test_ray_executor_trains_two_runs_with_train_py(ray_address, tiny_model_dir,
       "--workdir", str(tmp_path / f"seed={s}")), str(tmp_path / f"seed={s}"), cwd=helpers.REPO)
            for s in (0, 1)]
   t0 = time.time()
-  res = list(ex.RayExecutor(ray_address).run(specs))
+  res = list(RayExecutor(ray_address).run(specs))
   print(f"RayExecutor, 2 runlocal train.py runs: {time.time() - t0:.1f} s")
   assert all(r.status == ex.RAN and r.returncode == 0 for r in res), [
       open(os.path.join(s.workdir, s.log)).read()[-2000:] for s in specs]
   for s in specs:
     results = json.load(open(os.path.join(s.workdir, "results.json")))
     assert results["train"]["final_step"] == 6
-  assert [r.status for r in ex.RayExecutor(ray_address).run(specs)] == [ex.FINISHED] * 2
+  assert [r.status for r in RayExecutor(ray_address).run(specs)] == [ex.FINISHED] * 2

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from acl_jax.study import records
+from acl_jax.study import jobs, records
 from scripts import sweep
 from tests import helpers
 
@@ -48,8 +48,12 @@ json.dump({"checkpoint_step": 9, "dev": {"accuracy": acc, "num_examples": 10},
 note("end")
 """
 
-# A sweep driver (python -m scripts.sweep) whose runs train with the fake train.py.
-DRIVER = "import sys; from scripts import sweep; sweep.TRAIN = sys.argv[1]; sweep.main(sys.argv[2:])"
+# A sweep driver (python -m scripts.sweep) whose runs train with the fake train.py, which takes
+# a field train.py has not (fake_sleep): the sweep's check that train.py resolves each run's
+# config is train.py's, not the fake's.
+DRIVER = ("import sys; from acl_jax.study import jobs; from scripts import sweep; "
+          "jobs.TRAIN = sys.argv[1]; jobs.check_jobs = lambda todo: None; "
+          "sweep.main(sys.argv[2:])")
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +109,8 @@ def _content(row):
 
 def test_local_and_ray_executors_record_the_same_rows(ray_address, fake_train, tmp_path,
                                                       monkeypatch):
-  monkeypatch.setattr(sweep, "TRAIN", fake_train)
+  monkeypatch.setattr(jobs, "TRAIN", fake_train)
+  monkeypatch.setattr(jobs, "check_jobs", lambda todo: None)  # as DRIVER: the fake's fields
   rows = {}
   for kind in ("local", "ray"):
     record = tmp_path / f"{kind}_records" / "s.jsonl"

@@ -1,20 +1,30 @@
-"""Running a study's runs: each run once, on this machine or across a cluster, by any number
-of drivers.
+"""Pre-registered studies as a library: a protocol, the runs it asks for, and its report.
 
-A run is one command (a `train.py` process) that writes its own workdir; `executors.RunSpec`
-names it, its command and what it needs. An executor runs the specs it is given and yields a
-`RunResult` (exit code, wall and CPU seconds, host) as each ends:
+  from acl_jax import study
+  p = study.load("studies/mine.py")                      # a Protocol, checked
+  study.run(p, 1, records="runs/mine/records", root="runs/mine/runs", workers=2)
+  tables = study.report(p, "runs/mine/records")          # {table name: markdown}
 
-- `LocalExecutor` (no extra dependencies): this machine, one run per slot: per CUDA device,
-  per TPU chip, or per core, each pinned to its own cores (`slots.local_slots`).
-- `RayExecutor` (`ray_executor.py`, `pip install acl-jax[ray]`): one Ray task per run,
-  scheduled by the run's cpus, gpus and custom resources (e.g. TPU) on the nodes of a Ray
-  cluster, and pinned to as many cores of its node as it asked for.
+scripts/sweep.py and scripts/report.py are these calls' command lines.
 
-Both claim a run before it starts (`claims`): a run finished before, or claimed by a live owner
-elsewhere, is not started. So several drivers may hand out the same runs at once, and a
-killed driver or worker leaves claims that go stale (dead owner, or a heartbeat older than the
-lease) for the next driver to take over; its run resumes from its checkpoints.
+The layers, each importing only those above it:
+
+- The protocol as a value (`protocol.py`, with `stats.py`'s t statistics), found and checked
+  where it enters (`loader.py`; `checks.py` what the planner could not take to the end,
+  `resolve.py` what train.py would refuse).
+- What it asks to train next, given the records (`planner.py`; `later.py` and `rules.py` the
+  later stages' rules; `estimates.py` and `status.py` what stages cost and have left).
+- The records (`records.py`: one typed row per finished run, one JSONL file per record), read
+  from run folders by `runs.py`, timed by `timing.py`; a run's identity is the hash of its
+  resolved config (`identity.py`).
+- Running the runs (`jobs.py` a run and its command, `steps.py` what happens around train.py
+  under the run's claim, `runner.py` the drive loop, `stages.py` a protocol's stage), each once,
+  by any number of drivers: claims on storage every node sees (`claims.py`), on this machine's
+  cores or accelerators (`executors.LocalExecutor`, `slots.py`) or a Ray cluster
+  (`ray_executor.RayExecutor`, `pip install acl-jax[ray]`).
+- The report (`reporting.py`: the tables any protocol gets, and markdown filled from them;
+  `stage_tables.py`, `summary.py`, `later_tables.py`, `holm.py`, `classes.py`, `tables.py`,
+  `fmt.py` build them); `aggregate.py` summarises an ad-hoc sweep over its seeds.
 
 Shared storage. On a cluster, every node must see the same files at the same paths: the
 checkout the commands run, the workdirs, their claims and the study's records, e.g. on NFS or
@@ -22,11 +32,22 @@ a GCS-fuse mount. Claims are taken by exclusive create (O_CREAT | O_EXCL), atomi
 storage, where flock is not: the workdir's flock (`acl_jax.provenance.workdir_lock`) guards a
 run within one host, as the second line. The hosts' clocks must agree to well within the lease.
 
-A finished run is read back from its folder by `runs.read(workdir)` (a `RunFolder`: its config,
-scores, dev evaluations, budget and machine time), the one reader of those files that the
-study's records are made from (`records`: one typed row per finished run, one JSONL file per
-record). `status` gives what the recorded runs cost in machine-hours and what is left, per
-stage; `aggregate` summarises an ad-hoc sweep's runs over their seeds.
-
 Nothing here imports jax; `ray` is imported by RayExecutor alone.
 """
+__all__ = ["load", "report", "run"]
+
+
+def __getattr__(name):
+  # The API loads on first use, so that the light readers (`from acl_jax.study import
+  # records, runs`) import nothing heavy: the report brings numpy.
+  # pylint: disable=import-outside-toplevel
+  if name == "load":
+    from acl_jax.study.loader import load
+    return load
+  if name == "run":
+    from acl_jax.study.stages import run
+    return run
+  if name == "report":
+    from acl_jax.study.reporting import report
+    return report
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

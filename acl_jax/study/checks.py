@@ -1,9 +1,11 @@
 """A Protocol's refusals: what its planner could not run, or would run wrongly, named with
-the fix. `Protocol.__post_init__` calls `check`, so a protocol that loads is one the planner
-can take to the end: every run it plans has a name of its own and can be recorded, and every
-rule reads runs that some stage trains.
+the fix; and a record's rows that the planner's decisions refuse (`later_rows`).
+`loader.load` and the planner's `decisions` call `check`, so a protocol that is planned is
+one the planner can take to the end: every run it plans has a name of its own and can be
+recorded, and every rule reads runs that some stage trains.
 """
-from acl_jax.study import estimates, later, protocol as proto, records
+from acl_jax import metrics
+from acl_jax.study import later, protocol as proto, records
 
 # Run-name fields, and the fields the gates set (a grid or `extra` may set neither).
 NAMED = ("task", "method", "seed", "framework")
@@ -11,6 +13,8 @@ GATED = ("optim.lr", "num_epochs")
 
 
 def check(p: "proto.Protocol") -> None:
+  _metrics(p)
+  _variants(p)
   _stages(p)
   _looks(p)
   _learning_rates(p)
@@ -21,6 +25,46 @@ def check(p: "proto.Protocol") -> None:
   _rules(p)
   _described(p)
   _costs(p)
+  _claims(p)
+
+
+def _metrics(p) -> None:
+  """Each task scores a metric that runs record (its lr pick, verdicts and report read it)."""
+  for t in p.tasks.values():
+    if t.metric not in metrics.METRICS:
+      raise ValueError(f"task {t.name!r}: metric {t.metric!r} is not one that runs record; "
+                       f"give one of {', '.join(metrics.METRICS)} (acl_jax/metrics.py).")
+
+
+def _variants(p) -> None:
+  """A variant is named as a run's method is, trains as a preset (not another variant), and
+  sets fields that neither its tasks' sets, the gates, the seed nor its name set."""
+  for name, v in p.variants.items():
+    if not records.fits_a_name(name) or v.method in p.variants or not v.sets:
+      raise ValueError(f"variant {name!r}: {v}: a variant's name is part of its runs' names "
+                       "(no '/', '=', ','), its method a preset (not a variant), and it sets "
+                       "at least one field; e.g. variants={'ce_balanced': "
+                       "Variant('ce', ('loss.class_weights=balanced',))}.")
+    clash = _keys(v.sets) & {*NAMED, *GATED, "seed", *(
+        k for t in p.tasks.values() for k in _keys(t.sets))}
+    if clash:
+      raise ValueError(f"variant {name!r} sets {', '.join(sorted(clash))}, which a task's "
+                       "sets, a run's name, the gates or the seed set already; set it in one "
+                       "place.")
+
+
+def _claims(p) -> None:
+  """Each comparison and rule decides a claim that `claims` states in words (the report's
+  rows are keyed by it)."""
+  named = [(f"comparison {c.method} vs {c.baseline} on {c.task}", c.claim)
+           for c in p.comparisons] + [
+      (f"stage {s}'s {type(r).__name__} on {r.task}", r.claim)
+      for s, rules in sorted(p.rules.items()) for r in rules]
+  for where, claim in named:
+    if claim not in p.claims:
+      raise ValueError(f"{where} decides claim {claim!r}, which `claims` lacks; add "
+                       f"{claim!r}: \"the claim in words\" to `claims` (it has "
+                       f"{', '.join(map(repr, p.claims)) or 'none'}).")
 
 
 def _stages(p) -> None:
@@ -51,7 +95,7 @@ def _learning_rates(p) -> None:
   if p.lr_preferred not in p.lr_grid:
     raise ValueError(f"lr_preferred {p.lr_preferred!r} is not in lr_grid "
                      f"{p.lr_grid}; ties go to it.")
-  first = estimates.first_stages(p)  # where each task's own lr is picked
+  first = p.first_stages()  # where each task's own lr is picked
   for task, source in p.lr_from.items():
     if source in p.lr_from or first.get(source, len(p.stages) + 1) > first.get(task, 1):
       raise ValueError(f"lr_from {task!r}: {source!r}: a task takes the lr of a task that "
@@ -213,3 +257,33 @@ def _costs(p) -> None:
     if not records.SWEEP_NAME.fullmatch(rule.record):
       raise ValueError(f"cost rule {rule}: record {rule.record!r} is not a record name "
                        "(letters, digits, '_', '.', '-').")
+
+
+# ---- rows against the planner's decisions ------------------------------------------------
+
+
+def later_rows(p: proto.Protocol, idx: dict, states: dict) -> None:
+  """Every row of a later stage's record whose task has its lr and epochs decided (`states`:
+  the planner's TaskState of each), checked to have trained at them (`trained_as_planned`),
+  as stage 1's rows are where they are paired: the rules' lookups (`later.find`) name runs
+  without either."""
+  later_records = {p.stage_record[s] for s in p.stages if s > 1}
+  for (record, _), row in idx.items():
+    st = states.get(row.get("task"))
+    if record in later_records and st is not None and None not in (st.lr, st.epochs):
+      trained_as_planned(p, row, st)
+
+
+def trained_as_planned(p: proto.Protocol, row: dict, st) -> dict:
+  """The row, if it trained at the task's picked lr and epochs (`st`, its planner.TaskState);
+  else a ValueError. Run names
+  leave both out (they are the task's decisions), so a row trained before a decision changed
+  would otherwise be paired as if it were planned."""
+  b = row.get("budget", {})
+  lr, epochs = b.get("lr"), b.get("num_epochs")
+  if not proto.same_lr(lr, st.lr) or epochs != st.epochs:
+    raise ValueError(
+        f"{row['sweep']} row {row['run']} trained at lr {lr}, {proto.epochs_text(epochs)}, but "
+        f"{st.task}'s decisions are lr {st.lr}, {proto.epochs_text(st.epochs)}; move the row "
+        f"out of results/records/{row['sweep']}.jsonl (the sweep then trains it again).")
+  return row

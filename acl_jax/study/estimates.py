@@ -1,6 +1,6 @@
 """What a protocol's stages will cost: every run each stage can need, known now or not
 (`whole_stage1`, `later_stage_runs`), for the estimates of scripts/sweep.py --status and the
-report; and the stage each task starts in (`first_stages`). Imports nothing heavy."""
+report. Imports nothing heavy."""
 from acl_jax.study import planner, protocol as proto
 
 
@@ -58,11 +58,3 @@ def whole_stage1(p: proto.Protocol, states: dict[str, planner.TaskState] | None 
     second += planner._comparison_runs(p, s, comps, p.look_seeds[1])
   return first, second
 
-
-def first_stages(p: proto.Protocol) -> dict[str, int]:
-  """Each task's first stage: its lr and budget runs count there."""
-  out = {c.task: 1 for c in p.comparisons}
-  for stage, arms in sorted(p.arms.items()):
-    for arm in arms:
-      out.setdefault(arm.task, stage)
-  return out

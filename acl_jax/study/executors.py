@@ -4,7 +4,7 @@ An executor takes run specs (`RunSpec`: one command, the workdir it writes and w
 and yields a `RunResult` for each as it ends, in the order they end:
 
   runner = LocalExecutor()                  # this machine, one run per core or accelerator
-  runner = RayExecutor("auto")              # the nodes of a Ray cluster
+  runner = RayExecutor("auto")              # ray_executor.py: the nodes of a Ray cluster
   for res in runner.run(specs, finished=results_written):
     print(res.identity, res.status, res.returncode, res.wall_s, res.cpu_s, res.host)
 
@@ -384,10 +384,3 @@ class LocalExecutor(Executor):
       t.join()
     self._results, self._pending = queue.Queue(), 0
 
-
-def __getattr__(name):
-  # RayExecutor lives in acl_jax/study/ray_executor.py, imported when first asked for.
-  if name == "RayExecutor":
-    from acl_jax.study.ray_executor import RayExecutor  # pylint: disable=import-outside-toplevel
-    return RayExecutor
-  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

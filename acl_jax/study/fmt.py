@@ -1,5 +1,5 @@
 """How the reports write numbers and tables: one definition for every table of a study's
-reports (acl_jax/study/report.py, tables.py and the project's scripts/report.py)."""
+reports (stage_tables.py, summary.py, tables.py and the project's studies/papers_report.py)."""
 import numpy as np
 
 

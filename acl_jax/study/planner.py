@@ -3,12 +3,12 @@ r"""What a protocol asks to train next, given the records so far.
 `decisions(protocol, rows)` walks each task through the protocol's gates in order (lr grid, the
 anchor's extra lr, the budget check, then the comparisons' first and second looks) and returns
 the runs each gate needs: `ready` ones (their inputs are recorded) in the order to train them,
-and what still waits on what. scripts/sweep.py trains the ready runs and plans again after each;
-scripts/report.py reads the same decisions to state them. Imports nothing heavy.
+and what still waits on what. stages.py trains the ready runs and plans again after each;
+the report (reporting.py) reads the same decisions to state them. Imports nothing heavy.
 """
 import dataclasses
 
-from acl_jax.study import later, protocol as proto
+from acl_jax.study import checks, later, protocol as proto
 
 @dataclasses.dataclass(frozen=True)
 class Run:
@@ -20,6 +20,7 @@ class Run:
   early_exit: str = ""  # entropy thresholds of eval.py's early-exit sweep on dev
   config_file: str = ""  # the task's config file and its task argument
   task_epochs: int = 0  # the task's protocol epochs (a run's own num_epochs overrides them)
+  preset: str = ""  # the preset a variant method trains as ("": the method is a preset)
 
   @property
   def name(self) -> str:
@@ -39,7 +40,7 @@ class Run:
 
   @property
   def config(self) -> str:
-    return f"{self.config_file},{self.method}"
+    return f"{self.config_file},{self.preset or self.method}"
 
   @property
   def epochs(self) -> int:
@@ -69,9 +70,12 @@ def _run(p: proto.Protocol, sweep, task, method, seed, sets, extra_settings=()) 
   settings = (("task", task), ("method", method), *extra_settings, ("seed", str(seed)))
   length = () if any(s.startswith("task.max_length=") for s in t.sets) else (
       f"task.max_length={t.max_length}",)
-  return Run(sweep, settings, tuple(sorted(t.sets + length + tuple(sets))),
+  variant = p.variants.get(method)
+  own = variant.sets if variant is not None else ()
+  return Run(sweep, settings, tuple(sorted(t.sets + length + tuple(sets) + own)),
              latest=t.scored if t.scored != "dev" else "",
-             config_file=f"{t.config}:{t.config_task}", task_epochs=t.epochs)
+             config_file=f"{t.config}:{t.config_task}", task_epochs=t.epochs,
+             preset=variant.method if variant is not None else "")
 
 
 def _index(rows: dict[str, list[dict]]) -> dict[tuple[str, str], dict]:
@@ -162,33 +166,8 @@ def task_states(p: proto.Protocol, idx: dict, d: "Decisions") -> dict[str, TaskS
   for t in _sources_first(p, dict.fromkeys(a.task for s in sorted(p.arms) for a in p.arms[s])):
     if t not in states:
       states[t], _ = task_state(p, t, idx, states)
-  check_later_rows(p, idx, states)
+  checks.later_rows(p, idx, states)
   return states
-
-
-def check_later_rows(p: proto.Protocol, idx: dict, states: dict[str, TaskState]) -> None:
-  """Every row of a later stage's record whose task has its lr and epochs decided, checked
-  to have trained at them (`check_trained_as_planned`), as stage 1's rows are where they are
-  paired: the rules' lookups (`later.find`) name runs without either."""
-  later_records = {p.stage_record[s] for s in p.stages if s > 1}
-  for (record, _), row in idx.items():
-    st = states.get(row.get("task"))
-    if record in later_records and st is not None and None not in (st.lr, st.epochs):
-      check_trained_as_planned(p, row, st)
-
-
-def check_trained_as_planned(p: proto.Protocol, row: dict, st: TaskState) -> dict:
-  """The row, if it trained at the task's picked lr and epochs; else a ValueError. Run names
-  leave both out (they are the task's decisions), so a row trained before a decision changed
-  would otherwise be paired as if it were planned."""
-  b = row.get("budget", {})
-  lr, epochs = b.get("lr"), b.get("num_epochs")
-  if not proto.same_lr(lr, st.lr) or epochs != st.epochs:
-    raise ValueError(
-        f"{row['sweep']} row {row['run']} trained at lr {lr}, {proto.epochs_text(epochs)}, but "
-        f"{st.task}'s decisions are lr {st.lr}, {proto.epochs_text(st.epochs)}; move the row "
-        f"out of results/records/{row['sweep']}.jsonl (the sweep then trains it again).")
-  return row
 
 
 def comparison_rows(p: proto.Protocol, idx: dict, st: TaskState, comp: proto.Comparison,
@@ -198,7 +177,7 @@ def comparison_rows(p: proto.Protocol, idx: dict, st: TaskState, comp: proto.Com
   def rows(method):
     got = [idx.get((p.stage_record[1], method_run(p, p.stage_record[1], st, method, s,
                                                  comp.extra).name)) for s in seeds]
-    return [r and check_trained_as_planned(p, r, st) for r in got]
+    return [r and checks.trained_as_planned(p, r, st) for r in got]
   return rows(comp.method), rows(comp.baseline)
 
 
@@ -265,7 +244,9 @@ def _comparison_runs(p: proto.Protocol, st: TaskState, comps, seeds) -> list[Run
 
 
 def decisions(p: proto.Protocol, rows: dict[str, list[dict]]) -> Decisions:
-  """Walks stage 1's gates for every task (the protocol's comparisons and diagnostics)."""
+  """Walks stage 1's gates for every task (the protocol's comparisons and diagnostics), for a
+  protocol the planner can take to the end (`checks.check`, else a ValueError)."""
+  checks.check(p)
   idx = _index(rows)
   done = set(idx)
   # The gates' runs (lr, anchor, budget) of every task come first: they are cheap and each
@@ -358,7 +339,7 @@ def later_stage_ready(p: proto.Protocol, stage: int, rows: dict[str, list[dict]]
       continue
     runs += [r for a in arms if a.task == task for r in _arm_runs(p, stage, a, st)]
     runs += second_look_runs(p, stage, task, st, idx)
-  check_later_rows(p, idx, states)
+  checks.later_rows(p, idx, states)
   return [r for r in dict.fromkeys(runs) if (r.sweep, r.name) not in idx], waiting
 
 

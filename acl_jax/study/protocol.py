@@ -16,7 +16,9 @@ difference, method minus baseline, in points:
 - otherwise "undecided" at the first look; at the second, "inconclusive", or "lower;
   non-inferiority not shown" for a non-inferior interval wholly below zero.
 
-Nothing here imports jax.
+A value says what the study is; whether the planner can take it to the end is
+`checks.check`'s question, asked where a protocol enters: `loader.load` and the planner's
+`decisions`. Nothing here imports jax.
 """
 import dataclasses
 import math
@@ -66,6 +68,18 @@ class Comparison:
   baseline: str
   kind: str  # "noninferior" (matches or beats) or "superior" (beats)
   extra: tuple[str, ...] = ()  # overrides both arms share beyond the task's protocol
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+  """A method that no preset is: `method`, a preset, with `sets` on top, e.g. CE with balanced
+  class weights as a baseline: `variants={"ce_balanced": Variant("ce",
+  ("loss.class_weights=balanced",))}`. Its runs are named by the variant and trained as the
+  preset with those overrides; like any run, one is identified by its resolved config, so a
+  run that another record holds under another name is taken from it. Its own fields, where
+  a comparison's arms may differ, are the preset's and those `sets` sets."""
+  method: str
+  sets: tuple[str, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,6 +236,7 @@ class Protocol:
   described: tuple[Described, ...] = ()  # grids described, not decided
   presets: Mapping[tuple[str, str], str] = dataclasses.field(default_factory=dict)
   deviations: tuple[tuple[str, str], ...] = ()  # (what changed, why)
+  variants: Mapping[str, Variant] = dataclasses.field(default_factory=dict)  # name -> Variant
   pilots: tuple[str, ...] = ()  # records of earlier runs, reported apart
   # The report's words: each method's label, each claim's published number in words, the
   # published scores ({task: {method: points}}), and the claims not testable here, as claims
@@ -243,11 +258,6 @@ class Protocol:
   budget_record: str = "budget"
   gate_record: str = "gate_diagnostic"
 
-  def __post_init__(self):
-    # checks reads the rule types defined here
-    from acl_jax.study import checks  # pylint: disable=import-outside-toplevel
-    checks.check(self)
-
   @property
   def stage_record(self) -> dict[int, str]:
     """stage -> the record its runs go to."""
@@ -258,6 +268,14 @@ class Protocol:
 
   def label(self, method: str) -> str:
     return self.labels.get(method, method)
+
+  def first_stages(self) -> dict[str, int]:
+    """Each task's first stage: its lr and budget runs count there."""
+    out = {c.task: 1 for c in self.comparisons}
+    for stage, arms in sorted(self.arms.items()):
+      for arm in arms:
+        out.setdefault(arm.task, stage)
+    return out
 
   def later_claims(self) -> list[tuple[str, int]]:
     """(claim, the first stage whose rules test it) of the claims stage 1 does not test, in
@@ -342,39 +360,3 @@ class Protocol:
     else:
       per_epoch = self.prior_epoch_s.get(task, 0.0) * cost + self.startup_s / max(epochs, 1)
     return per_epoch * epochs
-
-
-DEFAULT = "studies.papers:PAPERS"
-
-
-def load(spec: str = DEFAULT) -> Protocol:
-  """The Protocol a spec names: "package.module:NAME", a module ("studies.example"), or a file
-  ("studies/mine.py", optionally with ":NAME"). Without NAME, the module's one Protocol."""
-  import importlib  # pylint: disable=import-outside-toplevel
-  import importlib.util  # pylint: disable=import-outside-toplevel
-  import os  # pylint: disable=import-outside-toplevel
-  where, _, name = spec.partition(":")
-  if where.endswith(".py"):
-    if not os.path.isfile(where):
-      raise FileNotFoundError(f"--protocol {spec}: no file {where}; give a protocol file's "
-                              "path or a module such as studies.papers.")
-    mod_spec = importlib.util.spec_from_file_location(
-        "study_" + os.path.basename(where)[:-3], where)
-    module = importlib.util.module_from_spec(mod_spec)
-    mod_spec.loader.exec_module(module)
-  else:
-    try:
-      module = importlib.import_module(where)
-    except ModuleNotFoundError as e:
-      raise FileNotFoundError(f"--protocol {spec}: cannot import {where} ({e}); give a module "
-                              "on the path (studies.papers) or a .py file.") from e
-  if name:
-    got = getattr(module, name, None)
-    if not isinstance(got, Protocol):
-      raise ValueError(f"--protocol {spec}: {where} has no Protocol named {name}.")
-    return got
-  found = list({id(v): v for v in vars(module).values() if isinstance(v, Protocol)}.values())
-  if len(found) != 1:
-    raise ValueError(f"--protocol {spec}: {where} defines {len(found)} Protocol values; name "
-                     "one as module:NAME.")
-  return found[0]

@@ -3,8 +3,8 @@ r"""Compact run records: one JSONL file per sweep, one row per finished run.
   results/records/<sweep>.jsonl
 
 A row says what was trained and what it measured, without checkpoints, so a fresh checkout
-can rebuild every table (scripts/report.py) and a sweep can tell which runs are done
-(scripts/sweep.py):
+can rebuild every table (reporting.py) and a sweep can tell which runs are done
+(runner.py):
 
   {"sweep": "glue", "run": "task=rte,method=acl,seed=0",   # the run's settings, as its name
    "task": "rte", "method": "acl", "seed": 0,
@@ -33,22 +33,22 @@ folder's, read by acl_jax/study/runs.py. Imports nothing heavy.
 """
 import fcntl
 import json
+import math
 import os
 import re
-import time
 import types
 import typing
 from typing import Any, Required, TypedDict
 
-from acl_jax import cpuinfo, provenance  # light: no jax
-from acl_jax.study import runs, slots
+from acl_jax.errors import UserError
+from acl_jax.study import runs, timing
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # ACL_JAX_RECORDS points a sweep running from another checkout (a worktree pinned to a
 # commit) at the records of the tree they are committed from.
 RECORDS = os.environ.get("ACL_JAX_RECORDS") or os.path.join(REPO, "results", "records")
-# A run folder's machine time, written by scripts/sweep.py: {"seconds", "attempts", "workers"}.
+# A run folder's machine time, written by timing.py: {"seconds", "attempts", "workers"}.
 RUN_TIME = runs.TIMING
 
 # The settings every row carries as its own columns rather than as overrides.
@@ -87,6 +87,7 @@ class Row(TypedDict, total=False):
   workers: int
   time_spans: list[dict]
   timing_incomplete: bool
+  lost_seconds: float  # attempts stopped with their runner: from start to their last output
   source: str  # the file an imported row came from
   train: dict[str, Any]
   code: Required[list[str]]
@@ -191,17 +192,6 @@ def make_row(**fields) -> Row:
   return Row(**fields)
 
 
-def machine(devices: dict | None = None) -> str:
-  """The CPU (name, family, model, vector ISA) and core count that a row's timings were taken
-  on (acl_jax.cpuinfo); where the run trained on an accelerator (`devices`, the train
-  record's: platform, kind, count), that first: "NVIDIA H200 GPU x1, host <CPU>, N cores"."""
-  cpu = cpuinfo.describe()
-  if not devices or devices.get("platform", "cpu") == "cpu":
-    return cpu
-  name = slots.accelerator_name(str(devices["platform"]), str(devices.get("kind") or ""))
-  return f"{name} x{devices.get('count', 1)}, host {cpu}"
-
-
 def row_from_run(workdir: str, sweep: str, settings: dict, config: str = "",
                  set_args: list[str] | None = None) -> Row:
   """The record row of a finished run folder written by train.py (and eval.py).
@@ -231,7 +221,7 @@ def row_from_run(workdir: str, sweep: str, settings: dict, config: str = "",
                      **runs.scores(run.latest)}
   if run.early_exit:
     row["early_exit"] = run.early_exit
-    row["timed_on"] = machine(train.get("devices"))  # the sweep runs eval.py's timed passes
+    row["timed_on"] = timing.machine(train.get("devices"))  # the sweep runs eval.py's timed passes
   spent = run.timing  # None where untimed, or timed for another folder (a copied run)
   if spent:  # wall seconds of train.py and the post steps, all attempts; on this machine
     row["seconds"] = round(spent["seconds"], 1)
@@ -246,56 +236,12 @@ def row_from_run(workdir: str, sweep: str, settings: dict, config: str = "",
     # (a run that train.py finished outside the sweep): these times are too low
     if spent.get("lost") or spent.get("open") or not spent.get("attempts"):
       row["timing_incomplete"] = True
-    row["timed_on"] = machine(train.get("devices"))
+    if spent.get("lost_seconds"):
+      row["lost_seconds"] = round(spent["lost_seconds"], 1)
+    row["timed_on"] = timing.machine(train.get("devices"))
   row["train"] = train
   row["code"] = code
   return make_row(**row)
-
-
-def add_time(workdir: str, seconds: float, workers: int = 1, attempt: bool = False,
-             cpu: float | None = None) -> None:
-  """Adds `seconds` of wall time (and `cpu` CPU seconds) to the run folder's RUN_TIME (one
-  written for another folder, copied with its run, is not added to: this run's starts anew)."""
-  path = os.path.join(workdir, RUN_TIME)
-  spent = runs.read_timing(workdir) or {"seconds": 0.0, "attempts": 0}
-  spent["run"] = runs.folder_name(workdir)
-  spent.setdefault("spans", []).append({"end": round(time.time(), 1),
-                                        "seconds": round(seconds, 1)})
-  spent["seconds"] += seconds
-  if cpu is not None:
-    spent["cpu_seconds"] = spent.get("cpu_seconds", 0.0) + cpu
-    spent["cpu_attempts"] = spent.get("cpu_attempts", 0) + int(attempt)
-  spent["attempts"] += int(attempt)
-  spent["open"] = False  # the open step's time is in
-  spent["workers"] = workers
-  provenance.write_atomic(path, json.dumps(spent))
-
-
-def _close_lost(spent: dict) -> bool:
-  """A step still open was stopped with its runner before its time was added: counted as
-  `lost` (the run's time is incomplete) and closed. Whether there was one."""
-  if not spent.get("open"):
-    return False
-  spent["lost"] = spent.get("lost", 0) + 1
-  spent["open"] = False
-  return True
-
-
-def begin_attempt(workdir: str) -> None:
-  """Marks a timed step (a train.py attempt, a post step's eval.py) as started, until
-  `add_time` adds its time; one still open is lost (`_close_lost`)."""
-  spent = runs.read_timing(workdir) or {"seconds": 0.0, "attempts": 0}
-  spent["run"] = runs.folder_name(workdir)
-  _close_lost(spent)
-  spent["open"] = True
-  provenance.write_atomic(os.path.join(workdir, RUN_TIME), json.dumps(spent))
-
-
-def end_lost_attempt(workdir: str) -> None:
-  """Closes a step still open as lost (`_close_lost`), with none begun after it."""
-  spent = runs.read_timing(workdir)
-  if spent and _close_lost(spent):
-    provenance.write_atomic(os.path.join(workdir, RUN_TIME), json.dumps(spent))
 
 
 def _torn(line: bytes) -> bool:
@@ -308,27 +254,95 @@ def _torn(line: bytes) -> bool:
   return False
 
 
+def _measured(row: dict) -> tuple:
+  """What a row says its run scored: its dev evaluations and its final and latest scores."""
+  return (json.dumps(row.get("evals"), sort_keys=True),
+          json.dumps(runs.row_scores(row, "final"), sort_keys=True),
+          json.dumps(runs.row_scores(row, "latest"), sort_keys=True))
+
+
+def _not_finite(row: dict) -> str:
+  """The first score of the row that is not a finite number ("split/metric" where), or ""."""
+  evals = [(f"dev evaluation at step {e.get('step')}", e.get("dev") or {})
+           for e in row.get("evals") or [] if isinstance(e, dict)]
+  for where, vals in evals + [(f"{k} scores", v) for k in ("final", "latest")
+                              for v in [row.get(k) or {}]]:
+    for key, v in _numbers(vals):
+      if not math.isfinite(v):
+        return f"{where}: {key} is {v}"
+  return ""
+
+
+def _numbers(vals: dict, prefix: str = ""):
+  for k, v in vals.items():
+    if isinstance(v, dict):
+      yield from _numbers(v, f"{prefix}{k}/")
+    elif isinstance(v, float):
+      yield f"{prefix}{k}", v
+
+
 def read(path: str) -> list[dict]:
-  """The rows of a record file in order; a later row with an already seen `run` is dropped
-  (two hosts of one job may both append a run), and so is a last line cut short by a crash
-  mid-write (`append` drops it from the file)."""
+  """The rows of a record file in order, read under the file's lock (so no row is seen half
+  written). A later row of an already seen `run` with the same scores is dropped (two hosts
+  of one job may both append a run). A file that would be read as fewer runs, or as other
+  scores, than it holds is a UserError naming its line: a line that is not JSON (a last line
+  cut short by a crash mid-write: `repair` removes it), a run recorded twice with different
+  scores, a score that is not a finite number."""
   if not os.path.isfile(path):
     return []
-  rows, seen = [], set()
+  rows, seen = [], {}
   with open(path, "rb") as f:
-    lines = f.read().split(b"\n")
+    fcntl.flock(f, fcntl.LOCK_SH)
+    try:
+      lines = f.read().split(b"\n")
+    finally:
+      fcntl.flock(f, fcntl.LOCK_UN)
   for i, line in enumerate(lines, 1):
-    if not line.strip() or (i == len(lines) and _torn(line)):
+    if not line.strip():
       continue
     try:
       row = json.loads(line)
     except ValueError as e:
-      raise ValueError(f"{path}:{i} is not a JSON row ({e}); fix or remove that line.") from e
+      cut = (" (a row cut short, as by a crash mid-write: scripts.sweep --stage removes it "
+             "and collects its run again)" if i == len(lines) else "")
+      raise UserError(f"{path}:{i} is not a JSON row ({e}){cut}; fix or remove that "
+                      "line.") from None
+    if not isinstance(row, dict):
+      raise UserError(f"{path}:{i} is not a record row (a JSON object); fix or remove it.")
+    bad = _not_finite(row)
+    if bad:
+      raise UserError(f"{path}:{i}: run {row.get('run')} has a score that is not a number "
+                      f"({bad}); a run's scores are finite: train or evaluate it again, and "
+                      "remove that line.")
     if row.get("run") in seen:
+      first, first_row = seen[row.get("run")]
+      if _measured(first_row) != _measured(row):
+        raise UserError(f"{path}:{i} records run {row.get('run')} again, with other scores "
+                        f"than line {first}; keep the row of the run that stands and remove "
+                        "the other.")
       continue
-    seen.add(row.get("run"))
+    seen[row.get("run")] = (i, row)
     rows.append(row)
   return rows
+
+
+def repair(path: str) -> int:
+  """Removes a last line cut short by a writer that crashed mid-write (under the file's lock,
+  as `append` does); returns its line number, 0 when there was none. Its run, unrecorded, is
+  collected again from its folder (or trained)."""
+  if not os.path.isfile(path):
+    return 0
+  with open(path, "r+b") as f:
+    fcntl.flock(f, fcntl.LOCK_EX)
+    try:
+      body = f.read()
+      *lines, tail = body.split(b"\n")
+      if tail and _torn(tail):
+        f.truncate(len(body) - len(tail))
+        return len(lines) + 1
+      return 0
+    finally:
+      fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def append(path: str, row: dict) -> bool:

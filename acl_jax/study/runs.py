@@ -9,8 +9,8 @@ The files of a train.py workdir that a study reads, and who writes them:
                          the splits it scores again into it
   results_latest.json    eval.py --checkpoint latest: the final weights' scores
   early_exit_<policy>_dev.json   eval.py's early-exit sweep on dev: {"rows": [...]}
-  sweep_time.json        scripts/sweep.py: the machine time spent on the folder
-  sweep_args.json        scripts/sweep.py: the --config and --set the run was started with
+  sweep_time.json        the sweep (timing.py): the machine time spent on the folder
+  sweep_args.json        the sweep (runner.py): the --config and --set the run was started with
 
 The study's scripts read these files here and nowhere else (but for the test of a finished
 run that training and the executors share, `provenance.run_finished`). A file that is

@@ -35,11 +35,14 @@ def machine_seconds(row: dict) -> float:
   over the runs that shared the machine (`--workers`). Wall time also counts the waits
   behind other work on the machine; CPU time does not. A run trained on an accelerator
   (`accelerator_of`) counts its wall time over the runs that shared it: the accelerator's
-  seconds, which are not the host CPU's."""
+  seconds, which are not the host CPU's. Attempts stopped with their runner (killed) add
+  their wall time to their last output (`lost_seconds`) over the runs that shared the
+  machine: no CPU time of theirs was measured."""
   cores = cores_of(row)
+  lost = row.get("lost_seconds", 0.0) / row.get("workers", 1)
   if "cpu_seconds" in row and cores and not accelerator_of(row):
-    return row["cpu_seconds"] / cores
-  return row.get("seconds", 0.0) / row.get("workers", 1)
+    return row["cpu_seconds"] / cores + lost
+  return row.get("seconds", 0.0) / row.get("workers", 1) + lost
 
 
 def measured_rates(rows: dict[str, list[dict]], keep=None,
@@ -149,7 +152,7 @@ def stage_totals(p: proto.Protocol, rows: dict, checkout: str) -> dict[int, Stag
     more = identity.not_reused(
         estimates.later_stage_runs(p, s, d.tasks, second_looks=True), rows, checkout)
     whole[s] = [("first looks", runs, est(runs)), ("every second look", more, est(more))]
-  of_task, out = estimates.first_stages(p), {}
+  of_task, out = p.first_stages(), {}
   for stage in p.stages:
     done = [r for name, rs in rows.items() for r in rs
             if stage_of_row(p, name, r, of_task) == stage and not r.get("reused_from")]

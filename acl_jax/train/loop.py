@@ -61,9 +61,18 @@ class LoopState:
 
 def devices_used() -> dict:
   """What this process trained on, for the run's record: the backend's platform ("cpu",
-  "gpu", "tpu"), its device kind ("NVIDIA H200") and the device count over all processes."""
+  "gpu", "tpu"), its device kind ("NVIDIA H200"), the device count over all processes, and
+  the host threads its arithmetic ran on (`threads`).
+
+  XLA:CPU sizes its intra-op thread pool by the cores the process may run on (its affinity
+  mask: a sweep pins each run to its share). The thread count splits a reduction's float32
+  sums differently, so runs at two thread counts differ in their params' bits (not in their
+  scores to 4 decimals) while their configs, and so their identities, are equal."""
   d = jax.devices()
-  return {"platform": d[0].platform, "kind": d[0].device_kind, "count": len(d)}
+  threads = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+             else os.cpu_count())
+  return {"platform": d[0].platform, "kind": d[0].device_kind, "count": len(d),
+          "threads": threads}
 
 
 def _last_good(workdir: str) -> str:

@@ -191,6 +191,11 @@ class LossFamily:
     init_state: optional (config's loss block, LossContext, params) -> the pytree the family
       carries between steps (EMA centres, a memory bank), checkpointed with the params; its
       AuxFn reads it as `AuxInputs.state` and returns the next one.
+    fields: the `loss` fields `build` reads beyond its `defaults` (and beyond loss.lam and
+      loss.combine, which every family that combines reads, and loss.contrastive_global,
+      which every pairwise one does). With them, a method's own fields are data
+      (configs/common.py `method_fields`): the only ones in which a study's comparison may
+      train its two arms differently.
   """
   description: str
   combine: str
@@ -199,6 +204,17 @@ class LossFamily:
   pairwise: bool = False
   calibrate: Optional[Callable[[Any, CalibrationInputs], dict]] = None
   init_state: Optional[Callable[[Any, LossContext, Any], Any]] = None
+  fields: tuple[str, ...] = ()
+
+  def own_fields(self) -> set[str]:
+    """The `loss` fields this family reads (`fields`), without the section's name."""
+    combines = {"lam", "combine"} if self.combine != "none" else set()
+    return {*self.defaults, *self.fields, *combines,
+            *(("contrastive_global",) if self.pairwise else ())}
+
+
+# The `loss` fields of ACL-Grad's gate (`gate_spec`): a method's own where its preset gates.
+GATE_FIELDS = ("gate", "gate_threshold", "gate_mode", "angle_params")
 
 
 def _scl(cfg, ctx):
@@ -327,10 +343,12 @@ LOSSES: dict[str, LossFamily] = {
                       {"lam": 0.9, "tau": 0.3}, _scl, pairwise=True),
     "acl_embed": LossFamily("CE + lambda ACL-Embed (label embeddings in the contrastive set), "
                             "SPEC §2.3", "additive", {"lam": 0.5, "tau": 0.3}, _acl_embed,
-                            pairwise=True),
+                            pairwise=True, fields=("anchors",)),
     "gloss": LossFamily("(1-lambda) CE + lambda G-Loss (batch-graph label propagation), "
                         "SPEC §2.6", "convex", {"lam": 0.8, "sigma": 0.667}, _gloss,
-                        calibrate=_gloss_calibrate),
+                        calibrate=_gloss_calibrate,
+                        fields=("sigma_mode", "gamma_keep", "gamma_hide", "gloss_form",
+                                "gloss_global")),
     # SPEC §2.7 fixes no lambda for these two; the config must set one.
     "triplet": LossFamily("(1-lambda) CE + lambda batch-all triplet (Euclidean, margin 5), "
                           "SPEC §2.7", "convex", {"margin": 5.0}, _triplet, pairwise=True),

@@ -37,6 +37,8 @@ class Scorer:
     boundaries: the padded lengths of length-bucketed batches.
     packing: how batches are packed (`data.Packing`), or None for one example a row.
     data: split name -> its counts and content hash (`data.fingerprint.split_record`).
+    class_weights: the run's loss.class_weights ("" or "balanced"): what the warning for a
+      class never predicted can still suggest.
   """
   eval_step: Callable
   mesh: Any
@@ -48,6 +50,7 @@ class Scorer:
   boundaries: tuple[int, ...] = ()
   packing: Optional[data_lib.Packing] = None
   data: dict = dataclasses.field(default_factory=dict)
+  class_weights: str = ""
 
   def batches(self, ds) -> Iterator[data_lib.batching.Batch]:
     """This process's eval batches of `ds`, covering each example once (example_id -1 marks
@@ -153,20 +156,26 @@ def evaluate_splits(sc: Scorer, params, splits: Sequence[str], dump_dir: str | N
     if split in sc.data:
       out[split]["data_sha256"] = sc.data[split]["sha256"]
     if missed:
-      out[split]["warnings"] = [never_predicted(split, missed, len(sc.splits[split]))]
+      out[split]["warnings"] = [never_predicted(split, missed, len(sc.splits[split]),
+                                                sc.class_weights)]
       log.warning("%s", out[split]["warnings"][0])
   return out
 
 
-def never_predicted(split: str, missed: dict, n: int) -> str:
-  """The warning for the classes of `split` a model never predicts ({name: examples})."""
+def never_predicted(split: str, missed: dict, n: int, class_weights: str = "") -> str:
+  """The warning for the classes of `split` a model never predicts ({name: examples}), with
+  what the run can still do: weigh its classes where it does not yet, train longer."""
   one = len(missed) == 1
   classes = ", ".join(f"{name!r} ({count} example{'' if count == 1 else 's'})"
                       for name, count in missed.items())
+  fix = ("Its loss already weighs the classes by frequency (loss.class_weights=balanced): "
+         "train longer (more epochs or steps), or give the rare classes more training "
+         "examples." if class_weights == "balanced" else
+         "Weight the loss by class frequency (--config.loss.class_weights=balanced), or "
+         "train longer.")
   return (f"The model never predicts {'class' if one else 'classes'} {classes} on {split} "
           f"({n} examples in all): its {split} metrics are those of a model blind to "
-          f"{'it' if one else 'them'}. Weight the loss by class frequency "
-          "(--config.loss.class_weights=balanced), or train longer.")
+          f"{'it' if one else 'them'}. {fix}")
 
 
 def train_features(sc: Scorer, params, n: int) -> np.ndarray:

@@ -89,7 +89,8 @@ class Setup:
     return scoring.Scorer(
         step_lib.make_eval_step(self.model, self.mesh), self.mesh, self.task, self.tok,
         tuple(self.model.cfg.exit_layers), int(self.config.eval_batch_size),
-        self.tokenizer.pad_token_id or 0, self.boundaries, self.packing, self.data)
+        self.tokenizer.pad_token_id or 0, self.boundaries, self.packing, self.data,
+        str(self.config.loss.class_weights))
 
   def train_batches(self, start: int):
     """The run's endless (step, batch) stream from global step `start`, this process's rows

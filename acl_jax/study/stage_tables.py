@@ -1,15 +1,8 @@
-"""A study's reports: markdown files whose table blocks are rebuilt from the records and the
-protocol, and the tables any protocol gets from its comparisons and gates.
+"""The tables any protocol gets from its comparisons and gates (reporting.py puts them in a
+report's table blocks).
 
-A table sits in a report between marker lines naming it:
-
-  <!-- table: stage1 -->
-  ...rebuilt from the records...
-  <!-- /table -->
-
-`render(text, tables)` rebuilds every block from `tables` ({name: () -> markdown}); a block
-whose table nothing names is an error. `context(protocol, records)` holds the records and
-the planner's decisions on them (`planner.decisions`), from which every table here is built:
+`context(protocol, records)` holds the records and the planner's decisions on them
+(`planner.decisions`), from which every table here is built:
 the comparisons with their verdicts (`stage1_table`), the scores per method and task, the lr
 pick, the budget check, the protocol's tasks and its deviations. A table with nothing
 recorded yet is one "*pending*" line naming what it waits on.
@@ -18,32 +11,10 @@ Imports nothing heavy.
 """
 import collections
 import dataclasses
-import re
 
 from acl_jax.study import estimates, later, planner, protocol as proto
 from acl_jax.study.fmt import mean_sd as fmt_mean, span, table
 from acl_jax.study.tables import axis_table, label, multi_exit_table, pts, select
-
-BLOCK = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
-
-
-def render(text: str, tables) -> tuple[str, list[str]]:
-  """(text with every table block rebuilt by `tables[name]()`, names of blocks that
-  changed)."""
-  changed = []
-
-  def fill(m):
-    name = m.group("name")
-    if name not in tables:
-      raise SystemExit(f"a report has a table block {name!r} that no table builds; the "
-                       f"tables: {', '.join(tables)}.")
-    body = tables[name]()
-    if body != m.group("body"):
-      changed.append(name)
-    return m.group(1) + body + m.group(4)
-
-  return BLOCK.sub(fill, text), changed
-
 
 METRIC_NAMES = {"accuracy": "accuracy (%)", "f1": "F1 (%)", "mcc": "MCC x100"}
 
@@ -120,10 +91,17 @@ def not_shown(ctx: Ctx, c: proto.Comparison) -> str:
 
 
 def task_budget(ctx: Ctx, task: str) -> str:
+  """"RTE 3 epochs, lr 5e-5": the task's budget as its runs trained it (a fixed number of
+  steps where they set num_steps, as a `runlocal` study does), or "RTE pending"."""
   p = ctx.p
   st = ctx.tasks.get(task)
-  return (f"{label(p, task)} {proto.epochs_text(st.epochs)}, lr {st.lr}" if st and st.epochs else
-          f"{label(p, task)} pending")
+  if not (st and st.epochs):
+    return f"{label(p, task)} pending"
+  steps = {r.get("budget", {}).get("num_steps") or 0 for rows in ctx.rs.values() for r in rows
+           if r.get("task") == task and r.get("sweep") in p.stage_record.values()}
+  if len(steps) == 1 and (n := steps.pop()) > 0:
+    return f"{label(p, task)} {n} step{'' if n == 1 else 's'}, lr {st.lr}"
+  return f"{label(p, task)} {proto.epochs_text(st.epochs)}, lr {st.lr}"
 
 
 def later_pending(ctx: Ctx, stage: int, pairs: set[tuple[str, str]]) -> str:
@@ -166,7 +144,7 @@ def comparison_label(p, c: proto.Comparison) -> str:
 def protocol_tasks_table(ctx: Ctx) -> str:
   p = ctx.p
   del ctx
-  first = estimates.first_stages(p)
+  first = p.first_stages()
   rows = [[t.label, first.get(t.name, "—"), f"`{t.config}:{t.config_task}`", t.max_length,
            t.epochs,
            t.scored, METRIC_NAMES.get(t.metric, t.metric), f"{t.margin:g}",
@@ -210,15 +188,17 @@ def lr_table(ctx: Ctx) -> str:
   tasks = [t for t in _stage1_tasks(p) if t not in p.lr_from]
   if not any(ctx.d.tasks[t].lr_scores for t in tasks):
     return pending(p, "no CE run of the lr grid is recorded yet", ctx.d)
+  # lr_high trains only where CE misses an anchor: a protocol without anchors has no column
+  high = bool(p.anchors)
   rows = [[label(p, t), *(pts(ctx.d.tasks[t].lr_scores.get(lr)) for lr in p.lr_grid),
-           pts(ctx.d.tasks[t].high_score), ctx.d.tasks[t].lr or "—", lr_why(p, ctx.d.tasks[t])]
-          for t in tasks]
+           *([pts(ctx.d.tasks[t].high_score)] if high else []), ctx.d.tasks[t].lr or "—",
+           lr_why(p, ctx.d.tasks[t])] for t in tasks]
   follow = collections.defaultdict(list)
   for t, src in p.lr_from.items():
     follow[src].append(label(p, t))
   notes = "".join(f"{', '.join(ts)} take {label(p, src)}'s rate. " for src, ts in follow.items())
-  return table(["task", *(f"CE dev, lr {lr}" for lr in p.lr_grid), f"CE dev, lr {p.lr_high}",
-                "pick", "why"], rows) + (
+  return table(["task", *(f"CE dev, lr {lr}" for lr in p.lr_grid),
+                *([f"CE dev, lr {p.lr_high}"] if high else []), "pick", "why"], rows) + (
       f"\nCE seed 0, final weights' dev score, points. {notes}".rstrip() + "\n")
 
 

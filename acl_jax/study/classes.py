@@ -1,5 +1,7 @@
 """What accuracy hides on imbalanced corpora: macro-F1 and the lowest per-class recall of every
-method on every TextGCN corpus, from the runs' own evaluations of their final weights.
+method on every task whose runs evaluated their final weights per class (eval.py
+--checkpoint latest on the scored split: this project's TextGCN corpora, any study's task
+scored on test).
 
 The lowest recall is eval.py's per-class recall on the scored split (records keep it as
 `per_class_recall`, with each class's support); runs recorded before rows kept it show
@@ -45,13 +47,14 @@ def mean_lowest(p: proto.Protocol, rows) -> float | None:
 
 
 def table(p: proto.Protocol, rs: dict, labels: dict) -> str:
-  """Per TextGCN corpus and method: accuracy, macro-F1, and the lowest per-class recall (its
-  class and support), means ± std over seeds, points."""
-  lines = ["| corpus | method | accuracy | macro-F1 | lowest class recall (class, support) |",
+  """Per task and method: accuracy, macro-F1, and the lowest per-class recall (its class and
+  support), means ± std over seeds, points; the tasks whose runs recorded their final
+  weights' scores on the scored split (a "corpus" column where all are TextGCN corpora)."""
+  tasks = {task: t for task, t in p.tasks.items() if method_rows(p, rs, task)}
+  what = "corpus" if all(t.family == "textgcn" for t in tasks.values()) else "task"
+  lines = [f"| {what} | method | accuracy | macro-F1 | lowest class recall (class, support) |",
            "|---|---|---|---|---|"]
-  for task, t in p.tasks.items():
-    if t.family != "textgcn":
-      continue
+  for task, t in tasks.items():
     for method, rows in method_rows(p, rs, task).items():
       lows = [lowest_recall(p, r) for r in rows]
       if None in lows:
@@ -66,15 +69,14 @@ def table(p: proto.Protocol, rs: dict, labels: dict) -> str:
                    f"{fmt.mean_sd([100 * x['macro_f1'] for x in scores if 'macro_f1' in x])} | "
                    f"{low} |")
   if len(lines) == 2:
-    return "*pending*: no TextGCN run is recorded.\n"
+    return ("*pending*: no run has recorded its final weights' scores per class (eval.py "
+            "--checkpoint latest, which the sweep runs for a task scored on test).\n")
   return "\n".join(lines) + "\n"
 
 
 def note(p: proto.Protocol, rs: dict, task: str, method: str) -> str:
   """" (lowest class recall X, CE's Y)" where the method's mean lowest per-class recall on the
   task lies FAR_BELOW points or more under CE's; "" otherwise or where not recorded."""
-  if p.tasks[task].family != "textgcn":
-    return ""
   by = method_rows(p, rs, task)
   ours, ce = mean_lowest(p, by.get(method, [])), mean_lowest(p, by.get("ce", []))
   if ours is None or ce is None or ce - ours < FAR_BELOW:

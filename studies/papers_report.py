@@ -1,0 +1,224 @@
+"""This project's report: RESULTS.md's tables and the detail beside it (results/STAGE*.md,
+CLASSES.md), filled from studies/papers.py's protocol and results/records.
+
+Every table any protocol gets (acl_jax/study/reporting.py's TABLES) plus this study's own:
+its anchors (our CE against HF PyTorch on MR, and against the published MiniLM scores on GLUE
+dev), ACL's gate (how often it was on), the gate's angles by parameter partition, and its
+later stages' exit, λ and γ rules in full. The
+pilots from before the protocol are studies/papers_pilots.py's.
+
+  python -m scripts.report            # these tables, results/PILOTS.md, results/figures/
+  python -m scripts.report --check    # exit 1, naming what differs from the records
+"""
+import os
+
+import numpy as np
+
+from acl_jax.study import later_tables, planner, protocol as proto, records, reporting
+from acl_jax.study.fmt import mean_sd as fmt_mean, span, table
+from acl_jax.study.stage_tables import Ctx, _stage1_tasks, ce_seed0, pending
+from acl_jax.study.tables import label, pts
+
+REPO = records.REPO
+# The reports whose table blocks are rebuilt from the records: the summary, and per-stage
+# detail beside it.
+REPORTS = (os.path.join(REPO, "RESULTS.md"), os.path.join(REPO, "results", "STAGE1.md"),
+           *(os.path.join(REPO, "results", f"STAGE{s}.md") for s in (2, 3)),
+           os.path.join(REPO, "results", "CLASSES.md"))
+GATED = ("acl", "scl_grad")  # the stage-1 methods whose ACL-Grad gate acts
+ANGLE_PRESET = "all"  # loss.angle_params of the presets (configs/common.py)
+
+
+def mr_anchor(p: proto.Protocol, rows: list[dict]) -> str:
+  """Our CE against HF PyTorch on MR, paired by seed (the protocol's hf_anchor record)."""
+  name, what = p.hf_anchor
+  ours = {r["seed"]: p.score(r) for r in rows if r.get("framework") == "jax"}
+  ref = {r["seed"]: p.score(r) for r in rows if r.get("framework") == "torch"}
+  seeds = sorted(set(ours) & set(ref))
+  if not seeds:
+    return f"*pending*: no seed of `{name}` has both frameworks recorded ({what}).\n"
+  d = [ours[s] - ref[s] for s in seeds]
+  mean, lo, hi = proto.interval(d, p.describe_level)
+  m = p.tasks["mr"].margin
+  if len(d) < 2:
+    reading, cell = "one seed: no interval", f"{mean:+.2f}"
+  else:
+    cell = f"{mean:+.2f} {span(lo, hi)}"
+    # The registered rule is equivalence within ± the margin; whether the interval contains
+    # zero is description (DEVIATIONS).
+    reading = (f"equivalent within ±{m:g}" if -m < lo and hi < m else
+               f"not shown equivalent within ±{m:g} (the registered rule: the interval "
+               "reaches past it)") + ("; no difference detected (the interval contains 0)"
+                                      if lo <= 0 <= hi else
+                                      "; differ (the interval excludes 0)")
+  return table(["task", "seeds", "ours (JAX)", "HF PyTorch", "ours − HF, per seed",
+                f"mean [{100 * p.describe_level:g}% interval]", "reading"],
+               [["MR", ", ".join(map(str, seeds)), fmt_mean([ours[s] for s in seeds]),
+                 fmt_mean([ref[s] for s in seeds]), ", ".join(f"{x:+.2f}" for x in d), cell,
+                 reading]]) + f"\n{what}; test accuracy of the final weights, points.\n"
+
+
+def glue_anchor(ctx: Ctx) -> str:
+  """CE at the picked lr on GLUE dev against the published MiniLM scores (upper bounds)."""
+  p = ctx.p
+  tasks = [t for t in _stage1_tasks(p) if t in p.anchors]
+  if not any(ctx.d.tasks[t].lr_scores for t in tasks):
+    return pending(p, "GLUE: no CE run of the lr grid is recorded yet", ctx.d)
+  rows = []
+  for t in tasks:
+    st, anchor, margin = ctx.d.tasks[t], p.anchors[t], p.tasks[t].margin
+    lr, s0 = ce_seed0(p, st)
+    if s0 is None:
+      rows.append([label(p, t), "—", "—", "—", f"{anchor:g}", "—", f"{margin:g}",
+                   f"pending ({st.waiting})"])
+      continue
+    s1 = p.stage_record[1]
+    ce = [ctx.idx.get((s1, planner.method_run(p, s1, st, "ce", s).name))
+          for s in p.look_seeds[0]] if st.epochs else []
+    got = [p.score(r) for r in ce if r is not None]
+    mean = fmt_mean(got) if ce and len(got) == len(ce) else (
+        f"pending ({len(got)} of {len(p.look_seeds[0])})")
+    missed = "no"
+    if st.anchor_missed:
+      grid = p.pick_lr(st.lr_scores, p.tasks[t].unit)
+      missed = (f"yes at {grid} ({st.lr_scores[grid]:.2f}): CE at {p.lr_high} "
+                + ("awaited" if st.lr is None else "tried"))
+    rows.append([label(p, t), lr, pts(s0), mean, f"{anchor:g}", f"{s0 - anchor:+.2f}",
+                 f"{margin:g}", missed])
+  return table(["task", "lr", "CE seed 0, first budget", "CE seeds 0-2, task's budget",
+                "published (upper bound)", "CE seed 0 − published", "margin",
+                "misses by more than the margin"], rows) + (
+      "\nDev scores of the final weights, points. The anchor is read before the budget check,"
+      " at the lr grid's epochs; seeds 0-2 train at the task's budget (Budget check)."
+      f" Published: {p.anchor_source}.\n")
+
+
+def _lr_name(p: proto.Protocol, lr: float) -> str | None:
+  """The protocol's spelling of a learning rate (0.0001 -> "1e-4"), None if not one of its."""
+  return next((x for x in (*p.lr_grid, p.lr_high) if proto.same_lr(x, lr)), None)
+
+
+def _our_ce(ctx: Ctx, task: str, lr: float, epochs, seed: int) -> dict | None:
+  """Our CE seed 0 at this lr and number of epochs as the protocol recorded it (the lr grid's
+  run at the task's budget, or the budget check's at twice it); None if not recorded."""
+  p = ctx.p
+  t, name = p.tasks[task], _lr_name(p, lr)
+  if name is None or seed != 0:
+    return None
+  if epochs == t.epochs:
+    return ctx.idx.get((p.lr_record, planner.lr_run(p, task, name).name))
+  if epochs == 2 * t.epochs:
+    return ctx.idx.get((p.budget_record, planner.budget_run(p, task, name).name))
+  return None
+
+
+def glue_hf_anchor(ctx: Ctx) -> str:
+  """Our CE against HF PyTorch on GLUE tasks at the same settings (the protocol's
+  glue_hf_anchor record). Our side
+  is the benchmark's own run, or else the protocol's recorded CE run at those settings."""
+  p = ctx.p
+  name, what = p.glue_hf_anchor
+  by = {}
+  for r in ctx.rs.get(name, []):
+    key = (r["task"], r["budget"]["lr"], r["budget"].get("num_epochs"), r["seed"])
+    by.setdefault(key, {})[r["framework"]] = p.dev_score(r)
+  out = []
+  for (t, lr, epochs, seed), v in sorted(by.items(),
+                                         key=lambda kv: _stage1_tasks(p).index(kv[0][0])):
+    ours_from = "this benchmark"
+    if "jax" not in v:
+      row = _our_ce(ctx, t, lr, epochs, seed)
+      v["jax"] = row and p.dev_score(row)
+      ours_from = f"`{row['sweep']}` record" if row else ""
+    if v.get("jax") is not None and "torch" in v:
+      out.append([label(p, t), _lr_name(p, lr) or f"{lr:g}",
+                  "—" if epochs is None else epochs, seed,
+                  pts(v["jax"]), pts(v["torch"]), f"{v['jax'] - v['torch']:+.2f}", ours_from])
+  if not out:
+    return (f"*pending*: no GLUE task has both frameworks in `{name}` ({what}); it runs where "
+            "CE misses its published anchor.\n")
+  return table(["task", "lr", "epochs", "seed", "ours (JAX)", "HF PyTorch", "ours − HF",
+                "ours from"], out) + f"\n{what}; points.\n"
+
+
+def anchors_table(ctx: Ctx) -> str:
+  p = ctx.p
+  return (mr_anchor(p, ctx.rs.get(p.hf_anchor[0], [])) + "\n" + glue_anchor(ctx) + "\n"
+          + glue_hf_anchor(ctx))
+
+
+def gate_table(ctx: Ctx) -> str:
+  p = ctx.p
+  rows = [(p.stage_record[1], r) for r in ctx.rs.get(p.stage_record[1], [])
+          if r["method"] in GATED or "gate_on_fraction" in r.get("train", {})]
+  rows += [(p.gate_record, r) for r in ctx.rs.get(p.gate_record, [])]
+  if not rows:
+    return pending(p, "no gated run is recorded yet", ctx.d)
+  order = {t: i for i, t in enumerate(p.tasks)}
+  groups: dict = {}  # one row per task, method, angle and record; its seeds in order
+  for rec, r in sorted(rows, key=lambda x: (order[x[1]["task"]], x[0], x[1]["method"],
+                                            x[1]["seed"])):
+    angle = r.get("overrides", {}).get("loss.angle_params", ANGLE_PRESET)
+    groups.setdefault((r["task"], r["method"], angle, rec), []).append(r)
+  out = []
+  for (task, method, angle, rec), runs in groups.items():
+    fracs = [r.get("train", {}).get("gate_on_fraction") for r in runs]
+    out.append([label(p, task), p.label(method), angle, f"`{rec}`",
+                ", ".join(str(r["seed"]) for r in runs),
+                ", ".join("—" if f is None else f"{100 * f:.1f}%" for f in fracs)])
+  return table(["task", "method", "angle over", "record", "seeds", "gate on (steps), per seed"],
+               out)
+
+
+GATE_ANGLES = "gate_angles"  # scripts/grad_conflict.py --record: angles by partition
+
+
+def gate_angles_table(ctx: Ctx) -> str:
+  """Why ACL's gate stays on: per run of the GATE_ANGLES record, the CE/contrastive angle over
+  all parameters and over each partition, and the label embeddings' share of each gradient."""
+  p = ctx.p
+  rows = ctx.rs.get(GATE_ANGLES, [])
+  if not rows:
+    return ("*pending*: no run of `scripts/grad_conflict.py --record "
+            f"results/records/{GATE_ANGLES}.jsonl` is recorded yet.\n")
+
+  def measured(steps, key):  # None for a row recorded before the partition was measured
+    return None if any(key not in s for s in steps) else np.array([s[key] for s in steps])
+
+  def cell(steps, key):
+    a = measured(steps, key)
+    return "—" if a is None else f"{np.median(a):.1f}° ({100 * (a > 90).mean():.0f}%)"
+
+  out = []
+  for r in rows:
+    st = r["steps"]
+    share = lambda k: "—" if (a := measured(st, k)) is None else f"{100 * np.median(a):.0f}%"
+    for k, name in (("acl", "CE vs ACL-Embed"), ("scl", "CE vs SCL")):
+      out.append([label(p, r["task"]), p.label(r["method"]), name, cell(st, k),
+                  cell(st, f"{k}_encoder"), cell(st, f"{k}_top"),
+                  cell(st, "acl_classifier") if k == "acl" else "— (SCL does not train them)",
+                  f"CE {share('ce_classifier_share')}, ACL-Embed {share('acl_classifier_share')}"
+                  if k == "acl" else "—"])
+  b = rows[0]["budget"]
+  return table(["task", "trained with", "angle", "all parameters", "encoder weights "
+                "(`angle_params=encoder`)", "top layer and heads", "label embeddings alone",
+                "label embeddings' share of |g|², median"], out) + (
+      f"\nMedian angle over the steps (steps above 90° in brackets); {len(rows[0]['steps'])} "
+      f"steps, B{b['batch_size']}, L{b['max_length']}, lr {b['lr']:g}, seed "
+      f"{rows[0]['seed']}; the angles of gradients taken on each step's batch and dropout key, "
+      "before the step.\n")
+
+
+TABLES = {
+    **reporting.TABLES, "anchors": anchors_table, "gate": gate_table,
+    "gate_angles": gate_angles_table,
+    # results/STAGE2.md and STAGE3.md: this study's exit, λ and γ rules in full
+    **{name: (lambda ctx, name=name: later_tables.stage2_md(ctx.p, ctx.idx, ctx.p.labels)[name])
+       for name in ("stage2_exits", "stage2_lambda", "stage2_gamma_keep")},
+    "stage3_exits": lambda ctx: later_tables.stage3_exits(ctx.p, ctx.idx, ctx.p.labels),
+}
+
+
+def render(p: proto.Protocol, text: str, rs: dict) -> tuple[str, list[str]]:
+  """(text with every table block rebuilt from the records, names of blocks that changed)."""
+  return reporting.fill(p, text, rs, TABLES)
