@@ -1,6 +1,6 @@
 r"""One run of the HF transformers + PyTorch loop (benchmarks/vs_hf.py's), written as train.py
 writes a run, so that a study records it like any run: a protocol arm with
-`framework="torch"` trains through this (scripts/sweep.py builds the command).
+`framework="torch"` trains through this (acl_jax/study/jobs.py builds the command).
 
   python -m benchmarks.hf_run --workdir runs/hf_mr --task mr --data_dir ../shared/data \
       --max_length 64 --epochs 2 --lr 5e-5 --seed 0
