@@ -350,6 +350,7 @@ PAPERS = Protocol(
     pilots=PILOTS,
     labels=LABELS,
     sources=SOURCES,
+    claims_source="SPEC §1",
     published=PUBLISHED,
     untestable=UNTESTABLE,
     cost_rules=COST_RULES,

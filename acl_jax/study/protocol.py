@@ -243,6 +243,7 @@ class Protocol:
   # table rows (claim, published, why, verdict, budget).
   labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
   sources: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  claims_source: str = ""  # where the claims are stated, in the claims table's header
   published: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
   untestable: tuple[tuple[str, ...], ...] = ()
   cost_rules: tuple[CostRule, ...] = ()  # claims decided on measured step times

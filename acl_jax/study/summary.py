@@ -115,7 +115,7 @@ def reruns_table(ctx: Ctx) -> str:
 
 
 def claims_table(ctx: Ctx) -> str:
-  """Per claim of SPEC §1: the paper's number, each stage-1 comparison's look so far, a tally
+  """Per claim of the protocol: the paper's number, each stage-1 comparison's look so far, a tally
   of the verdicts and the budgets; the later stages' claims pending; the cost claims
   (`cost_row`); the untestable ones."""
   p = ctx.p
@@ -182,7 +182,8 @@ def claims_table(ctx: Ctx) -> str:
                  "; ".join(dict.fromkeys(task_budget(ctx, r.task) for _, r in mine))])
   rows += [cost_row(ctx, rule) for rule in p.cost_rules]
   rows += [list(r) for r in p.untestable]
-  header = ["claim (SPEC §1)", "paper", "ours, per comparison: mean [97.5% interval] "
+  header = [f"claim ({p.claims_source})" if p.claims_source else "claim", "paper",
+            f"ours, per comparison: mean [{100 * p.decide_level:g}% interval] "
             "(seeds ahead / seeds) verdict", "verdict", "budget"]
   if not p.sources:  # no claim has a published number: no column of dashes
     header, rows = [header[0], *header[2:]], [[r[0], *r[2:]] for r in rows]
