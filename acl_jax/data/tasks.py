@@ -316,24 +316,24 @@ def _load_generic(spec: TaskSpec, data_dir: Optional[str], opts: LoadOptions) ->
 
 def _load_hub(spec: TaskSpec, data_dir: Optional[str], opts: LoadOptions) -> RawTask:
   del data_dir
-  hub = hub.open_hub_dataset(opts.hub_id, opts.hub_config)
+  dataset = hub.open_hub_dataset(opts.hub_id, opts.hub_config)
   wanted = {k: v for k, v in (opts.hub_splits or {"train": "train"}).items() if v}
   unknown = sorted(set(wanted) - {"train", "dev", "test"})
   if "train" not in wanted or unknown:
     raise UserError(f"task.splits maps train (required), dev and test to the dataset's split "
                     f"names; got {opts.hub_splits}.")
-  missing = {k: v for k, v in wanted.items() if v not in hub}
+  missing = {k: v for k, v in wanted.items() if v not in dataset}
   if missing:
     k, v = next(iter(missing.items()))
     raise UserError(f"Dataset {opts.hub_id!r} has no split {v!r} (task.splits.{k}); its splits "
-                    f"are {sorted(hub)}. Set --config.task.splits.{k}=NAME"
+                    f"are {sorted(dataset)}. Set --config.task.splits.{k}=NAME"
                     + (", or \"\" to hold dev out of train." if k == "dev" else "."))
   columns = {"text": opts.text_column, "label": opts.label_column}
   if opts.text_pair_column:
     columns["text_pair"] = opts.text_pair_column
   splits, sources, class_names = {}, {}, None
   for split, name in wanted.items():
-    ds = hub[name]
+    ds = dataset[name]
     lacking = [c for c in columns.values() if c not in ds.column_names]
     if lacking:
       raise UserError(f"Dataset {opts.hub_id!r} split {name!r} has no column(s) {lacking}; it "
