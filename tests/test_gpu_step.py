@@ -90,6 +90,7 @@ def test_a_gpu_trace_counts_only_the_devices_events(tmp_path):
   assert res["kinds_ms"] == {"LayerNorm": 3.0} and res["ops_per_step"] == 1
 
 
+@pytest.mark.slow
 def test_the_fixed_cost_check_runs_on_cpu(tmp_path):
   """`GPU_SMOKE=1 bash benchmarks/gpu.sh --profile` (the device check, at a tiny shape): the CE
   step is profiled and its cost beyond the ops named in ms, and HF PyTorch's step is timed in
