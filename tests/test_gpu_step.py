@@ -1,5 +1,7 @@
 """benchmarks/gpu_step.py: the FLOP count, the peak table, the profile's op counts, and the
 fixed-cost check itself (`GPU_SMOKE=1 bash benchmarks/gpu.sh --profile`) on CPU."""
+import pytest
+
 from benchmarks import gpu_step
 
 
