@@ -19,6 +19,7 @@ import dataclasses
 import importlib
 import os
 
+from acl_jax import provenance
 from acl_jax.errors import UserError
 from acl_jax.study import identity, later, planner, protocol as proto
 
@@ -171,19 +172,9 @@ def paired_arms(p: proto.Protocol) -> list[tuple[str, str, str, planner.Run, pla
   return out
 
 
-def _leaves(cfg: dict, prefix: str = "") -> dict:
-  out = {}
-  for k, v in cfg.items():
-    if isinstance(v, dict):
-      out.update(_leaves(v, f"{prefix}{k}."))
-    else:
-      out[f"{prefix}{k}"] = v
-  return out
-
-
 def unfair_fields(a: dict, b: dict, own: set[str]) -> list[str]:
   """The fields in which resolved configs `a` and `b` differ, beyond `own` (the methods')."""
-  la, lb = _leaves(a), _leaves(b)
+  la, lb = provenance.flatten(a), provenance.flatten(b)
   return sorted(k for k in la.keys() | lb.keys() if la.get(k) != lb.get(k) and k not in own)
 
 
@@ -199,7 +190,7 @@ def check_fair(p: proto.Protocol, checkout: str) -> None:
     apart = unfair_fields(a, b, method_fields(p, common, method)
                           | method_fields(p, common, baseline))
     if apart:
-      field, la, lb = apart[0], _leaves(a), _leaves(b)
+      field, la, lb = apart[0], provenance.flatten(a), provenance.flatten(b)
       more = f" (and {', '.join(apart[1:])})" if apart[1:] else ""
       raise UserError(
           f"{where}: {method} would train with {field}={la.get(field)!r} and {baseline} with "
