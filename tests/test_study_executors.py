@@ -220,11 +220,12 @@ def test_a_niced_setsid_leader_gives_its_autogroup_its_niceness():
                           check=True, cwd=helpers.REPO, **kw).stdout.split("\n")
   assert run()[0] == "None"  # not a setsid leader
   leader = run(start_new_session=True)
+  want = str(min(os.nice(0) + 7, 19))  # 7 above this process's own (pytest may run niced)
   enabled = os.path.exists(AUTOGROUP) and open(AUTOGROUP).read().strip() == "1"
   if enabled:
-    assert leader[0] == "7" and leader[1].endswith("nice 7"), leader
+    assert leader[0] == want and leader[1].endswith(f"nice {want}"), leader
   else:
-    assert leader[0] in ("None", "7"), leader  # no autogroup: the file may be absent
+    assert leader[0] in ("None", want), leader  # no autogroup: the file may be absent
 
 
 # LocalExecutor.
