@@ -434,4 +434,9 @@ BASE = dataclasses.replace(
     untestable=(),
     cost_rules=(),
     prior_epoch_s=BASE_PRIOR_EPOCH_S,
+    # About 40 CPU machine-hours: every first look trains (4a's, then 4b's, which waits on
+    # 4a's first looks alone: its arms share no run with 4a); a second look starts on a CPU
+    # only within the budget, and on a lent accelerator always (results/STAGE4.md).
+    cpu_budget_h=40.0,
+    later_after_first_looks=True,
 )

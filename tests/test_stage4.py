@@ -55,3 +55,14 @@ def test_stage4_md_states_the_cost_model_s_estimate():
   # The ratio the prior rests on is the one BENCHMARKS.md reports.
   assert f"**{papers.BASE_STEP_RATIO}x**" in open(
       os.path.join(os.path.dirname(STAGE4_MD), "..", "BENCHMARKS.md")).read()
+
+
+def test_stage4_md_states_the_cpu_budget_and_order():
+  base = papers.BASE
+  assert base.later_after_first_looks and base.cpu_budget_h is not None
+  text = open(STAGE4_MD).read()
+  assert f"The budget is {base.cpu_budget_h:g} CPU\nmachine-hours (`BASE.cpu_budget_h`)" in text
+  assert "`BASE.later_after_first_looks`" in text
+  # Neither feature may read a comparison arm's run as a second look's.
+  assert not any(set(a.seeds) & set(base.look_seeds[1]) for arms in base.arms.values()
+                 for a in arms)

@@ -89,6 +89,17 @@ def _looks(p) -> None:
     raise ValueError(f"look_seeds {p.look_seeds}: the second look adds seeds of its own, "
                      "each seed once, e.g. ((0, 1, 2), (3, 4)); a repeated seed would be "
                      "counted twice.")
+  if p.cpu_budget_h is not None and not p.cpu_budget_h > 0:
+    raise ValueError(f"cpu_budget_h {p.cpu_budget_h}: give the CPU machine-hours second looks "
+                     "may start within (e.g. 40.0), or None for no budget.")
+  if p.cpu_budget_h is not None or p.later_after_first_looks:
+    for stage, arms in p.arms.items():
+      for a in arms:
+        if set(a.seeds) & set(p.look_seeds[1]):
+          raise ValueError(f"stage {stage} arm {a}: its seeds {a.seeds} include the second "
+                           f"look's {p.look_seeds[1]}, by which the CPU budget and "
+                           "later_after_first_looks tell a second look's runs; give the arm "
+                           "other seeds.")
 
 
 def _learning_rates(p) -> None:

@@ -312,7 +312,8 @@ def later_stage_ready(p: proto.Protocol, stage: int, rows: dict[str, list[dict]]
                       d: Decisions | None = None) -> tuple[list[Run], dict[str, str]]:
   """(stage 2 or 3's runs the gates release now, not yet recorded; what each of its tasks
   waits on). Nothing is released while the stage before has runs left (its arms share runs
-  with it: the λ grid's preset points are stage 1's ACL and CE+SCL). Then a task's arms wait
+  with it: the λ grid's preset points are stage 1's ACL and CE+SCL; with
+  `later_after_first_looks`, its second looks may be left). Then a task's arms wait
   on its lr and budget decisions: stage 1's for its tasks, and for a task new here (lr_from)
   the source's lr, then its own budget check."""
   d = d or decisions(p, rows)
@@ -322,6 +323,8 @@ def later_stage_ready(p: proto.Protocol, stage: int, rows: dict[str, list[dict]]
   before = max(s for s in p.stages if s < stage)
   left, unsettled = (d.ready, d.waiting) if before == 1 else (
       later_stage_ready(p, before, rows, d))
+  if p.later_after_first_looks:
+    left = [r for r in left if not second_look(p, r)]
   if left or unsettled:
     why = (f"stage {stage - 1} to finish ({len(left)} runs ready there now, "
            f"{len(unsettled)} tasks waiting on its gates)")
@@ -341,6 +344,12 @@ def later_stage_ready(p: proto.Protocol, stage: int, rows: dict[str, list[dict]]
     runs += second_look_runs(p, stage, task, st, idx)
   checks.later_rows(p, idx, states)
   return [r for r in dict.fromkeys(runs) if (r.sweep, r.name) not in idx], waiting
+
+
+def second_look(p: proto.Protocol, run: Run) -> bool:
+  """A run of a second look: a seed of look_seeds[1] in a stage's own record."""
+  return (run.sweep in p.stage_record.values()
+          and int(dict(run.settings)["seed"]) in p.look_seeds[1])
 
 
 def second_look_runs(p: proto.Protocol, stage: int, task: str, st: TaskState, idx: dict,

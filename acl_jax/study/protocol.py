@@ -225,6 +225,14 @@ class Protocol:
   # doubles every method's epochs. None: no check, the tasks' epochs stand.
   budget_gain: float | None = 1.5
   look_seeds: tuple[tuple[int, ...], ...] = ((0, 1, 2), (3, 4))
+  # cpu_budget_h: the CPU machine-hours a study may spend (None: no limit). A second look
+  # starts on a CPU only while the hours recorded on CPUs, the estimate of every first-look
+  # run left (every stage) and those of the second looks admitted before it fit; a look with
+  # a recorded run finishes; on an accelerator every look starts (status.cpu_budget).
+  # later_after_first_looks: a later stage starts once the stage before has no first-look
+  # run left, beside its second looks (its arms share no run with them).
+  cpu_budget_h: float | None = None
+  later_after_first_looks: bool = False
   decide_level: float = 0.975
   describe_level: float = 0.95
   power: float = 0.8

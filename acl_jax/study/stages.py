@@ -9,7 +9,8 @@ The planner (`status.stage_runs`) says which runs the records release now; each 
 runs at a time, each pinned to its share of the cores; `ray`: one Ray task per run on a
 cluster's nodes), and the stage is planned again after every result. With `until`, a run
 starts only if its estimate ends before then (`start_order`: which first); the estimates are
-the records' rates scaled to this machine (`host_rates`).
+the records' rates scaled to this machine (`host_rates`). On a CPU host, a second look past
+the protocol's CPU budget does not start (`within_budget`).
 
 Nothing here imports jax.
 """
@@ -19,8 +20,8 @@ import os
 import time
 
 from acl_jax import errors, provenance
-from acl_jax.study import (identity as ident, jobs, protocol as proto, records, resolve, runner,
-                           slots, status as study_status, timing)
+from acl_jax.study import (identity as ident, jobs, planner, protocol as proto, records, resolve,
+                           runner, slots, status as study_status, timing)
 
 
 @dataclasses.dataclass
@@ -118,6 +119,23 @@ def host_rates(rows: dict, told: dict | None, gpu: str = "") -> dict:
   return host.rates
 
 
+def within_budget(p: proto.Protocol, stage: int, rows: dict, ready: list, gpu: str,
+                  told: dict | None) -> list:
+  """The released runs that may start here: on a CPU host, none of a second look past the
+  protocol's CPU budget (`study_status.cpu_budget`); on an accelerator, all. The budget's
+  state is printed when it changes (`told` holds the last; None prints every time)."""
+  budget = None if gpu else study_status.cpu_budget(p, rows, jobs.REPO)
+  if budget is None:
+    return ready
+  lines = study_status.budget_lines(p, budget)
+  if told is None or told.get("budget") != lines:
+    print("\n".join(lines), flush=True)
+    if told is not None:
+      told["budget"] = lines
+  return [r for r in ready
+          if not (planner.second_look(p, r) and (stage, r.task) in budget.trimmed)]
+
+
 def start_order(run, stage_record: str, part_trained: bool, est: float,
                 deadline: float | None) -> tuple:
   """The sort key of a released run, first to start first. Part-trained runs: a stop between
@@ -149,6 +167,7 @@ def run_stage(stage: int, args) -> set[str]:
   if args.dry_run:
     rows = records.read_all()
     ready, waiting = study_status.stage_runs(p, stage, rows)
+    ready = within_budget(p, stage, rows, ready, gpu, None)
     rates = host_rates(rows, None, gpu)
     per_s = runner.wall_per_machine_s(args)
     for run in ready:
@@ -165,6 +184,7 @@ def run_stage(stage: int, args) -> set[str]:
     while True:
       rows = records.read_all()
       ready, _ = study_status.stage_runs(p, stage, rows)
+      ready = within_budget(p, stage, rows, ready, gpu, told)
       rates = host_rates(rows, told, gpu)
       per_s = runner.wall_per_machine_s(args)
       est = {r.name: per_s * p.estimate_seconds(r.task, r.method, r.epochs, rates)

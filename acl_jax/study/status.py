@@ -173,6 +173,65 @@ def stage_totals(p: proto.Protocol, rows: dict, checkout: str) -> dict[int, Stag
   return out
 
 
+@dataclasses.dataclass(frozen=True)
+class CpuBudget:
+  """A protocol's CPU budget as its records stand (`cpu_budget`), in machine seconds: the cap,
+  the CPU seconds recorded, the estimate of every first-look run left, and the second looks
+  released now, {(stage, task): their runs' estimate}, that start on a CPU (`admitted`) or
+  are left to an accelerator (`trimmed`)."""
+  cap_s: float
+  recorded_s: float
+  first_left_s: float
+  admitted: dict
+  trimmed: dict
+
+
+def cpu_budget(p: proto.Protocol, rows: dict, checkout: str) -> CpuBudget | None:
+  """`Protocol.cpu_budget_h` applied to the records (None without one). The second looks
+  released now are taken stage by stage in the planner's order: a look with a recorded run
+  is admitted (it finishes); another is admitted while the CPU seconds recorded, the first
+  looks left and the looks admitted before it, plus its own estimate, fit in the cap."""
+  if p.cpu_budget_h is None:
+    return None
+  rates = measured_rates(rows)
+  est = lambda runs: sum(p.estimate_seconds(r.task, r.method, r.epochs, rates) for r in runs)
+  totals = stage_totals(p, rows, checkout)
+  done = {(name, r["run"]) for name, rs in rows.items() for r in rs}
+  first_left = est([r for t in totals.values() for _, runs, _ in t.whole[:1] for r in runs
+                    if (r.sweep, r.name) not in done])
+  recorded = sum(t.seconds for t in totals.values())
+  spent, admitted, trimmed = recorded + first_left, {}, {}
+  for stage, t in totals.items():
+    looks = {}
+    for r in t.left:
+      if planner.second_look(p, r):
+        looks.setdefault((stage, r.task), []).append(r)
+    for (s, task), runs in looks.items():
+      started = any(r.get("task") == task and r.get("seed") in p.look_seeds[1]
+                    for r in rows.get(p.stage_record[s], []))
+      sec = est(runs)
+      if started or spent + sec <= 3600 * p.cpu_budget_h:
+        admitted[(s, task)], spent = sec, spent + sec
+      else:
+        trimmed[(s, task)] = sec
+  return CpuBudget(3600 * p.cpu_budget_h, recorded, first_left, admitted, trimmed)
+
+
+def budget_lines(p: proto.Protocol, b: CpuBudget) -> list[str]:
+  """The CPU budget in words, for `status` and the sweep."""
+  look = lambda key, sec: f"{p.tasks[key[1]].label} (stage {key[0]}, {_hours(sec)} h)"
+  out = [f"CPU budget {_hours(b.cap_s)} machine-h: {_hours(b.recorded_s)} recorded on CPUs, "
+         f"{_hours(b.first_left_s)} estimated for the first looks left."]
+  if b.admitted:
+    out.append("Second looks that start on a CPU: "
+               + ", ".join(look(k, v) for k, v in b.admitted.items()) + ".")
+  if b.trimmed:
+    out.append("Second looks past the budget, trained only on an accelerator (until then "
+               "the comparison keeps its first look's verdict): "
+               + ", ".join(look(k, v) for k, v in b.trimmed.items()) + ".")
+  return out
+
+
 def _hours(seconds: float) -> str:
   return f"{seconds / 3600:.1f}"
 
@@ -199,6 +258,9 @@ def status(p: proto.Protocol, rows: dict, checkout: str, show_runs: bool = False
   if notes:
     out += ("\nRuns that gates have not yet asked for (a task's comparisons wait on its lr, "
             "anchor and budget checks; second looks on the first):\n" + "\n".join(notes) + "\n")
+  budget = cpu_budget(p, rows, checkout)
+  if budget is not None:
+    out += "\n" + "\n".join(budget_lines(p, budget)) + "\n"
   if out_runs:
     out += "\nStill to train, in order:\n" + "\n".join(out_runs) + "\n"
   return out
