@@ -8,7 +8,7 @@ with `nn.Dense`'s default, one `lax.dot_general` on the 3-D input, whose transpo
 XLA:CPU copy each layer's cotangent into a transposed array before the kernel-gradient dot.
 
 Both variants are the jitted `shard_map` CE step of `acl_jax.train` on MiniLM-L6 (real
-weights, B32, dropout on, one synthetic batch; `benchmarks.profile_step.minilm_ce_step`), in
+weights, B32, dropout on, one synthetic batch; `benchmarks.profile_step.ce_step`), in
 one process. Each is compiled, then timed repetitions of `--steps` steps alternate between
 them, so drift on the machine reaches both alike. It prints and records each variant's median
 s/step, the ratio to "nd", the layout copies in its compiled step, and its first step's loss
@@ -59,7 +59,7 @@ def main():
   runs = {}
   for name in ("nd", "rows"):
     with variant_context(name):
-      fn, state, batch = profile_step.minilm_ce_step(a.batch, a.seq)
+      fn, state, batch = profile_step.ce_step("minilm", a.batch, a.seq)
       t0 = time.perf_counter()
       state, metrics = fn(state, batch)  # traces and compiles inside the context
       jax.block_until_ready(state)

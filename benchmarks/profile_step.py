@@ -2,11 +2,11 @@ r"""Where the CE train step spends its time: a jax.profiler trace, summed by kin
 
   python -m benchmarks.profile_step --seq 64 --steps 3 --top 25
 
-Compiles the jitted `shard_map` CE step of `acl_jax.train` (MiniLM-L6, real weights, B32,
-dropout on), traces `--steps` steps with `jax.profiler`, and joins each XLA op of the trace to
+Compiles the jitted `shard_map` CE step of `acl_jax.train` (MiniLM-L6 or, with `--model mpnet`,
+all-mpnet-base-v2: real weights, B32, dropout on), traces `--steps` steps with `jax.profiler`, and joins each XLA op of the trace to
 its `op_name` in the compiled HLO. It prints the summed time per kind of op (matmuls, dropout
-RNG, layout copies, GELU, LayerNorm, softmax, embedding gradient, collectives, optimizer,
-other) and the `--top` single ops, per step. It writes the same as JSON to `benchmarks/results/`.
+RNG, layout copies, GELU, LayerNorm, softmax, embedding gradient, MPNet's relative position
+bias, collectives, optimizer, other) and the `--top` single ops, per step. It writes the same as JSON to `benchmarks/results/`.
 
 Read the shares, not the sums: XLA:CPU may run independent thunks at the same time (plain
 Eigen dots run asynchronously and show only their dispatch), so per-op durations can overlap
@@ -29,6 +29,8 @@ KINDS = (
     ("matmul", lambda name, op, ty: name.startswith("dot") or (
         name.startswith(("ynn_fusion", "custom-call")) and "dot_general" in op)),
     ("embedding grad", lambda name, op, ty: "word_embeddings" in op and "transpose(" in op),
+    # MPNet: the shared [buckets, heads] table's lookup into every score and its gradient.
+    ("relative bias", lambda name, op, ty: "relative_attention_bias" in op),
     ("dropout RNG", lambda name, op, ty: "Dropout" in op and ty.startswith("u32")),
     ("dropout apply", lambda name, op, ty: "Dropout" in op),
     ("GELU", lambda name, op, ty: "erf" in op or "/mlp/mul" in op),
@@ -116,16 +118,20 @@ def trace_step(fn, state, batch, steps: int, top: int, hlo_text: str | None = No
     return res, wall
 
 
-def minilm_ce_step(batch: int, seq: int):
-  """The jitted CE train step of the packaged MiniLM-L6 (2 labels, AdamW) on one synthetic
-  batch: (step_fn, state, sharded_batch)."""
+def ce_step(model_name: str, batch: int, seq: int):
+  """The jitted CE train step of a pretrained benchmark model (`common.model_spec`: "minilm"
+  or "mpnet"; 2 labels, AdamW) on one synthetic batch: (step_fn, state, sharded_batch)."""
   from acl_jax.models import load_pretrained  # pylint: disable=import-outside-toplevel
   from acl_jax.train import setup as setup_lib, step as step_lib  # pylint: disable=import-outside-toplevel
   from configs.common import base_config  # pylint: disable=import-outside-toplevel
+  spec, folder = common.model_spec(model_name)
+  if folder is None:
+    raise SystemExit(f"--model {model_name}: a random-init model; profile a pretrained one "
+                     "(minilm, mpnet).")
   mesh = step_lib.make_mesh()
-  data = step_lib.shard_batch(
-      common.synthetic_batch(common.Shape("minilm", batch, seq), 30522, 0), mesh)
-  model, params, _ = load_pretrained(common.minilm_folder(), 2, with_tokenizer=False)
+  data = step_lib.shard_batch(common.synthetic_batch(
+      common.Shape(model_name, batch, seq), spec["vocab_size"], 0), mesh)
+  model, params, _ = load_pretrained(folder, 2, with_tokenizer=False)
   tr = setup_lib.make_trainer(base_config(), model, params, mesh, num_labels=2,
                               total_steps=1000)
   return tr.train_step, tr.state, data
@@ -133,18 +139,21 @@ def minilm_ce_step(batch: int, seq: int):
 
 def main():
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--model", default="minilm", choices=("minilm", "mpnet"),
+                 help="mpnet: all-mpnet-base-v2 (python -m acl_jax.weights all-mpnet-base-v2)")
   p.add_argument("--seq", type=int, default=64)
   p.add_argument("--batch", type=int, default=32)
   p.add_argument("--steps", type=int, default=3)
   p.add_argument("--top", type=int, default=25)
   p.add_argument("--out", default=None, help="JSON path (default benchmarks/results/"
-                 "profile_step_L<seq>.json)")
+                 "profile_step_L<seq>.json, profile_step_mpnet_L<seq>.json for MPNet)")
   a = p.parse_args()
   info = common.machine_info(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  fn, state, batch = minilm_ce_step(a.batch, a.seq)
+  fn, state, batch = ce_step(a.model, a.batch, a.seq)
   res, wall = trace_step(fn, state, batch, a.steps, a.top)
   total = sum(res["kinds_ms"].values())
-  print(f"MiniLM-L6 B{a.batch} L{a.seq}: wall {wall * 1e3:.0f} ms/step (traced), "
+  label = {"minilm": "MiniLM-L6", "mpnet": "MPNet-base"}[a.model]
+  print(f"{label} B{a.batch} L{a.seq}: wall {wall * 1e3:.0f} ms/step (traced), "
         f"summed op time {total:.0f} ms/step; load average at start {info['load_average_start']}")
   print("| kind | ms/step | share |\n|---|---|---|")
   for k, v in res["kinds_ms"].items():
@@ -152,7 +161,8 @@ def main():
   print(f"\nTop {a.top} ops (instruction, result type, op_name), ms/step:")
   for k, v in res["top_ops_ms"].items():
     print(f"{v:8.1f}  {k}")
-  out = a.out or os.path.join("benchmarks", "results", f"profile_step_L{a.seq}.json")
+  out = a.out or os.path.join("benchmarks", "results", "profile_step_"
+                              f"{'' if a.model == 'minilm' else a.model + '_'}L{a.seq}.json")
   os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
   with open(out, "w") as f:
     json.dump({"command": common.command_line(), "machine": info, "wall_s_per_step": wall,

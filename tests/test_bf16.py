@@ -111,8 +111,10 @@ def test_bf16_model_keeps_softmax_layernorm_and_params_float32():
     if prim in ("reduce_max", "reduce_sum", "exp", "rsqrt", "log"):
       stats.append((prim, eqn.invars[0].aval.dtype))
   assert dots and all(d == BF16 for d in dots), f"matmuls not all in bfloat16: {set(dots)}"
-  # Each layer's attention scores leave their bf16 dot in float32, unrounded.
-  assert wide_out == cfg.num_layers, wide_out
+  # Each layer's attention scores, and every dense layer's product (`LowPrecisionDense`:
+  # rounded to bfloat16 once its bias is added), leave their bf16 dot in float32; only the
+  # attention's probs @ v returns bfloat16.
+  assert len(dots) - wide_out == cfg.num_layers, (len(dots), wide_out)
   assert {p for p, _ in stats} >= {"reduce_max", "reduce_sum", "exp", "rsqrt"}
   bad = [(p, d) for p, d in stats if d != jnp.float32]
   assert not bad, f"softmax / LayerNorm ops in a narrow dtype: {bad}"
@@ -159,3 +161,47 @@ def test_bf16_training_tracks_float32():
   leaves = jax.tree.leaves((state16.params, state16.opt_state))
   float_dtypes = {x.dtype for x in leaves if jnp.issubdtype(x.dtype, jnp.floating)}
   assert float_dtypes == {jnp.dtype(jnp.float32)}, float_dtypes
+
+
+def test_low_precision_dense_is_nn_dense_accumulated_in_float32():
+  """`LowPrecisionDense` (the encoder's dense layers in bfloat16) has nn.Dense's params and
+  initial values, its outputs within one bfloat16 rounding of nn.Dense(dtype=bfloat16)'s,
+  and float32 gradients at least as close to the float32 arithmetic of the same bfloat16
+  inputs as nn.Dense's: its products and bias sum accumulate in float32 and round once."""
+  import flax.linen as nn  # pylint: disable=import-outside-toplevel
+  from acl_jax.models import bert  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(0)
+  x = jnp.asarray(rng.normal(size=(4, 64, 96)), jnp.float32)
+  g = jnp.asarray(rng.normal(size=(4, 64, 80)), jnp.float32)
+  ours = bert.LowPrecisionDense(80, BF16)
+  ref = nn.Dense(80, dtype=BF16, param_dtype=jnp.float32, kernel_init=bert._INIT)
+  params = ours.init(jax.random.PRNGKey(3), x)
+  assert jax.tree.all(jax.tree.map(lambda a, b: a.dtype == b.dtype and bool(jnp.all(a == b)),
+                                   params, ref.init(jax.random.PRNGKey(3), x)))
+  params = jax.tree.map(lambda a: a + 0.05, params)  # a bias that is not zero
+  y, y_ref = ours.apply(params, x), ref.apply(params, x)
+  assert y.dtype == y_ref.dtype == BF16
+  # one rounding apart: within 2 bfloat16 ulps (2^-7 relative) of each other
+  np.testing.assert_allclose(np.asarray(y, np.float32), np.asarray(y_ref, np.float32),
+                             rtol=2 * 2.0**-7, atol=1e-2)
+
+  def grads(module):
+    return jax.grad(lambda p, x: jnp.sum(module.apply(p, x).astype(jnp.float32) * g),
+                    argnums=(0, 1))(params, x)
+  # float32 arithmetic on the same bfloat16 values: the exact answer up to float32 round-off
+  xb = x.astype(BF16).astype(jnp.float32)
+  kb = params["params"]["kernel"].astype(BF16).astype(jnp.float32)
+  gb = g.reshape(-1, 80).astype(BF16).astype(jnp.float32)
+  exact = {"kernel": xb.reshape(-1, 96).T @ gb, "bias": gb.sum(0)}
+  (ours_p, ours_x), (ref_p, ref_x) = grads(ours), grads(ref)
+  for name, want in exact.items():
+    err = float(jnp.max(jnp.abs(ours_p["params"][name] - want)))
+    err_ref = float(jnp.max(jnp.abs(ref_p["params"][name] - want)))
+    assert ours_p["params"][name].dtype == jnp.float32
+    assert err <= err_ref and err <= 1e-4 * float(jnp.max(jnp.abs(want))), (name, err, err_ref)
+  np.testing.assert_allclose(np.asarray(ours_x), np.asarray(ref_x), rtol=2 * 2.0**-7,
+                             atol=1e-2 * float(jnp.max(jnp.abs(ref_x))))
+  # float32 compute keeps nn.Dense itself (and its values bit for bit)
+  cfg = _tiny_cfg("float32")
+  assert type(bert._dense(cfg, 8, "d")) is nn.Dense
+  assert type(bert._dense(_tiny_cfg("bfloat16"), 8, "d")) is bert.LowPrecisionDense

@@ -45,6 +45,22 @@ def test_a_gpu_kernels_time_joins_its_hlo_instruction(tmp_path):
   assert len(res["top_ops_ms"]) == 2
 
 
+def test_mpnet_s_relative_bias_is_a_kind_of_its_own():
+  """MPNet's shared bias table: its lookup and its gradient's scatter are "relative bias";
+  the word-embedding gradient and an encoder matmul keep their kinds."""
+  from benchmarks import profile_step  # pylint: disable=import-outside-toplevel
+  enc = "jit(per_device)/jit(main)/"
+  assert profile_step.kind_of("gather.4", enc + "encoder/relative_attention_bias/take",
+                              "f32[32,128,128,12]") == "relative bias"
+  assert profile_step.kind_of(
+      "scatter.2", enc + "transpose(jvp(encoder/relative_attention_bias/take))",
+      "f32[32,12]") == "relative bias"
+  assert profile_step.kind_of("scatter.1", enc + "transpose(jvp(embeddings/word_embeddings/"
+                              "take))", "f32[30527,768]") == "embedding grad"
+  assert profile_step.kind_of("dot.9", enc + "encoder/layer_3/mlp/fc1/dot_general",
+                              "f32[4096,3072]") == "matmul"
+
+
 def test_op_counts_of_a_compiled_module():
   """fixed_cost.op_counts counts the entry computation's launched ops, and whiles, custom
   calls and collectives anywhere."""
