@@ -169,11 +169,11 @@ def test_low_precision_dense_is_nn_dense_accumulated_in_float32():
   and float32 gradients at least as close to the float32 arithmetic of the same bfloat16
   inputs as nn.Dense's: its products and bias sum accumulate in float32 and round once."""
   import flax.linen as nn  # pylint: disable=import-outside-toplevel
-  from acl_jax.models import bert  # pylint: disable=import-outside-toplevel
+  from acl_jax.models import bert, dense  # pylint: disable=import-outside-toplevel
   rng = np.random.default_rng(0)
   x = jnp.asarray(rng.normal(size=(4, 64, 96)), jnp.float32)
   g = jnp.asarray(rng.normal(size=(4, 64, 80)), jnp.float32)
-  ours = bert.LowPrecisionDense(80, BF16)
+  ours = dense.LowPrecisionDense(80, BF16, bert._INIT)
   ref = nn.Dense(80, dtype=BF16, param_dtype=jnp.float32, kernel_init=bert._INIT)
   params = ours.init(jax.random.PRNGKey(3), x)
   assert jax.tree.all(jax.tree.map(lambda a, b: a.dtype == b.dtype and bool(jnp.all(a == b)),
@@ -204,4 +204,4 @@ def test_low_precision_dense_is_nn_dense_accumulated_in_float32():
   # float32 compute keeps nn.Dense itself (and its values bit for bit)
   cfg = _tiny_cfg("float32")
   assert type(bert._dense(cfg, 8, "d")) is nn.Dense
-  assert type(bert._dense(_tiny_cfg("bfloat16"), 8, "d")) is bert.LowPrecisionDense
+  assert type(bert._dense(_tiny_cfg("bfloat16"), 8, "d")) is dense.LowPrecisionDense
