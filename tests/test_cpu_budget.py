@@ -98,7 +98,8 @@ def test_a_later_stage_may_start_beside_the_second_looks(tmp_path, monkeypatch, 
       (m, s) for m in ("jt", "kd", "acl_cl") for s in "012")
   # while stage 1 has a first-look run left, stage 2 still waits
   rows["stage1"] = [r for r in rows["stage1"] if not (r["seed"] == 2 and r["method"] == "acl")]
-  assert planner.later_stage_ready(beside, 2, rows)[0] == []
+  ready, waiting = planner.later_stage_ready(beside, 2, rows)
+  assert ready == [] and waiting["rte"].startswith("stage 1's first looks to finish (1 runs")
   capsys.readouterr()
 
 

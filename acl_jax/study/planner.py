@@ -326,7 +326,8 @@ def later_stage_ready(p: proto.Protocol, stage: int, rows: dict[str, list[dict]]
   if p.later_after_first_looks:
     left = [r for r in left if not second_look(p, r)]
   if left or unsettled:
-    why = (f"stage {stage - 1} to finish ({len(left)} runs ready there now, "
+    part = "'s first looks" if p.later_after_first_looks else ""
+    why = (f"stage {stage - 1}{part} to finish ({len(left)} runs ready there now, "
            f"{len(unsettled)} tasks waiting on its gates)")
     return [], dict.fromkeys(tasks, why)
   runs, waiting = [], {}
