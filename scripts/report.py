@@ -2,7 +2,8 @@ r"""The command line of a study's report: its markdown files' tables rebuilt fro
 
 The tables are acl_jax/study/reporting.py's, built from the records and the protocol.
 
-  python -m scripts.report            # RESULTS.md's tables, results/PILOTS.md, results/figures/
+  python -m scripts.report            # RESULTS.md's tables, results/PILOTS.md, results/figures/,
+                                      # and results/STAGE4.md's (stage 4: BASE, records/base)
   python -m scripts.report --check    # exit 1, naming what differs from the records
   python -m scripts.report --protocol studies/mine.py --records runs/my_study/records \
       --file runs/my_study/REPORT.md  # a study of one's own (README, "Your own study")
@@ -23,6 +24,7 @@ from scripts import sweep
 from studies import papers_pilots, papers_report
 
 REPO = records.REPO
+BASE = "studies.papers:BASE"  # stage 4's protocol, whose report is results/STAGE4.md
 
 
 def main(argv=None):
@@ -59,6 +61,9 @@ def main(argv=None):
     changed = reporting.update(p, a.file or papers_report.REPORTS, rs, tables, check=a.check)
   except FileNotFoundError as e:
     raise SystemExit(f"--file {e}") from None
+  if own and not (a.file or a.records):  # stage 4: its own protocol, records and report
+    changed += reporting.update(sweep.load_protocol(BASE), papers_report.BASE_REPORTS,
+                                records.read_all(papers_report.BASE_RECORDS), check=a.check)
   old = open(a.pilots).read() if pilots is not None and os.path.isfile(a.pilots) else None
   if a.check:
     changed += [os.path.relpath(a.pilots, REPO)] if pilots != old else []

@@ -25,6 +25,10 @@ REPO = records.REPO
 REPORTS = (os.path.join(REPO, "RESULTS.md"), os.path.join(REPO, "results", "STAGE1.md"),
            *(os.path.join(REPO, "results", f"STAGE{s}.md") for s in (2, 3)),
            os.path.join(REPO, "results", "CLASSES.md"))
+# Stage 4 (studies/papers.py's BASE protocol) has records and a report of its own; its tables
+# are those any protocol gets.
+BASE_RECORDS = os.path.join(REPO, "results", "records", "base")
+BASE_REPORTS = (os.path.join(REPO, "results", "STAGE4.md"),)
 GATED = ("acl", "scl_grad")  # the stage-1 methods whose ACL-Grad gate acts
 ANGLE_PRESET = "all"  # loss.angle_params of the presets (configs/common.py)
 

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from acl_jax.study import planner, protocol as proto, records, reporting, stage_tables, summary
+from acl_jax.study import (loader, planner, protocol as proto, records, reporting, stage_tables,
+                           summary)
 from acl_jax.study import tables, timing
 from scripts import report
 from studies import papers_pilots, papers_report
@@ -37,6 +38,18 @@ def test_committed_reports_are_what_the_committed_records_give():
     assert not changed, f"{path}: tables differ from the records: {changed}"
   assert open(papers_pilots.PILOTS_MD).read() == papers_pilots.pilots_md(p, rs), (
       "results/PILOTS.md differs from the records")
+
+
+def test_stage4_report_is_what_its_records_give():
+  """results/STAGE4.md's table blocks equal the BASE protocol's tables on results/records/base
+  (scripts/report.py rebuilds them with RESULTS.md's): no stage-4 number is typed by hand."""
+  base = loader.load("studies.papers:BASE")
+  text = open(papers_report.BASE_REPORTS[0]).read()
+  names = [b[1] for b in reporting.BLOCK.findall(text)]
+  assert {"claims", "lr", "budget", "stage1", "stage_hours"} <= set(names)
+  assert len(names) == len(set(names)), "a table is rendered twice"
+  _, changed = reporting.fill(base, text, records.read_all(papers_report.BASE_RECORDS))
+  assert not changed, f"results/STAGE4.md: tables differ from the records: {changed}"
 
 
 def test_committed_records_are_whole():
