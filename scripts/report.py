@@ -63,7 +63,8 @@ def main(argv=None):
     raise SystemExit(f"--file {e}") from None
   if own and not (a.file or a.records):  # stage 4: its own protocol, records and report
     changed += reporting.update(sweep.load_protocol(BASE), papers_report.BASE_REPORTS,
-                                records.read_all(papers_report.BASE_RECORDS), check=a.check)
+                                records.read_all(papers_report.BASE_RECORDS),
+                                papers_report.BASE_TABLES, check=a.check)
   old = open(a.pilots).read() if pilots is not None and os.path.isfile(a.pilots) else None
   if a.check:
     changed += [os.path.relpath(a.pilots, REPO)] if pilots != old else []

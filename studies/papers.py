@@ -439,4 +439,6 @@ BASE = dataclasses.replace(
     # only within the budget, and on a lent accelerator always (results/STAGE4.md).
     cpu_budget_h=40.0,
     later_after_first_looks=True,
+    # "A pair's two arms train on the same device kind" (results/STAGE4.md), kept by the sweep.
+    same_device_pairs=True,
 )

@@ -14,7 +14,7 @@ import os
 
 import numpy as np
 
-from acl_jax.study import later_tables, planner, protocol as proto, records, reporting
+from acl_jax.study import devices, later_tables, planner, protocol as proto, records, reporting
 from acl_jax.study.fmt import mean_sd as fmt_mean, span, table
 from acl_jax.study.stage_tables import Ctx, _stage1_tasks, ce_seed0, pending
 from acl_jax.study.tables import label, pts
@@ -221,6 +221,33 @@ TABLES = {
        for name in ("stage2_exits", "stage2_lambda", "stage2_gamma_keep")},
     "stage3_exits": lambda ctx: later_tables.stage3_exits(ctx.p, ctx.idx, ctx.p.labels),
 }
+
+
+def devices_table(ctx: Ctx) -> str:
+  """Each stage's runs by device kind, and the pairs (a task's runs at one seed in a stage's
+  record) that mix kinds, which `Protocol.same_device_pairs` rules out."""
+  kinds = devices.recorded_kinds(ctx.p, ctx.rs)
+  out = []
+  for stage, record in sorted(ctx.p.stage_record.items()):
+    count = {}
+    for (rec, _, _), by_kind in kinds.items():
+      if rec == record:
+        for kind, runs in by_kind.items():
+          count[kind] = count.get(kind, 0) + len(runs)
+    out.append([str(stage), "; ".join(f"{k}: {n} runs" for k, n in sorted(count.items()))
+                or "none yet"])
+  mixed = devices.mixed(ctx.p, ctx.rs)
+  note = ("No pair mixes device kinds." if not mixed else
+          "**Pairs that mix device kinds** (the protocol rules them out; train the group again "
+          "on one kind): " + "; ".join(
+              f"{label(ctx.p, task)} seed {seed} ({', '.join(f'{k}: {len(v)}' for k, v in sorted(by.items()))})"
+              for (_, task, seed), by in sorted(mixed.items())) + ".")
+  return table(["stage", "runs recorded in the stage's record, by device kind"], out) + (
+      f"\n{note} Every CPU is one kind; each accelerator another.\n")
+
+
+# Stage 4's report (results/STAGE4.md): the tables any protocol gets, and where each run trained.
+BASE_TABLES = {**reporting.TABLES, "devices": devices_table}
 
 
 def render(p: proto.Protocol, text: str, rs: dict) -> tuple[str, list[str]]:

@@ -347,10 +347,15 @@ def later_stage_ready(p: proto.Protocol, stage: int, rows: dict[str, list[dict]]
   return [r for r in dict.fromkeys(runs) if (r.sweep, r.name) not in idx], waiting
 
 
+def in_second_look(p: proto.Protocol, record: str, seed) -> bool:
+  """A run (planned or recorded) in `record` at `seed` belongs to a second look: a seed of
+  look_seeds[1] in a stage's own record."""
+  return record in p.stage_record.values() and int(seed) in p.look_seeds[1]
+
+
 def second_look(p: proto.Protocol, run: Run) -> bool:
-  """A run of a second look: a seed of look_seeds[1] in a stage's own record."""
-  return (run.sweep in p.stage_record.values()
-          and int(dict(run.settings)["seed"]) in p.look_seeds[1])
+  """A planned run of a second look (`in_second_look`)."""
+  return in_second_look(p, run.sweep, dict(run.settings)["seed"])
 
 
 def second_look_runs(p: proto.Protocol, stage: int, task: str, st: TaskState, idx: dict,

@@ -233,6 +233,10 @@ class Protocol:
   # run left, beside its second looks (its arms share no run with them).
   cpu_budget_h: float | None = None
   later_after_first_looks: bool = False
+  # same_device_pairs: a task's runs at one seed in a stage's record (its pairs) train on one
+  # device kind (every CPU one kind, each accelerator another): the sweep holds back a run
+  # whose pair trained on another kind, and the report lists pairs that mix them (devices.py).
+  same_device_pairs: bool = False
   decide_level: float = 0.975
   describe_level: float = 0.95
   power: float = 0.8
@@ -369,3 +373,7 @@ class Protocol:
     else:
       per_epoch = self.prior_epoch_s.get(task, 0.0) * cost + self.startup_s / max(epochs, 1)
     return per_epoch * epochs
+
+  def estimate_runs(self, runs, measured: dict | None = None) -> float:
+    """The machine seconds of planned runs (planner.Run), each as `estimate_seconds`."""
+    return sum(self.estimate_seconds(r.task, r.method, r.epochs, measured) for r in runs)

@@ -20,8 +20,8 @@ import os
 import time
 
 from acl_jax import errors, provenance
-from acl_jax.study import (identity as ident, jobs, planner, protocol as proto, records, resolve,
-                           runner, slots, status as study_status, timing)
+from acl_jax.study import (devices, identity as ident, jobs, planner, protocol as proto, records,
+                           resolve, runner, slots, status as study_status, timing)
 
 
 @dataclasses.dataclass
@@ -120,11 +120,15 @@ def host_rates(rows: dict, told: dict | None, gpu: str = "") -> dict:
 
 
 def within_budget(p: proto.Protocol, stage: int, rows: dict, ready: list, gpu: str,
-                  told: dict | None) -> list:
+                  told: dict | None, d: planner.Decisions | None = None) -> list:
   """The released runs that may start here: on a CPU host, none of a second look past the
   protocol's CPU budget (`study_status.cpu_budget`); on an accelerator, all. The budget's
-  state is printed when it changes (`told` holds the last; None prints every time)."""
-  budget = None if gpu else study_status.cpu_budget(p, rows, jobs.REPO)
+  state is printed when it changes (`told` holds the last; None prints every time). `d`: the
+  planner's decisions on `rows`, where already made."""
+  budget = None
+  if not gpu and p.cpu_budget_h is not None:
+    budget = study_status.cpu_budget(p, rows, jobs.REPO,
+                                     study_status.stage_totals(p, rows, jobs.REPO, d))
   if budget is None:
     return ready
   lines = study_status.budget_lines(p, budget)
@@ -134,6 +138,32 @@ def within_budget(p: proto.Protocol, stage: int, rows: dict, ready: list, gpu: s
       told["budget"] = lines
   return [r for r in ready
           if not (planner.second_look(p, r) and (stage, r.task) in budget.trimmed)]
+
+
+def host_kind(args, gpu: str) -> str | None:
+  """The device kind this sweep's runs train on (`devices.kind_of`'s names): the local GPU
+  (`gpu`, `local_gpu`), else "CPU"; None on a Ray cluster, whose node a run lands on is not
+  known here."""
+  if getattr(args, "executor", "local") != "local":
+    return None
+  return gpu or devices.CPU
+
+
+def same_kind(p: proto.Protocol, rows: dict, ready: list, kind: str | None,
+              told: dict | None) -> list:
+  """The released runs whose pairs trained on this host's device kind, or on none yet
+  (`devices.hold_back`, with `Protocol.same_device_pairs`); those held back are printed when
+  they change (`told` as in `within_budget`)."""
+  if kind is None or not p.same_device_pairs:
+    return ready
+  keep, waits = devices.hold_back(p, rows, ready, kind, jobs.REPO)
+  lines = [f"{name}: waits for a host of its pair's device kind ({other}; this one: {kind})"
+           for name, other in waits.items()]
+  if lines and (told is None or told.get("kinds") != lines):
+    print("\n".join(lines), flush=True)
+  if told is not None:
+    told["kinds"] = lines
+  return keep
 
 
 def start_order(run, stage_record: str, part_trained: bool, est: float,
@@ -164,10 +194,13 @@ def run_stage(stage: int, args) -> set[str]:
         print(f"{path}:{line}: a row cut short by a crash mid-write, removed; its run is "
               "collected again from its folder, or trained", flush=True)
   gpu = local_gpu(args)  # once: the host's GPU does not change during a sweep
+  kind = host_kind(args, gpu)
   if args.dry_run:
     rows = records.read_all()
-    ready, waiting = study_status.stage_runs(p, stage, rows)
-    ready = within_budget(p, stage, rows, ready, gpu, None)
+    d = planner.decisions(p, rows)
+    ready, waiting = study_status.stage_runs(p, stage, rows, d)
+    ready = within_budget(p, stage, rows, ready, gpu, None, d)
+    ready = same_kind(p, rows, ready, kind, None)
     rates = host_rates(rows, None, gpu)
     per_s = runner.wall_per_machine_s(args)
     for run in ready:
@@ -183,8 +216,10 @@ def run_stage(stage: int, args) -> set[str]:
     skip = skip | declined
     while True:
       rows = records.read_all()
-      ready, _ = study_status.stage_runs(p, stage, rows)
-      ready = within_budget(p, stage, rows, ready, gpu, told)
+      d = planner.decisions(p, rows)
+      ready, _ = study_status.stage_runs(p, stage, rows, d)
+      ready = within_budget(p, stage, rows, ready, gpu, told, d)
+      ready = same_kind(p, rows, ready, kind, told)
       rates = host_rates(rows, told, gpu)
       per_s = runner.wall_per_machine_s(args)
       est = {r.name: per_s * p.estimate_seconds(r.task, r.method, r.epochs, rates)

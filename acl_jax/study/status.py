@@ -100,9 +100,11 @@ def rates_on(rows: dict[str, list[dict]], cpu: str, accelerator: str = "") -> Ho
                    len(shared), len(here))
 
 
-def stage_runs(p: proto.Protocol, stage: int, rows: dict) -> tuple[list[planner.Run], dict]:
-  """(the stage's runs still to train, known now; what each task waits on)."""
-  d = planner.decisions(p, rows)
+def stage_runs(p: proto.Protocol, stage: int, rows: dict,
+               d: planner.Decisions | None = None) -> tuple[list[planner.Run], dict]:
+  """(the stage's runs still to train, known now; what each task waits on). `d`: the
+  planner's decisions on `rows`, where already made."""
+  d = d or planner.decisions(p, rows)
   if stage == 1:
     return d.ready, d.waiting
   return planner.later_stage_ready(p, stage, rows, d)
@@ -137,13 +139,14 @@ class StageTotals:
                                                for name, (n, sec) in self.accelerated.items()])
 
 
-def stage_totals(p: proto.Protocol, rows: dict, checkout: str) -> dict[int, StageTotals]:
+def stage_totals(p: proto.Protocol, rows: dict, checkout: str,
+                 d: planner.Decisions | None = None) -> dict[int, StageTotals]:
   """Per stage: `StageTotals`. `checkout`: where the protocol's configs resolve (a run
-  recorded under another record is counted there, once: `identity.not_reused`)."""
+  recorded under another record is counted there, once: `identity.not_reused`); `d` as in
+  `stage_runs`."""
   rates = measured_rates(rows)
-  est = lambda runs: sum(p.estimate_seconds(r.task, r.method, r.epochs, rates)
-                         for r in runs)
-  d = planner.decisions(p, rows)
+  est = lambda runs: p.estimate_runs(runs, rates)
+  d = d or planner.decisions(p, rows)
   first, second = estimates.whole_stage1(p, d.tasks)
   whole = {1: [("first looks", first, est(first)),
                ("every second look", first + second, est(first + second))]}
@@ -156,7 +159,7 @@ def stage_totals(p: proto.Protocol, rows: dict, checkout: str) -> dict[int, Stag
   for stage in p.stages:
     done = [r for name, rs in rows.items() for r in rs
             if stage_of_row(p, name, r, of_task) == stage and not r.get("reused_from")]
-    left, waiting = stage_runs(p, stage, rows)
+    left, waiting = stage_runs(p, stage, rows, d)
     left = identity.not_reused(left, rows, checkout)
     cpu_s, accelerated = 0.0, {}
     for r in done:
@@ -186,16 +189,18 @@ class CpuBudget:
   trimmed: dict
 
 
-def cpu_budget(p: proto.Protocol, rows: dict, checkout: str) -> CpuBudget | None:
+def cpu_budget(p: proto.Protocol, rows: dict, checkout: str,
+               totals: dict[int, StageTotals] | None = None) -> CpuBudget | None:
   """`Protocol.cpu_budget_h` applied to the records (None without one). The second looks
   released now are taken stage by stage in the planner's order: a look with a recorded run
   is admitted (it finishes); another is admitted while the CPU seconds recorded, the first
-  looks left and the looks admitted before it, plus its own estimate, fit in the cap."""
+  looks left and the looks admitted before it, plus its own estimate, fit in the cap.
+  `totals`: `stage_totals` on the same rows, where already computed."""
   if p.cpu_budget_h is None:
     return None
   rates = measured_rates(rows)
-  est = lambda runs: sum(p.estimate_seconds(r.task, r.method, r.epochs, rates) for r in runs)
-  totals = stage_totals(p, rows, checkout)
+  est = lambda runs: p.estimate_runs(runs, rates)
+  totals = totals or stage_totals(p, rows, checkout)
   done = {(name, r["run"]) for name, rs in rows.items() for r in rs}
   first_left = est([r for t in totals.values() for _, runs, _ in t.whole[:1] for r in runs
                     if (r.sweep, r.name) not in done])
@@ -207,8 +212,10 @@ def cpu_budget(p: proto.Protocol, rows: dict, checkout: str) -> CpuBudget | None
       if planner.second_look(p, r):
         looks.setdefault((stage, r.task), []).append(r)
     for (s, task), runs in looks.items():
-      started = any(r.get("task") == task and r.get("seed") in p.look_seeds[1]
-                    for r in rows.get(p.stage_record[s], []))
+      record = p.stage_record[s]
+      started = any(r.get("task") == task and "seed" in r
+                    and planner.in_second_look(p, record, r["seed"])
+                    for r in rows.get(record, []))
       sec = est(runs)
       if started or spent + sec <= 3600 * p.cpu_budget_h:
         admitted[(s, task)], spent = sec, spent + sec
@@ -245,20 +252,21 @@ def status(p: proto.Protocol, rows: dict, checkout: str, show_runs: bool = False
   lines = ["| stage | runs recorded | machine-h recorded | runs left (known now) | machine-h left "
            "(estimate) | whole stage, machine-h (estimate) |", "|---|---|---|---|---|---|"]
   out_runs, notes = [], []
-  for stage, t in stage_totals(p, rows, checkout).items():
+  totals = stage_totals(p, rows, checkout)
+  for stage, t in totals.items():
     whole = ", ".join(f"{_hours(sec)} ({what})" for what, _, sec in t.whole)
     lines.append(f"| {stage} | {len(t.recorded)} | {t.hours()} | {len(t.left)} | "
                  f"{_hours(t.left_s)} | {whole} |")
     if show_runs:
       out_runs += [f"- stage {stage}, {r.sweep}: {r.name} "
-                   f"(~{p.estimate_seconds(r.task, r.method, r.epochs, rates) / 60:.0f}"
+                   f"(~{p.estimate_runs([r], rates) / 60:.0f}"
                    " machine-min)" for r in t.left]
     notes += [f"- stage {stage}, {task}: waits on {w}" for task, w in t.waiting.items()]
   out = "\n".join(lines) + "\n"
   if notes:
     out += ("\nRuns that gates have not yet asked for (a task's comparisons wait on its lr, "
             "anchor and budget checks; second looks on the first):\n" + "\n".join(notes) + "\n")
-  budget = cpu_budget(p, rows, checkout)
+  budget = cpu_budget(p, rows, checkout, totals)
   if budget is not None:
     out += "\n" + "\n".join(budget_lines(p, budget)) + "\n"
   if out_runs:

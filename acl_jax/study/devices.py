@@ -1,0 +1,73 @@
+"""One device kind per pair (`Protocol.same_device_pairs`): the runs of a task at one seed in
+a stage's record are paired with each other (each method against its baselines), so they train
+on one kind of device: every CPU is one kind, each accelerator (as a row's `timed_on` names it,
+`status.accelerator_of`) another.
+
+`hold_back` is the sweep's side: on a host of one kind, a released run waits while a run it is
+paired with was recorded on another kind (a host of that kind trains it). `mixed` is the
+report's: the pairs that mix kinds anyway (a run trained by hand, or by a Ray cluster of mixed
+nodes, whose node the planner cannot know).
+
+Imports nothing heavy.
+"""
+from acl_jax.study import identity, planner, protocol as proto, status
+
+CPU = "CPU"
+
+
+def kind_of(row: dict) -> str:
+  """The device kind a recorded run trained on: its accelerator's name, else "CPU"."""
+  return status.accelerator_of(row) or CPU
+
+
+def _key(record: str, task: str, seed) -> tuple[str, str, int]:
+  return record, task, int(seed)
+
+
+def recorded_kinds(p: proto.Protocol, rows: dict) -> dict[tuple, dict[str, list[str]]]:
+  """{(stage record, task, seed): {device kind: the runs recorded on it}} over the stages'
+  own records (a row taken from another record, `reused_from`, keeps its run's kind)."""
+  out = {}
+  for record in dict.fromkeys(p.stage_record.values()):
+    for r in rows.get(record, []):
+      if "task" in r and "seed" in r:
+        out.setdefault(_key(record, r["task"], r["seed"]), {}).setdefault(
+            kind_of(r), []).append(r["run"])
+  return out
+
+
+def mixed(p: proto.Protocol, rows: dict) -> dict[tuple, dict[str, list[str]]]:
+  """The (stage record, task, seed) groups whose recorded runs trained on more than one kind."""
+  return {k: v for k, v in recorded_kinds(p, rows).items() if len(v) > 1}
+
+
+def hold_back(p: proto.Protocol, rows: dict, ready: list[planner.Run], kind: str,
+              checkout: str) -> tuple[list[planner.Run], dict[str, str]]:
+  """(the released runs a host of device `kind` may train, {run name: the kind it waits for}
+  of those it may not). With `p.same_device_pairs` off, every run. A run waits while its
+  group (stage record, task, seed) holds a run trained on another kind: recorded in the
+  stage's record, or recorded elsewhere and to be taken from there (the lr grid's CE seed 0)."""
+  if not p.same_device_pairs:
+    return ready, {}
+  kinds = {k: set(v) for k, v in recorded_kinds(p, rows).items()}
+  elsewhere = {}
+  for run in ready:
+    if run.sweep not in p.stage_record.values():
+      continue
+    if run.sweep not in elsewhere:
+      elsewhere[run.sweep] = identity.recorded_elsewhere(run.sweep, rows, checkout)
+    row = elsewhere[run.sweep].get(
+        identity.settings_identity(run.config, run.sets, dict(run.settings), checkout))
+    if row is not None:
+      kinds.setdefault(_key(run.sweep, run.task, dict(run.settings)["seed"]), set()).add(
+          kind_of(row))
+  keep, waits = [], {}
+  for run in ready:
+    there = (kinds.get(_key(run.sweep, run.task, dict(run.settings)["seed"]), set())
+             if run.sweep in p.stage_record.values() else set())
+    other = sorted(there - {kind})
+    if other:
+      waits[run.name] = " or ".join(other)
+    else:
+      keep.append(run)
+  return keep, waits
