@@ -42,6 +42,8 @@ import time
 
 import numpy as np
 
+from acl_jax import cpuinfo  # light: no jax
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 NUM_LABELS = 2
@@ -332,7 +334,9 @@ def main(argv=None):
   info = {"device_kind": kind, "platform": dev.platform, "device_count": jax.device_count(),
           "jax": jax.__version__, "python": platform.python_version(),
           "matmul_precision": str(getattr(jax.config, "jax_default_matmul_precision", "?")),
-          "time": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+          "time": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+          # the host CPU's family, model and vector ISA: a CPU backend's numbers are its
+          "cpu": cpuinfo.describe()}
   for mod in ("jaxlib", "flax", "optax"):
     try:
       info[mod] = __import__(mod).__version__

@@ -20,6 +20,8 @@ import subprocess
 import sys
 import time
 
+from acl_jax import cpuinfo  # light: no jax, so the torch process stays jax-free
+
 
 def build(shape, device: str, mode: str):
   """(model, optimizer, batch) for `shape` on `device`; the model compiled for "compile"."""
@@ -119,6 +121,7 @@ def main(argv=None):
   shape = (gpu_step.SMOKE_SHAPES if args.smoke else gpu_step.SHAPES)[args.shape]
   device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
   res = time_steps(shape, device, args.mode, args.dtype, args.min_time, args.max_steps)
+  res["cpu"] = cpuinfo.describe()  # the host CPU's family, model and vector ISA
   print(json.dumps(res), flush=True)
 
 

@@ -125,7 +125,9 @@ def test_the_fixed_cost_check_runs_on_cpu(tmp_path):
                      check=False)
   assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
   assert "fixed cost: traced" in p.stdout
-  res = {r["case"]: r for r in json.loads(out.read_text())["results"]}
+  data = json.loads(out.read_text())
+  assert "family" in data["info"]["cpu"] and "cores" in data["info"]["cpu"]  # the host CPU
+  res = {r["case"]: r for r in data["results"]}
   assert set(res) == {"tiny/ce/bfloat16", "tiny/hf_torch_eager/bfloat16 autocast"}
   prof = res["tiny/ce/bfloat16"]["profile"]
   assert prof["op_ms"] > 0 and prof["ops_per_step"] > 0 and prof["ops"]["launched"] > 0
@@ -133,6 +135,7 @@ def test_the_fixed_cost_check_runs_on_cpu(tmp_path):
   assert abs(prof["idle_ms"] - (1000 * prof["traced_step_s"] - prof["op_ms"])) < 1e-6
   torch_row = res["tiny/hf_torch_eager/bfloat16 autocast"]
   assert torch_row.get("step_s", 0) > 0 or "No module named" in torch_row["error"]
+  assert "error" in torch_row or "family" in torch_row["cpu"]
 
 
 def test_the_one_device_step_without_collectives_is_the_same_step():
