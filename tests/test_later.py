@@ -362,6 +362,22 @@ def test_an_exit_rule_reads_the_exits_it_names():
       in text and "exit 5" not in text
 
 
+def test_an_exit_rule_with_no_deep_exits_reads_and_names_the_exits_own_gain():
+  """Stage 4b's rule (exit 6 alone, no deep exits): the contrast is exit 6's paired gain, and
+  the claim's cell and the table call it that, not "shallow − deep"."""
+  from acl_jax.study import later_tables  # pylint: disable=import-outside-toplevel
+  rule = dataclasses.replace(RULE, shallow=(6,), deep=(), layers=4.0, described_layers=(2.0,))
+  rows = [_multi_exit_row(m, s, g) for s in SEEDS
+          for m, g in (("acl_cl", {6: 1.5 + 0.1 * s}), ("jt", {}), ("kd", {}))]
+  res = later.exit_result(p, _idx(rows), 2, rule, "jt")
+  assert res.contrast.mean == pytest.approx(1.6, abs=1e-6) and res.contrast.word == "beats"
+  word, cell = later.claim_word(p, _idx(rows), 2, rule)
+  assert word == "holds" and cell.startswith("vs JT exit 6 gain +1.60 ")
+  assert "shallow − deep" not in cell
+  text = later_tables.exits_table(p, _idx(rows), rule, p.labels)
+  assert "| exit 6 | exit 6 gain, 97.5% |" in text and "shallow − deep" not in text
+
+
 def test_the_pilot_tables_take_any_task_and_baseline():
   """The per-exit and early-exit tables read the tasks the rows have, and the paired gains
   are over the baseline asked for."""

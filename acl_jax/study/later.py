@@ -53,6 +53,14 @@ def _rows(p: proto.Protocol, idx, stage, task, method, seeds, grid=()):
 
 
 # ---- ExitRule -----------------------------------------------------------------------------
+def contrast_name(rule: proto.ExitRule) -> str:
+  """What an exit rule's contrast is called: "shallow − deep", or with no deep exits the
+  shallow exits' own gain ("exit 6 gain")."""
+  if rule.deep:
+    return "shallow − deep"
+  return f"exit{'s' * (len(rule.shallow) > 1)} {', '.join(map(str, rule.shallow))} gain"
+
+
 def exits_of(rule: proto.ExitRule) -> tuple[int, ...]:
   """The exits an exit rule reads: its shallow and its deep ones, in order."""
   return tuple(sorted({*rule.shallow, *rule.deep}))
@@ -198,7 +206,7 @@ def claim_word(p: proto.Protocol, idx: dict, stage: int, rule) -> tuple[str, str
     if None in res:
       return None
     word = rules.exit_claim([r.contrast for r in res])
-    cell = "; ".join(f"vs {b.upper()} shallow − deep {r.contrast.mean:+.2f} "
+    cell = "; ".join(f"vs {b.upper()} {contrast_name(rule)} {r.contrast.mean:+.2f} "
                      f"[{r.contrast.decide[0]:+.2f}, {r.contrast.decide[1]:+.2f}]"
                      for b, r in zip(rule.baselines, res))
     return word, f"{cell}: {word}"

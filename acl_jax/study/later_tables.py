@@ -27,7 +27,7 @@ def _verdict(v: proto.Verdict) -> str:
 def exits_table(p: proto.Protocol, idx: dict, rule: proto.ExitRule, labels: dict,
                 stage: int = 2) -> str:
   """Per baseline: the paired gain at each exit (the describing level), the shallow-minus-deep
-  contrast and the matched-cost accuracy (the deciding level, with their verdicts), and the
+  contrast (or, with no deep exits, the shallow exits' own gain) and the matched-cost accuracy (the deciding level, with their verdicts), and the
   curve at the rule's described layers."""
   res = [later.exit_result(p, idx, stage, rule, b) for b in rule.baselines]
   if None in res:
@@ -43,7 +43,7 @@ def exits_table(p: proto.Protocol, idx: dict, rule: proto.ExitRule, labels: dict
                  *[f"{m:+.2f}" for m, _, _ in r.per_exit.values()],
                  f"{_verdict(r.contrast)} {word}", matched, described])
   head = ["pair", "look", "seeds", *[f"exit {m}" for m in later.exits_of(rule)],
-          f"shallow − deep, {_pct(p.decide_level)}",
+          f"{later.contrast_name(rule)}, {_pct(p.decide_level)}",
           f"at {rule.layers:g} mean layers, {_pct(p.decide_level)}",
           f"at {' and '.join(f'{x:g}' for x in rule.described_layers)} layers, "
           f"{_pct(p.describe_level)}"]
