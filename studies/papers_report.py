@@ -14,10 +14,12 @@ import os
 
 import numpy as np
 
-from acl_jax.study import devices, later_tables, planner, protocol as proto, records, reporting
+from acl_jax.study import (devices, later, later_tables, planner, protocol as proto, records,
+                           reporting, stage_tables)
 from acl_jax.study.fmt import mean_sd as fmt_mean, span, table
 from acl_jax.study.stage_tables import Ctx, _stage1_tasks, ce_seed0, pending
 from acl_jax.study.tables import label, pts
+from studies import papers
 
 REPO = records.REPO
 # The reports whose table blocks are rebuilt from the records: the summary, and per-stage
@@ -215,6 +217,7 @@ def gate_angles_table(ctx: Ctx) -> str:
 
 TABLES = {
     **reporting.TABLES, "anchors": anchors_table, "gate": gate_table,
+    "base_size": lambda ctx: base_size_table(ctx),  # (defined below)
     "gate_angles": gate_angles_table,
     # results/STAGE2.md and STAGE3.md: this study's exit, λ and γ rules in full
     **{name: (lambda ctx, name=name: later_tables.stage2_md(ctx.p, ctx.idx, ctx.p.labels)[name])
@@ -246,8 +249,63 @@ def devices_table(ctx: Ctx) -> str:
       f"\n{note} Every CPU is one kind; each accelerator another.\n")
 
 
+def _comparison_cell(ctx: Ctx, c: proto.Comparison) -> str:
+  v = stage_tables.shown_verdict(ctx, c)
+  return stage_tables.not_shown(ctx, c) if v is None else stage_tables.verdict_text(v)
+
+
+def _rules_cell(ctx: Ctx, claim: str) -> str | None:
+  """Each later stage's rules of `claim` on their tasks: "SST-2, stage 2: <cell>; ..." (no
+  stage named where the protocol has one later stage); None where it has no such rule."""
+  cells = []
+  for stage, rules in sorted(ctx.p.rules.items()):
+    for r in rules:
+      if r.claim == claim:
+        got = later.claim_word(ctx.p, ctx.idx, stage, r)
+        where = f", stage {stage}" if len(ctx.p.rules) > 1 else ""  # (stage 4 has one)
+        cells.append(f"{label(ctx.p, r.task)}{where}: " + (got[1] if got else "pending"))
+  return "; ".join(cells) or None
+
+
+def base_size_table(ctx: Ctx) -> str:
+  """RESULTS.md's "At base size": each stage-4 claim's comparisons and rules, all-MiniLM-L6-v2's
+  verdict (this protocol's, on the same task and methods) beside all-mpnet-base-v2's (the
+  BASE protocol's, on results/records/base)."""
+  base = stage_tables.context(papers.BASE, records.read_all(BASE_RECORDS))
+  bp, rows, shown = base.p, [], set()
+
+  def claim(key):  # a claim's text on its first row only
+    text = "" if key in shown else bp.claims[key]
+    shown.add(key)
+    return text
+
+  for c in bp.comparisons:
+    mine = next((m for m in ctx.p.comparisons
+                 if (m.task, m.method, m.baseline) == (c.task, c.method, c.baseline)), None)
+    rows.append([claim(c.claim), f"{label(bp, c.task)}: {stage_tables.comparison_label(bp, c)}",
+                 _comparison_cell(ctx, mine) if mine else "not compared",
+                 _comparison_cell(base, c)])
+  for key, _ in bp.later_claims():
+    what = "; ".join(
+        f"{bp.label(r.method)} vs {', '.join(map(bp.label, r.baselines))}: exit"
+        + (f"s {r.shallow[0]}-{r.shallow[-1]} − {r.deep[0]}-{r.deep[-1]}" if r.deep
+           else f" {', '.join(map(str, r.shallow))}")
+        for rs in bp.rules.values() for r in rs if r.claim == key)
+    rows.append([claim(key), what, _rules_cell(ctx, key) or "not testable: 6 layers in all",
+                 _rules_cell(base, key)])
+  return table(["claim", "comparison", "all-MiniLM-L6-v2 (6 layers)",
+                "all-mpnet-base-v2 (12 layers)"], rows) + (
+      f"\nMean paired difference, points [{100 * ctx.p.decide_level:g}% interval] (seeds ahead "
+      "/ seeds), verdict; each backbone's own lr, budget and seeds.\n")
+
+
 # Stage 4's report (results/STAGE4.md): the tables any protocol gets, and where each run trained.
-BASE_TABLES = {**reporting.TABLES, "devices": devices_table}
+BASE_TABLES = {
+    **reporting.TABLES, "devices": devices_table,
+    # 4b's two exit rules, each laid out as stage 2's (exit 6 alone; exits 1-6 against 7-12)
+    **{f"stage2_{rule.claim}": (lambda ctx, rule=rule: later_tables.exits_table(
+        ctx.p, ctx.idx, rule, ctx.p.labels)) for rule in papers.BASE_STAGE2_RULES},
+}
 
 
 def render(p: proto.Protocol, text: str, rs: dict) -> tuple[str, list[str]]:

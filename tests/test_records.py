@@ -1,6 +1,7 @@
 """The run records and the reports built from them: RESULTS.md's tables and results/PILOTS.md
 are what the committed records give, and each table reads synthetic records as the protocol
 says. Fast: no training, no data."""
+import dataclasses
 import json
 import math
 import os
@@ -14,7 +15,7 @@ from acl_jax.study import (loader, planner, protocol as proto, records, reportin
                            summary)
 from acl_jax.study import tables, timing
 from scripts import report
-from studies import papers_pilots, papers_report
+from studies import papers, papers_pilots, papers_report
 from studies.papers import MULTI_EXIT_EXTRA, PAPERS as p
 from tests import helpers
 
@@ -40,13 +41,40 @@ def test_committed_reports_are_what_the_committed_records_give():
       "results/PILOTS.md differs from the records")
 
 
+def test_at_base_size_reads_each_backbone_from_its_own_protocol_and_records(monkeypatch):
+  """RESULTS.md's "At base size" puts MiniLM-L6's verdict (this protocol, results/records)
+  beside MPNet-base's (BASE, results/records/base). Pointed at the same records through a
+  protocol with BASE's comparisons, both columns agree; with BASE's own, none is decided yet
+  or each is BASE's."""
+  ctx = stage_tables.context(p, records.read_all())
+  like_base = dataclasses.replace(p, comparisons=papers.BASE.comparisons,
+                                  claims={**p.claims, **papers.BASE.claims},
+                                  rules={2: papers.BASE_STAGE2_RULES},
+                                  arms={2: papers.BASE_STAGE2}, stages=papers.BASE.stages,
+                                  described=())
+  monkeypatch.setattr(papers_report.papers, "BASE", like_base)
+  monkeypatch.setattr(papers_report, "BASE_RECORDS", records.RECORDS)
+  rows = [r.split(" | ") for r in papers_report.base_size_table(ctx).splitlines()[2:8]]
+  assert len(rows) == 6 and all(r[2] == r[3].rstrip(" |") for r in rows), rows
+  assert rows[0][2].startswith("-3.54 [-6.81, -0.26] (0/5) lower")  # RTE ACL − CE, stage 1
+  monkeypatch.undo()
+  text = papers_report.base_size_table(ctx)
+  base = stage_tables.context(papers.BASE, records.read_all(papers_report.BASE_RECORDS))
+  for c, line in zip(papers.BASE.comparisons, text.splitlines()[2:8]):
+    v = stage_tables.shown_verdict(base, c)
+    want = stage_tables.not_shown(base, c) if v is None else stage_tables.verdict_text(v)
+    assert line.endswith(f"| {want} |"), line
+  assert "| not testable: 6 layers in all | RTE: " in text
+
+
 def test_stage4_report_is_what_its_records_give():
   """results/STAGE4.md's table blocks equal the BASE protocol's tables on results/records/base
   (scripts/report.py rebuilds them with RESULTS.md's): no stage-4 number is typed by hand."""
   base = loader.load("studies.papers:BASE")
   text = open(papers_report.BASE_REPORTS[0]).read()
   names = [b[1] for b in reporting.BLOCK.findall(text)]
-  assert {"claims", "lr", "budget", "stage1", "stage_hours", "devices"} <= set(names)
+  assert {"claims", "lr", "budget", "stage1", "stage_hours", "devices", "stage2_exit6",
+          "stage2_exits"} <= set(names)
   assert len(names) == len(set(names)), "a table is rendered twice"
   _, changed = reporting.fill(base, text, records.read_all(papers_report.BASE_RECORDS),
                               papers_report.BASE_TABLES)
