@@ -237,7 +237,8 @@ def devices_table(ctx: Ctx) -> str:
       if rec == record:
         for kind, runs in by_kind.items():
           count[kind] = count.get(kind, 0) + len(runs)
-    out.append([str(stage), "; ".join(f"{k}: {n} runs" for k, n in sorted(count.items()))
+    out.append([str(stage), "; ".join(f"{k}: {n} run{'s' * (n != 1)}"
+                                      for k, n in sorted(count.items()))
                 or "none yet"])
   mixed = devices.mixed(ctx.p, ctx.rs)
   note = ("No pair mixes device kinds." if not mixed else
@@ -254,13 +255,15 @@ def _comparison_cell(ctx: Ctx, c: proto.Comparison) -> str:
   return stage_tables.not_shown(ctx, c) if v is None else stage_tables.verdict_text(v)
 
 
-def _rules_cell(ctx: Ctx, claim: str) -> str | None:
-  """Each later stage's rules of `claim` on their tasks: "SST-2, stage 2: <cell>; ..." (no
-  stage named where the protocol has one later stage); None where it has no such rule."""
+def _rules_cell(ctx: Ctx, like: proto.ExitRule) -> str | None:
+  """Each later stage's rules of `like`'s claim, method and baselines, on their tasks:
+  "SST-2, stage 2: <cell>; ..." (no stage named where the protocol has one later stage); None
+  where it has no such rule."""
   cells = []
   for stage, rules in sorted(ctx.p.rules.items()):
     for r in rules:
-      if r.claim == claim:
+      if isinstance(r, proto.ExitRule) and (r.claim, r.method, r.baselines) == (
+          like.claim, like.method, like.baselines):
         got = later.claim_word(ctx.p, ctx.idx, stage, r)
         where = f", stage {stage}" if len(ctx.p.rules) > 1 else ""  # (stage 4 has one)
         cells.append(f"{label(ctx.p, r.task)}{where}: " + (got[1] if got else "pending"))
@@ -285,14 +288,12 @@ def base_size_table(ctx: Ctx) -> str:
     rows.append([claim(c.claim), f"{label(bp, c.task)}: {stage_tables.comparison_label(bp, c)}",
                  _comparison_cell(ctx, mine) if mine else "not compared",
                  _comparison_cell(base, c)])
-  for key, _ in bp.later_claims():
-    what = "; ".join(
-        f"{bp.label(r.method)} vs {', '.join(map(bp.label, r.baselines))}: exit"
-        + (f"s {r.shallow[0]}-{r.shallow[-1]} − {r.deep[0]}-{r.deep[-1]}" if r.deep
-           else f" {', '.join(map(str, r.shallow))}")
-        for rs in bp.rules.values() for r in rs if r.claim == key)
-    rows.append([claim(key), what, _rules_cell(ctx, key) or "not testable: 6 layers in all",
-                 _rules_cell(base, key)])
+  for r in (r for rs in bp.rules.values() for r in rs if isinstance(r, proto.ExitRule)):
+    what = (f"{bp.label(r.method)} vs {', '.join(map(bp.label, r.baselines))}: exit"
+            + (f"s {r.shallow[0]}-{r.shallow[-1]} − {r.deep[0]}-{r.deep[-1]}" if r.deep
+               else f" {', '.join(map(str, r.shallow))}"))
+    rows.append([claim(r.claim), what, _rules_cell(ctx, r) or "not testable: 6 layers in all",
+                 _rules_cell(base, r)])
   return table(["claim", "comparison", "all-MiniLM-L6-v2 (6 layers)",
                 "all-mpnet-base-v2 (12 layers)"], rows) + (
       f"\nMean paired difference, points [{100 * ctx.p.decide_level:g}% interval] (seeds ahead "

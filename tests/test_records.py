@@ -60,11 +60,17 @@ def test_at_base_size_reads_each_backbone_from_its_own_protocol_and_records(monk
   monkeypatch.undo()
   text = papers_report.base_size_table(ctx)
   base = stage_tables.context(papers.BASE, records.read_all(papers_report.BASE_RECORDS))
+  cell = lambda cx, c: (stage_tables.not_shown(cx, c) if stage_tables.shown_verdict(cx, c) is None
+                        else stage_tables.verdict_text(stage_tables.shown_verdict(cx, c)))
   for c, line in zip(papers.BASE.comparisons, text.splitlines()[2:8]):
-    v = stage_tables.shown_verdict(base, c)
-    want = stage_tables.not_shown(base, c) if v is None else stage_tables.verdict_text(v)
-    assert line.endswith(f"| {want} |"), line
+    mine = next(m for m in p.comparisons if (m.task, m.method, m.baseline) == (c.task, c.method,
+                                                                              c.baseline))
+    assert line.endswith(f"| {cell(ctx, mine)} | {cell(base, c)} |"), line
   assert "| not testable: 6 layers in all | RTE: " in text
+  # the shallow-exit row reads MiniLM's rule of the same method and baselines (stage 2's, on
+  # SST-2), not stage 3's against 2ST and ALT
+  exits = next(ln for ln in text.splitlines() if "exits 1-6 − 7-12" in ln)
+  assert "SST-2, stage 2: vs JT" in exits and "2ST" not in exits
 
 
 def test_stage4_report_is_what_its_records_give():

@@ -84,7 +84,7 @@ def curve(row: dict) -> list[tuple[float, float]]:
 class ExitResult:
   baseline: str
   look: int
-  contrast: proto.Verdict  # shallow minus deep gain, superiority
+  contrast: proto.Verdict  # shallow minus deep gain (no deep exits: the gain), superiority
   matched: proto.Verdict | None  # accuracy at rule.layers mean layers, superiority
   described: dict  # layers -> (mean, lo, hi) at the describing level, or None where not reached
   per_exit: dict  # exit -> (mean, lo, hi) at the describing level

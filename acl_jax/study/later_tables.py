@@ -27,8 +27,8 @@ def _verdict(v: proto.Verdict) -> str:
 def exits_table(p: proto.Protocol, idx: dict, rule: proto.ExitRule, labels: dict,
                 stage: int = 2) -> str:
   """Per baseline: the paired gain at each exit (the describing level), the shallow-minus-deep
-  contrast (or, with no deep exits, the shallow exits' own gain) and the matched-cost accuracy (the deciding level, with their verdicts), and the
-  curve at the rule's described layers."""
+  contrast (with no deep exits, the shallow exits' own gain) and the matched-cost accuracy
+  (the deciding level, with their verdicts), and the curve at the rule's described layers."""
   res = [later.exit_result(p, idx, stage, rule, b) for b in rule.baselines]
   if None in res:
     return _pending(p, idx, stage, rule.task, (rule.method,) + rule.baselines)

@@ -41,8 +41,9 @@ def score_at_layers(curve, layers: float) -> float | None:
 
 
 def exit_verdict(p: proto.Protocol, contrasts, look: int) -> proto.Verdict:
-  """The shallow-minus-deep contrasts' verdict against one baseline: "beats" (the interval
-  lies above zero) is the claim holding, "worse" its failing."""
+  """The shallow-minus-deep contrasts' verdict against one baseline (with no deep exits, the
+  shallow exits' own gains): "beats" (the interval lies above zero) is the claim holding,
+  "worse" its failing."""
   return p.verdict(contrasts, "superior", 0.0, look)
 
 

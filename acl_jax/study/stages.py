@@ -142,23 +142,34 @@ def within_budget(p: proto.Protocol, stage: int, rows: dict, ready: list, gpu: s
 
 def host_kind(args, gpu: str) -> str | None:
   """The device kind this sweep's runs train on (`devices.kind_of`'s names): the local GPU
-  (`gpu`, `local_gpu`), else "CPU"; None on a Ray cluster, whose node a run lands on is not
-  known here."""
-  if getattr(args, "executor", "local") != "local":
+  (`gpu`, `local_gpu`), else "CPU"; None where it is not known here: on a Ray cluster (which
+  node a run lands on), a TPU host, or a CUDA host whose GPU has no name."""
+  if getattr(args, "executor", "local") != "local" or gpu:
+    return gpu or None
+  if slots.tpu_chips() or slots.cuda_devices():
     return None
-  return gpu or devices.CPU
+  return devices.CPU
 
 
-def same_kind(p: proto.Protocol, rows: dict, ready: list, kind: str | None,
+def same_kind(p: proto.Protocol, rows: dict, ready: list, kind: str | None, root: str,
               told: dict | None) -> list:
-  """The released runs whose pairs trained on this host's device kind, or on none yet
-  (`devices.hold_back`, with `Protocol.same_device_pairs`); those held back are printed when
-  they change (`told` as in `within_budget`)."""
-  if kind is None or not p.same_device_pairs:
+  """The released runs whose pairs trained, or started, on this host's device kind, or on
+  none yet (`devices.hold_back`, with `Protocol.same_device_pairs`; `root` holds the runs'
+  workdirs); those held back are printed when they change (`told` as in `within_budget`). On
+  a host of unknown kind (`host_kind` None) every run, said once."""
+  if not p.same_device_pairs:
     return ready
-  keep, waits = devices.hold_back(p, rows, ready, kind, jobs.REPO)
-  lines = [f"{name}: waits for a host of its pair's device kind ({other}; this one: {kind})"
-           for name, other in waits.items()]
+  if kind is None:
+    line = ["this host's device kind is not known here: the pairs' runs are not kept on one "
+            "kind (the report's devices table names any pair that mixes them)"]
+    if told is None or told.get("kinds") != line:
+      print(line[0], flush=True)
+    if told is not None:
+      told["kinds"] = line
+    return ready
+  keep, waits = devices.hold_back(p, rows, ready, kind, jobs.REPO,
+                                  lambda run: jobs.job_of(run, root).workdir)
+  lines = [f"{name}: {why}" for name, why in waits.items()]
   if lines and (told is None or told.get("kinds") != lines):
     print("\n".join(lines), flush=True)
   if told is not None:
@@ -200,7 +211,7 @@ def run_stage(stage: int, args) -> set[str]:
     d = planner.decisions(p, rows)
     ready, waiting = study_status.stage_runs(p, stage, rows, d)
     ready = within_budget(p, stage, rows, ready, gpu, None, d)
-    ready = same_kind(p, rows, ready, kind, None)
+    ready = same_kind(p, rows, ready, kind, root, None)
     rates = host_rates(rows, None, gpu)
     per_s = runner.wall_per_machine_s(args)
     for run in ready:
@@ -219,7 +230,7 @@ def run_stage(stage: int, args) -> set[str]:
       d = planner.decisions(p, rows)
       ready, _ = study_status.stage_runs(p, stage, rows, d)
       ready = within_budget(p, stage, rows, ready, gpu, told, d)
-      ready = same_kind(p, rows, ready, kind, told)
+      ready = same_kind(p, rows, ready, kind, root, told)
       rates = host_rates(rows, told, gpu)
       per_s = runner.wall_per_machine_s(args)
       est = {r.name: per_s * p.estimate_seconds(r.task, r.method, r.epochs, rates)
@@ -247,6 +258,8 @@ def run_stage(stage: int, args) -> set[str]:
           break
         if deadline is not None:  # not started by then (queued on a busy cluster): LATE
           spec = dataclasses.replace(spec, start_by=deadline - 1.15 * est[run.name])
+        if p.same_device_pairs and kind and not devices.stamped(job.workdir):
+          devices.stamp(job.workdir, kind)  # its pair's other hosts see where it started
         return spec
       else:
         return None

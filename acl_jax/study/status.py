@@ -200,7 +200,7 @@ def cpu_budget(p: proto.Protocol, rows: dict, checkout: str,
     return None
   rates = measured_rates(rows)
   est = lambda runs: p.estimate_runs(runs, rates)
-  totals = totals or stage_totals(p, rows, checkout)
+  totals = stage_totals(p, rows, checkout) if totals is None else totals
   done = {(name, r["run"]) for name, rs in rows.items() for r in rs}
   first_left = est([r for t in totals.values() for _, runs, _ in t.whole[:1] for r in runs
                     if (r.sweep, r.name) not in done])
