@@ -131,11 +131,7 @@ def within_budget(p: proto.Protocol, stage: int, rows: dict, ready: list, gpu: s
                                      study_status.stage_totals(p, rows, jobs.REPO, d))
   if budget is None:
     return ready
-  lines = study_status.budget_lines(p, budget)
-  if told is None or told.get("budget") != lines:
-    print("\n".join(lines), flush=True)
-    if told is not None:
-      told["budget"] = lines
+  _tell(told, "budget", study_status.budget_lines(p, budget))
   return [r for r in ready
           if not (planner.second_look(p, r) and (stage, r.task) in budget.trimmed)]
 
@@ -160,21 +156,22 @@ def same_kind(p: proto.Protocol, rows: dict, ready: list, kind: str | None, root
   if not p.same_device_pairs:
     return ready
   if kind is None:
-    line = ["this host's device kind is not known here: the pairs' runs are not kept on one "
-            "kind (the report's devices table names any pair that mixes them)"]
-    if told is None or told.get("kinds") != line:
-      print(line[0], flush=True)
-    if told is not None:
-      told["kinds"] = line
+    _tell(told, "kinds", ["this host's device kind is not known here: the pairs' runs are not "
+                          "kept on one kind (the report's devices table names any pair that "
+                          "mixes them)"])
     return ready
   keep, waits = devices.hold_back(p, rows, ready, kind, jobs.REPO,
                                   lambda run: jobs.job_of(run, root).workdir)
-  lines = [f"{name}: {why}" for name, why in waits.items()]
-  if lines and (told is None or told.get("kinds") != lines):
+  _tell(told, "kinds", [f"{name}: {why}" for name, why in waits.items()])
+  return keep
+
+
+def _tell(told: dict | None, key: str, lines: list[str]) -> None:
+  """Prints `lines` unless they are none or what `told[key]` last held (None: every time)."""
+  if lines and (told is None or told.get(key) != lines):
     print("\n".join(lines), flush=True)
   if told is not None:
-    told["kinds"] = lines
-  return keep
+    told[key] = lines
 
 
 def start_order(run, stage_record: str, part_trained: bool, est: float,
