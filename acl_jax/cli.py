@@ -10,6 +10,9 @@ Exit statuses:
      line to stderr, `--verbose` for the traceback.
   3: training stopped on a non-finite loss or gradient (`errors.Diverged`): one line naming
      the step, the bad terms and the last good checkpoint (train.log keeps it too).
+  143 (128 + SIGTERM): training was asked to stop by SIGTERM and stopped at a step boundary
+     after checkpointing it (`errors.Preempted`, acl_jax/train/preempt.py): one line naming
+     the step; the same command resumes the run there.
 """
 import functools
 import logging
@@ -33,12 +36,14 @@ UserError = errors.UserError
 USER_ERRORS = (UserError, provenance.WorkdirBusy, flags.Error, app.UsageError)
 EXIT_USER_ERROR = 2
 EXIT_DIVERGED = 3
+EXIT_PREEMPTED = errors.EXIT_PREEMPTED
 
 
-def fail(message: str, status: int = EXIT_USER_ERROR) -> None:
-  """Prints `message` as the one line of a user error and exits with `status`."""
+def fail(message: str, status: int = EXIT_USER_ERROR, prefix: str = "error") -> None:
+  """Prints `message` as the one line of a user error (or of a stop, `prefix` "stopped") and
+  exits with `status`."""
   logging.shutdown()  # flush what was logged before the message, so it comes last
-  print(f"error: {' '.join(str(message).split())}", file=sys.stderr, flush=True)
+  print(f"{prefix}: {' '.join(str(message).split())}", file=sys.stderr, flush=True)
   _quiet_teardown()
   sys.exit(status)
 
@@ -62,12 +67,15 @@ def _verbose(argv) -> bool:
 
 def user_errors(main):
   """Wraps an absl `main(argv)`: a user error or a diverged run becomes one line (`fail`),
-  after its traceback with --verbose, and exits 2 (3 for a diverged run) either way; any other
-  exception propagates, so its traceback is printed (status 1)."""
+  after its traceback with --verbose, and exits 2 (3 for a diverged run) either way; a run
+  stopped by SIGTERM is one line too (status 143); any other exception propagates, so its
+  traceback is printed (status 1)."""
   @functools.wraps(main)
   def wrapped(argv):
     try:
       return main(argv)
+    except errors.Preempted as e:
+      fail(str(e), EXIT_PREEMPTED, prefix="stopped")
     except (*USER_ERRORS, errors.Diverged) as e:
       if _verbose(argv):
         traceback.print_exc()

@@ -39,3 +39,13 @@ def open_input(path: str, what: str = "", mode: str = "r", **kwargs):
     raise FileError(f"{name} does not exist.") from None
   except OSError as e:
     raise FileError(f"{name} cannot be read ({e.strerror or e}).") from None
+
+
+class Preempted(Exception):
+  """Training was asked to stop (SIGTERM: a preemption, a scheduler's time limit, `kill`) and
+  stopped at a step boundary after checkpointing that step. Not a failure of the run: the same
+  command resumes it there. The message names the step and the workdir. train.py exits
+  EXIT_PREEMPTED."""
+
+
+EXIT_PREEMPTED = 128 + 15  # the shell's status for SIGTERM

@@ -70,7 +70,7 @@ def record_end(handler: logging.Handler, e: BaseException) -> None:
   """Writes what stopped a run to `handler` alone (the tool prints it once, on stderr): the
   message of a user error or a diverged run, an interrupt, or a bug's traceback."""
   exc_info = None
-  if isinstance(e, (errors.UserError, errors.Diverged)):
+  if isinstance(e, (errors.UserError, errors.Diverged, errors.Preempted)):
     msg = f"Stopped: {e}"
   elif isinstance(e, KeyboardInterrupt):
     msg = "Stopped: interrupted."

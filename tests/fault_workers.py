@@ -3,6 +3,7 @@
   python -m tests.fault_workers pause_in_save STEP MARKER TRAIN_ARGS...
   python -m tests.fault_workers bug_in_eval TRAIN_ARGS...
   python -m tests.fault_workers nan_from STEP TRAIN_ARGS...
+  python -m tests.fault_workers sigterm_at STEP TRAIN_ARGS...
 """
 import os
 import runpy
@@ -63,6 +64,28 @@ def nan_from(step, *train_args):
   _train(train_args)
 
 
+def sigterm_at(step, *train_args):
+  """Runs train.py with TRAIN_ARGS; the process sends itself SIGTERM during step STEP (1-based:
+  the steps done once it returns), as a scheduler preempting it would."""
+  import signal
+  from acl_jax.train import setup as setup_lib
+  make = setup_lib.make_trainer
+
+  def making(*args, **kwargs):
+    trainer = make(*args, **kwargs)
+    train_step = trainer.train_step
+
+    def signalled_step(state, batch):
+      state, m = train_step(state, batch)
+      if int(state.step) == int(step):
+        os.kill(os.getpid(), signal.SIGTERM)
+      return state, m
+    trainer.train_step = signalled_step
+    return trainer
+  setup_lib.make_trainer = making
+  _train(train_args)
+
+
 def _train(train_args):
   sys.argv = ["train.py", *train_args]
   runpy.run_path(os.path.join(REPO, "train.py"), run_name="__main__")
@@ -70,4 +93,4 @@ def _train(train_args):
 
 if __name__ == "__main__":
   {"pause_in_save": pause_in_save, "bug_in_eval": bug_in_eval,
-   "nan_from": nan_from}[sys.argv[1]](*sys.argv[2:])
+   "nan_from": nan_from, "sigterm_at": sigterm_at}[sys.argv[1]](*sys.argv[2:])

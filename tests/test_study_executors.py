@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -48,8 +49,8 @@ def tiny_specs(root, n=4, sleep=0.0):
 
 
 def log_counts(root):
-  """{"start"/"end": Counter of run names} from the shared log."""
-  counts = {"start": collections.Counter(), "end": collections.Counter()}
+  """{what: Counter of run names} from the shared log ("start", "end", ...)."""
+  counts = collections.defaultdict(collections.Counter)
   with open(os.path.join(root, "runs.log")) as f:
     for line in f:
       what, name = line.split()
@@ -506,3 +507,61 @@ def test_ray_executor_trains_two_runs_with_train_py(ray_address, tiny_model_dir,
     results = json.load(open(os.path.join(s.workdir, "results.json")))
     assert results["train"]["final_step"] == 6
   assert [r.status for r in RayExecutor(ray_address).run(specs)] == [ex.FINISHED] * 2
+
+
+# A run that stops as train.py does on SIGTERM: it notes the signal and exits 143.
+STOPPABLE = """
+import os, signal, sys, time
+name, log = sys.argv[1], sys.argv[2]
+def note(what):
+  fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+  os.write(fd, f"{what} {name}\\n".encode())
+  os.close(fd)
+def stop(signum, frame):
+  note("checkpointed")
+  sys.exit(143)
+signal.signal(signal.SIGTERM, stop)
+note("start")
+time.sleep(120)
+note("end")
+"""
+STOP_DRIVER = """
+import os, sys
+from acl_jax.study import executors as ex, runner
+root = sys.argv[1]
+log = os.path.join(root, "runs.log")
+class Never(ex.Steps):
+  def done(self):
+    return False
+specs = [ex.RunSpec(f"run{i}", (sys.executable, "-c", sys.argv[2], f"run{i}", log),
+                    os.path.join(root, f"run{i}"), steps=Never()) for i in range(3)]
+left = iter(specs)
+runner.drive(ex.LocalExecutor(slots=2), lambda skip: next(left, None), poll_s=0.2)
+"""
+
+
+def test_sigterm_to_a_sweep_driver_stops_its_runs_at_a_checkpoint_and_exits_143(tmp_path):
+  """SIGTERM to a driver with 2 runs out and 1 not yet handed out: each run gets SIGTERM
+  (train.py's cue to checkpoint and stop), the driver waits for both, starts nothing more,
+  says so and exits 143; the runs are not counted as failures."""
+  root = str(tmp_path)
+  driver = subprocess.Popen([sys.executable, "-c", STOP_DRIVER, root, STOPPABLE],
+                            cwd=helpers.REPO, env=helpers.env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+  log, deadline = os.path.join(root, "runs.log"), time.time() + 60
+  while not (os.path.exists(log) and sum(line.startswith("start ")
+                                         for line in open(log)) >= 2):
+    assert driver.poll() is None and time.time() < deadline, driver.communicate()
+    time.sleep(0.05)
+  driver.send_signal(signal.SIGTERM)
+  out, err = driver.communicate(timeout=60)
+  assert driver.returncode == 143, (out, err)
+  counts = log_counts(root)
+  assert counts["start"] == counts["checkpointed"] == {"run0": 1, "run1": 1}
+  assert not counts["end"]
+  lines = out.rstrip().splitlines()
+  assert sorted(lines[:2]) == [f"  run{i}: stopped by SIGTERM at a step it checkpointed on "
+                               f"{socket.gethostname()}; the next start resumes it"
+                               for i in (0, 1)], out
+  assert lines[2].startswith("stopped by SIGTERM (SIGTERM sent to 2 running process(es)): "), out
+  assert "FAILED" not in out

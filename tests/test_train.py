@@ -266,6 +266,34 @@ def test_two_processes_jax_distributed(tiny_model_dir, tmp_path):
   assert float(a["dev"]) == float(b["dev"])
 
 
+@pytest.mark.slow
+def test_sigterm_to_one_of_two_processes_stops_both_at_one_checkpointed_step(tiny_model_dir,
+                                                                             tmp_path):
+  """jax.distributed: SIGTERM to process 1 during step 2 of 30; JAX's preemption service
+  agrees on one step, both processes checkpoint it and stop, and both finish on resume."""
+  from acl_jax import provenance
+  wd = str(tmp_path / "dist")
+
+  def both(sigterm_at):
+    port = _free_port()
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "tests.workers", "distributed_sigterm", tiny_model_dir, wd,
+         str(port), str(i), str(tmp_path / f"p{i}.npz"), str(sigterm_at)], cwd=helpers.REPO,
+        env=helpers.env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for i in range(2)]
+    errs = [p.communicate(timeout=300)[1] for p in procs]
+    assert all(p.returncode == 0 for p in procs), errs[0][-2000:] + errs[1][-2000:]
+    return [np.load(str(tmp_path / f"p{i}.npz")) for i in range(2)]
+  a, b = both(2)
+  assert bool(a["stopped"]) and bool(b["stopped"])
+  step = int(a["step"])
+  assert int(b["step"]) == step and 2 <= step < 30
+  assert step in provenance.checkpoint_steps(wd)
+  a, b = both(0)
+  assert not a["stopped"] and int(a["step"]) == int(b["step"]) == 30
+  assert str(a["fingerprint"]) == str(b["fingerprint"])
+
+
 # ---- bad input ------------------------------------------------------------------------------
 
 def test_unknown_config_key_and_method():

@@ -3,6 +3,7 @@
   python -m tests.workers device_invariance MODEL_DIR NUM_DEVICES OUT.npz [TAG,TAG...]
   python -m tests.workers golden_runs MODEL_DIR ROOT OUT.json [TAG,TAG...]
   python -m tests.workers distributed MODEL_DIR WORKDIR PORT PID OUT.npz
+  python -m tests.workers distributed_sigterm MODEL_DIR WORKDIR PORT PID OUT.npz [STEP]
 """
 import sys
 
@@ -173,6 +174,43 @@ def distributed(model_dir, workdir, port, pid, out):
            step=results["train"]["final_step"], dev=results["dev"]["accuracy"])
 
 
+def distributed_sigterm(model_dir, workdir, port, pid, out, sigterm_at="0"):
+  """`distributed`, with process 1 sending itself SIGTERM during step `sigterm_at` (0: never);
+  OUT.npz gets the step each process stopped at (errors.Preempted) or finished."""
+  import os
+  import signal
+  import jax
+  jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  jax.distributed.initialize(coordinator_address=f"localhost:{port}", num_processes=2,
+                             process_id=int(pid))
+  from acl_jax import errors
+  from acl_jax.train import loop, setup as setup_lib
+  from tests.helpers import tiny_config
+  make = setup_lib.make_trainer
+
+  def making(*args, **kwargs):
+    trainer = make(*args, **kwargs)
+    train_step = trainer.train_step
+
+    def signalled_step(state, batch):
+      state, m = train_step(state, batch)
+      if int(pid) == 1 and int(state.step) == int(sigterm_at):
+        os.kill(os.getpid(), signal.SIGTERM)
+      return state, m
+    trainer.train_step = signalled_step
+    return trainer
+  setup_lib.make_trainer = making
+  try:
+    # 30 steps: room for the hosts to agree on a step before the run ends.
+    results = loop.train_and_evaluate(tiny_config(model_dir, num_steps=30, eval_every=10),
+                                      workdir)
+    np.savez(out, stopped=False, step=results["train"]["final_step"],
+             fingerprint=results["train"]["params_sha256"])
+  except errors.Preempted as e:
+    np.savez(out, stopped=True, step=int(str(e).split(" at step ")[1].split()[0]),
+             fingerprint="")
+
+
 def gate_consistency(out):
   """2 devices whose local CE/SCL gradients would gate differently still branch alike."""
   import jax
@@ -198,4 +236,4 @@ def gate_consistency(out):
 
 if __name__ == "__main__":
   {"device_invariance": device_invariance, "golden_runs": golden_runs, "distributed": distributed,
-   "gate_consistency": gate_consistency}[sys.argv[1]](*sys.argv[2:])
+   "distributed_sigterm": distributed_sigterm, "gate_consistency": gate_consistency}[sys.argv[1]](*sys.argv[2:])

@@ -23,12 +23,12 @@ claimed by a live owner is not started: its result says FINISHED or CLAIMED. So 
 several machines may hand out the same specs at once, and a driver killed midway leaves
 claims that go stale; the next driver takes them over and resumes the runs.
 
-A run's command is killed with the process that started it (Linux), so a killed driver or
-Ray worker leaves no run behind that would write its workdir beside a successor's.
+A run's command is killed with the process that started it (Linux; acl_jax/study/procs.py),
+so a killed driver or Ray worker leaves no run behind that would write its workdir beside a
+successor's.
 """
 import abc
 import collections
-import ctypes
 import dataclasses
 import functools
 import os
@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from acl_jax import provenance
 from acl_jax.study import claims
+from acl_jax.study.procs import call, send
 from acl_jax.study.slots import Slot, local_slots
 
 # RunResult.status: the command ran (see returncode), or it did not and why.
@@ -151,38 +152,10 @@ def written(name: str) -> Callable[[RunSpec], bool]:
   return functools.partial(_in_workdir, name)
 
 
-try:
-  _prctl = ctypes.CDLL(None, use_errno=True).prctl
-except (OSError, AttributeError):
-  _prctl = None
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent(parent: int):
-  """Run in the child before exec: SIGKILL it when the thread that started it ends, so a run
-  does not outlive a killed driver or worker (a no-op outside Linux). `parent`: the pid of
-  the process that forked, which may have died before the child asked."""
-  if _prctl is not None:
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:
-      os._exit(1)  # pylint: disable=protected-access
-
-
-def call(cmd, on_start=None, **kw) -> tuple[int, float]:
-  """subprocess.call, also returning the child's CPU seconds (user + system, from wait4's
-  rusage); `on_start(proc)` is called once it runs."""
-  # pylint: disable-next=consider-using-with,subprocess-popen-preexec-fn
-  proc = subprocess.Popen(cmd, preexec_fn=functools.partial(_die_with_parent, os.getpid()), **kw)
-  if on_start is not None:
-    on_start(proc)
-  _, status, usage = os.wait4(proc.pid, 0)
-  proc.returncode = os.waitstatus_to_exitcode(status)
-  return proc.returncode, usage.ru_utime + usage.ru_stime
-
-
 def run_once(spec: RunSpec, driver: str, finished: Callable[[RunSpec], bool],
              lease_s: float = claims.LEASE_S, slot_env: Mapping[str, str] | None = None,
-             prefix: Iterable[str] = ()) -> RunResult:
+             prefix: Iterable[str] = (),
+             started: Callable[[subprocess.Popen], None] | None = None) -> RunResult:
   """Claims the run, runs it unless it is finished (with its `steps` around the command), and
   releases the claim: what every executor runs, on the host that runs the command.
 
@@ -194,6 +167,7 @@ def run_once(spec: RunSpec, driver: str, finished: Callable[[RunSpec], bool],
     lease_s: the claim's lease; the heartbeat is refreshed ten times in one.
     slot_env: variables of the executor's slot (its accelerators), under `spec.env`.
     prefix: put before the command (e.g. taskset).
+    started: called with each process the run starts (the executor's `terminate` signals it).
   """
   host = socket.gethostname()
   if finished(spec):
@@ -212,9 +186,14 @@ def run_once(spec: RunSpec, driver: str, finished: Callable[[RunSpec], bool],
     env = {**os.environ, **(slot_env or {}), **spec.env}
     procs = []
 
+    def on_start(proc):
+      procs.append(proc)
+      if started is not None:
+        started(proc)
+
     def run_cmd(argv, **kw):
-      return call([*prefix, *argv], on_start=procs.append, cwd=spec.cwd or None, env=env, **kw)
-    with claim.keep_alive(on_lost=lambda: [_kill(p) for p in procs]):
+      return call([*prefix, *argv], on_start=on_start, cwd=spec.cwd or None, env=env, **kw)
+    with claim.keep_alive(on_lost=lambda: [send(p) for p in procs]):
       if spec.steps is None or spec.steps.before(spec):
         res = _run_command(spec, run_cmd, host)
       else:
@@ -241,16 +220,6 @@ def _run_command(spec: RunSpec, run_cmd, host: str) -> RunResult:
     if out is not None:
       out.close()
   return RunResult(spec.identity, RAN, rc, time.time() - t0, cpu, host)
-
-
-def _kill(proc: subprocess.Popen) -> None:
-  """SIGKILL unless `call` reaped it (not Popen.kill: its poll would reap the child under
-  `call`'s wait4)."""
-  if proc.returncode is None:
-    try:
-      os.kill(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-      pass
 
 
 def describe(rec: dict | None) -> str:
@@ -300,6 +269,14 @@ class Executor(abc.ABC):
     """Drops the results not yet taken; LocalExecutor starts no more of the runs submitted
     and waits for those running, Ray's tasks run on."""
 
+  passes_sigterm = False  # whether `terminate` reaches the runs (else a driver just dies)
+
+  def terminate(self) -> str:
+    """Starts no more runs and sends SIGTERM to those running, which checkpoint and stop
+    (train.py: acl_jax/train/preempt.py); their results still come from `wait`. Returns what
+    it did, in words. Only where `passes_sigterm`."""
+    raise NotImplementedError
+
   def run(self, specs: Iterable[RunSpec],
           finished: Callable[[RunSpec], bool] = results_written) -> Iterator[RunResult]:
     """Runs `specs`, yielding one result per spec as each ends (`submit` and `wait`)."""
@@ -332,10 +309,26 @@ class LocalExecutor(Executor):
     self._threads = []
     self._results = queue.Queue()
     self._pending = 0
+    self._procs = []  # the processes the runs started (`terminate`)
+    self._stopping = False
 
   @property
   def pending(self):
     return self._pending
+
+  passes_sigterm = True
+
+  def terminate(self):
+    with self._lock:
+      self._stopping = True
+      dropped = len(self._todo)
+      for _ in range(dropped):  # never started: their results say so
+        spec, _ = self._todo.popleft()
+        self._results.put(RunResult(spec.identity, LATE, host=socket.gethostname(),
+                                    detail="not started: the sweep was asked to stop"))
+      procs = list(self._procs)
+    sent = sum(send(proc, signal.SIGTERM) for proc in procs)
+    return f"SIGTERM sent to {sent} running process(es)"
 
   def capacity(self, cpus=1.0):
     return len(self.slots)
@@ -361,10 +354,18 @@ class LocalExecutor(Executor):
           return
         spec, finished = self._todo.popleft()
       try:
-        res = run_once(spec, self.driver, finished, self.lease_s, slot.env, prefix)
+        res = run_once(spec, self.driver, finished, self.lease_s, slot.env, prefix,
+                       started=self._started)
       except Exception as e:  # pylint: disable=broad-except
         res = RunResult(spec.identity, ERROR, host=socket.gethostname(), detail=repr(e))
       self._results.put(res)
+
+  def _started(self, proc):
+    with self._lock:
+      self._procs = [p for p in self._procs if p.returncode is None] + [proc]
+      late = self._stopping  # started as `terminate` ran: it stops too
+    if late:
+      send(proc, signal.SIGTERM)
 
   def wait(self, timeout=None):
     if not self._pending:

@@ -22,6 +22,8 @@ results do not change.
 import json
 import os
 import re
+import signal
+import threading
 import time
 
 from acl_jax import errors, provenance
@@ -152,15 +154,20 @@ def drive(executor: executors.Executor, next_spec, keep_going: bool = True,
   a failure ends the sweep (SystemExit) once the runs out have ended."""
   out, failed, held, ended = {}, set(), set(), set()
   cap, last_poll = executor.capacity(), time.time()
+  stop = _StopOnSigterm(executor)
   try:
     while True:
-      while len(out) < cap:
+      while len(out) < cap and not stop.asked:
         spec = next_spec(set(out) | failed | held | ended)
         if spec is None:
           break
         out[spec.identity] = spec
         executor.submit(spec, steps.run_done)
       if not out:
+        if stop.asked:
+          print(f"stopped by SIGTERM ({stop.did}): the runs it stopped are checkpointed and "
+                "the same command resumes them", flush=True)
+          raise SystemExit(errors.EXIT_PREEMPTED)
         if not held:
           return failed
         time.sleep(max(0.0, last_poll + poll_s - time.time()))
@@ -176,6 +183,10 @@ def drive(executor: executors.Executor, next_spec, keep_going: bool = True,
         ended.add(res.identity)
         took = f" in {res.wall_s:.0f} s{where}" if res.status == executors.RAN else ""
         print(f"  {res.identity}: {res.status}{took}", flush=True)
+      elif res.status == executors.RAN and res.returncode == errors.EXIT_PREEMPTED:
+        ended.add(res.identity)
+        print(f"  {res.identity}: stopped by SIGTERM at a step it checkpointed{where}; the "
+              "next start resumes it", flush=True)
       elif res.status == executors.LATE:  # queued past its latest start: not this driver's
         ended.add(res.identity)
         print(f"  {res.identity}: {res.status} ({res.detail}); left for a later window",
@@ -193,7 +204,37 @@ def drive(executor: executors.Executor, next_spec, keep_going: bool = True,
         if not keep_going:
           raise SystemExit(res.returncode or 1)
   finally:
+    stop.restore()
     executor.close()
+
+
+class _StopOnSigterm:
+  """While `drive` runs in the main thread on an executor that `passes_sigterm` (this
+  machine's), SIGTERM stops it handing out runs and passes the signal on to the runs out
+  (`Executor.terminate`), which checkpoint and stop; `drive` then waits for them and exits
+  EXIT_PREEMPTED. Without this, the driver would die at once and its runs with it (killed, as
+  their parent died, between checkpoints). A Ray driver dies at once, its tasks running on."""
+
+  def __init__(self, executor: executors.Executor):
+    self.asked, self.did, self._previous = False, "", None
+    self._executor = executor
+    if getattr(executor, "passes_sigterm", False) and (
+        threading.current_thread() is threading.main_thread()):
+      self._previous = signal.signal(signal.SIGTERM, self._on_term)
+
+  def _on_term(self, signum, frame):  # pylint: disable=unused-argument
+    if not self.asked:
+      self.asked = True
+      # From a thread of its own: the handler runs in the main thread, which may hold the
+      # executor's lock at this moment.
+      threading.Thread(target=self._terminate, daemon=True).start()
+
+  def _terminate(self):
+    self.did = self._executor.terminate()
+
+  def restore(self):
+    if self._previous is not None:
+      signal.signal(signal.SIGTERM, self._previous)
 
 
 def run_jobs(todo: list[jobs.Job], args, record: str | None = None,

@@ -22,11 +22,11 @@ import numpy as np
 from acl_jax import data as data_lib
 from acl_jax import logs, provenance
 from acl_jax.data import fingerprint
-from acl_jax.errors import Diverged, FileError, UserError
+from acl_jax.errors import Diverged, FileError, Preempted, UserError
 from acl_jax.models import hf
 from acl_jax.provenance import is_main
 from acl_jax.train import checkpoint as ckpt_lib
-from acl_jax.train import objectives, optim, scoring, setup as setup_lib, step as step_lib
+from acl_jax.train import objectives, optim, preempt, scoring, setup as setup_lib, step as step_lib
 from acl_jax.train.train_log import DeviceSums, MetricWriter
 
 log = logging.getLogger(__name__)
@@ -208,66 +208,77 @@ def _train(config, workdir: str, origin: dict | None, on_phase: Callable[[str], 
     epoch, pos = divmod(done, steps_per_epoch)
     ckpts.save(state, ls.meta(**fixed, step=done, data_position={"epoch": epoch, "batch": pos}))
 
-  for step, batch in batches:
-    if step >= total or stopped:
-      break
-    state, m = tr.train_step(state, step_lib.shard_batch(batch, s.mesh))
-    done = step + 1
-    sums.add(m, done)
-    if bar is not None:
-      bar.update(1)
-    log_now = done % cfg.log_every == 0 or done == total
-    eval_now = done % eval_every == 0 or done == total
-    if not (log_now or eval_now or done % ckpt_every == 0):
-      continue
-    heavy = eval_now or done % ckpt_every == 0
-    if heavy:
-      on_phase("evaluate")
-    # Host sync: raises on a non-finite step before anything is evaluated or saved.
-    try:
-      new, count = sums.fetch()
-    except Diverged as e:
-      raise Diverged(f"{e} {_last_good(workdir)}") from None
-    logged = {k: logged.get(k, 0.0) + v for k, v in new.items()}
-    since += count
-    if run_sums:  # in the loop state, so the run's sums survive a resume
-      ls.run_sum_steps += count
-      ls.run_sums = {k: ls.run_sums.get(k, 0.0) + new[k] for k in run_sums}
-    if log_now:
-      rec = {k: v / since for k, v in logged.items()}
-      rec["steps_per_s"] = (done - start) / max(time.time() - t0, 1e-9)
-      rec.update(optim.learning_rates(tr.lr_groups, step))  # what this step's update used
-      writer.write(done, "train", rec)
+  halted = None
+  with preempt.watch() as stop:
+    for step, batch in batches:
+      if step >= total or stopped:
+        break
+      state, m = tr.train_step(state, step_lib.shard_batch(batch, s.mesh))
+      done = step + 1
+      sums.add(m, done)
       if bar is not None:
-        bar.set_postfix(loss=f"{rec['loss']:.4f}")
-      logged, since = {}, 0
-    if eval_now:
-      res = scoring.evaluate(sc, state.params, "dev")
-      writer.write(done, "dev", res)
-      cur = res[main_metric]
-      if ls.best_metric is None or cur > ls.best_metric:
-        ls.best_metric, ls.best_step, ls.evals_since_best = cur, done, 0
-        # Latest first: a crash between the two saves is mended on resume (sync_best).
+        bar.update(1)
+      # Asked to stop (SIGTERM): this step is logged and checkpointed, then the loop ends.
+      halt = stop.requested(done) and done < total
+      log_now = done % cfg.log_every == 0 or done == total or halt
+      eval_now = done % eval_every == 0 or done == total
+      if not (log_now or eval_now or done % ckpt_every == 0):
+        continue
+      heavy = eval_now or done % ckpt_every == 0
+      if heavy:
+        on_phase("evaluate")
+      # Host sync: raises on a non-finite step before anything is evaluated or saved.
+      try:
+        new, count = sums.fetch()
+      except Diverged as e:
+        raise Diverged(f"{e} {_last_good(workdir)}") from None
+      logged = {k: logged.get(k, 0.0) + v for k, v in new.items()}
+      since += count
+      if run_sums:  # in the loop state, so the run's sums survive a resume
+        ls.run_sum_steps += count
+        ls.run_sums = {k: ls.run_sums.get(k, 0.0) + new[k] for k in run_sums}
+      if log_now:
+        rec = {k: v / since for k, v in logged.items()}
+        rec["steps_per_s"] = (done - start) / max(time.time() - t0, 1e-9)
+        rec.update(optim.learning_rates(tr.lr_groups, step))  # what this step's update used
+        writer.write(done, "train", rec)
+        if bar is not None:
+          bar.set_postfix(loss=f"{rec['loss']:.4f}")
+        logged, since = {}, 0
+      if eval_now:
+        res = scoring.evaluate(sc, state.params, "dev")
+        writer.write(done, "dev", res)
+        cur = res[main_metric]
+        if ls.best_metric is None or cur > ls.best_metric:
+          ls.best_metric, ls.best_step, ls.evals_since_best = cur, done, 0
+          # Latest first: a crash between the two saves is mended on resume (sync_best).
+          save_latest(state, done)
+          ckpts.save(state, ls.meta(**fixed, step=done), best=True)
+        else:
+          ls.evals_since_best += 1
+        msg = f"step {done}: dev " + " ".join(f"{k}={v:.4f}" for k, v in res.items()
+                                               if k in s.task.metrics)
+        if bar is not None:
+          bar.write(msg)
+        elif is_main():
+          log.info(msg)
+        if cfg.early_stop_patience and ls.evals_since_best >= cfg.early_stop_patience:
+          stopped = True
+          ls.early_stopped_at = done
+      if done % ckpt_every == 0 or done == total or stopped or halt:
         save_latest(state, done)
-        ckpts.save(state, ls.meta(**fixed, step=done), best=True)
-      else:
-        ls.evals_since_best += 1
-      msg = f"step {done}: dev " + " ".join(f"{k}={v:.4f}" for k, v in res.items()
-                                             if k in s.task.metrics)
-      if bar is not None:
-        bar.write(msg)
-      elif is_main():
-        log.info(msg)
-      if cfg.early_stop_patience and ls.evals_since_best >= cfg.early_stop_patience:
-        stopped = True
-        ls.early_stopped_at = done
-    if done % ckpt_every == 0 or done == total or stopped:
-      save_latest(state, done)
-    if heavy:
-      on_phase("train")
+      if halt:
+        halted = done
+        break
+      if heavy:
+        on_phase("train")
   if bar is not None:
     bar.close()
   writer.close()
+  if halted is not None:
+    ckpts.close()
+    raise Preempted(f"{stop.signal} at step {halted} of {total}: step {halted} is checkpointed "
+                    f"in {workdir}; the same command resumes the run there.")
   summary = {"final_step": int(state.step), "best_step": ls.best_step,
              "best_dev": ls.best_metric, "main_metric": main_metric,
              "params_sha256": params_fingerprint(state.params),

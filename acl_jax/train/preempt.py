@@ -1,0 +1,53 @@
+"""Stopping at a step boundary when the process is asked to (SIGTERM).
+
+Preemptible machines (spot VMs, TPU pods, a batch scheduler's time limit) send SIGTERM and
+kill the process a little later. The training loop asks `Watch.requested(step)` after every
+step; once it says yes, the loop checkpoints that step and stops (errors.Preempted), so the
+same command resumes the run there instead of at its last scheduled checkpoint.
+
+One process: a Python SIGTERM handler sets a flag (only in the main thread; the previous
+handler comes back when the watch ends). Several processes (`jax.distributed`): JAX's
+preemption service catches SIGTERM on any host and agrees on one step for all of them
+(`multihost_utils.reached_preemption_sync_point`), so every host saves the same step.
+"""
+import contextlib
+import signal
+import threading
+
+import jax
+from jax.experimental import multihost_utils
+
+
+class Watch:
+  """Whether the run should stop after the step it just took."""
+
+  def __init__(self):
+    self.signal: str | None = None
+    self._multi = jax.process_count() > 1
+
+  def requested(self, step: int) -> bool:
+    """`step`: the number of steps done; every process calls this after every step."""
+    if self._multi:
+      try:
+        if multihost_utils.reached_preemption_sync_point(step):
+          self.signal = "SIGTERM"
+      except RuntimeError:  # jax_enable_preemption_service off: nothing to ask
+        return False
+    return self.signal is not None
+
+
+@contextlib.contextmanager
+def watch():
+  """A `Watch` for the loop; in one process, SIGTERM sets its flag meanwhile."""
+  w = Watch()
+  if w._multi or threading.current_thread() is not threading.main_thread():  # pylint: disable=protected-access
+    yield w
+    return
+
+  def on_term(signum, frame):  # pylint: disable=unused-argument
+    w.signal = signal.Signals(signum).name
+  previous = signal.signal(signal.SIGTERM, on_term)
+  try:
+    yield w
+  finally:
+    signal.signal(signal.SIGTERM, previous)
