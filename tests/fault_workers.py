@@ -43,9 +43,9 @@ def bug_in_eval(*train_args):
   _train(train_args)
 
 
-def nan_from(step, *train_args):
-  """Runs train.py with TRAIN_ARGS; from step STEP on (1-based: the steps done), the train
-  step's loss is NaN, as a diverged run's would be."""
+def after_each_step(fn):
+  """Makes every trainer's train step pass its (state, metrics) through `fn(state, m) -> m`
+  (in the process that trains next)."""
   from acl_jax.train import setup as setup_lib
   make = setup_lib.make_trainer
 
@@ -53,37 +53,33 @@ def nan_from(step, *train_args):
     trainer = make(*args, **kwargs)
     train_step = trainer.train_step
 
-    def nan_step(state, batch):
+    def step_then_fn(state, batch):
       state, m = train_step(state, batch)
-      if int(state.step) >= int(step):
-        m = {**m, "loss": m["loss"] * float("nan")}
-      return state, m
-    trainer.train_step = nan_step
+      return state, fn(state, m)
+    trainer.train_step = step_then_fn
     return trainer
   setup_lib.make_trainer = making
+
+
+def nan_from(step, *train_args):
+  """Runs train.py with TRAIN_ARGS; from step STEP on (1-based: the steps done), the train
+  step's loss is NaN, as a diverged run's would be."""
+  after_each_step(lambda state, m: {**m, "loss": m["loss"] * float("nan")}
+                  if int(state.step) >= int(step) else m)
   _train(train_args)
 
 
 def sigterm_at(step, *train_args):
   """Runs train.py with TRAIN_ARGS; the process sends itself SIGTERM during step STEP (1-based:
   the steps done once it returns), as a scheduler preempting it would."""
-  import signal
-  from acl_jax.train import setup as setup_lib
-  make = setup_lib.make_trainer
-
-  def making(*args, **kwargs):
-    trainer = make(*args, **kwargs)
-    train_step = trainer.train_step
-
-    def signalled_step(state, batch):
-      state, m = train_step(state, batch)
-      if int(state.step) == int(step):
-        os.kill(os.getpid(), signal.SIGTERM)
-      return state, m
-    trainer.train_step = signalled_step
-    return trainer
-  setup_lib.make_trainer = making
+  after_each_step(lambda state, m: sigterm_self(m) if int(state.step) == int(step) else m)
   _train(train_args)
+
+
+def sigterm_self(m):
+  import signal
+  os.kill(os.getpid(), signal.SIGTERM)
+  return m
 
 
 def _train(train_args):

@@ -58,6 +58,15 @@ def log_counts(root):
   return counts
 
 
+def wait_for_starts(root, driver, n):
+  """Until `n` runs noted their start in the shared log (the `driver` process still up)."""
+  log, deadline = os.path.join(root, "runs.log"), time.time() + 60
+  while not (os.path.exists(log) and sum(line.startswith("start ")
+                                         for line in open(log)) >= n):
+    assert driver.poll() is None and time.time() < deadline, driver.communicate()
+    time.sleep(0.05)
+
+
 def outputs(specs):
   return {s.identity: open(os.path.join(s.workdir, "out.txt")).read() for s in specs}
 
@@ -446,11 +455,7 @@ def test_a_killed_driver_loses_and_repeats_nothing(kind, request, tmp_path):
   driver = subprocess.Popen([sys.executable, "-c", DRIVER, kind, root, address, "30"],
                             cwd=helpers.REPO, env=helpers.env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-  log, deadline = os.path.join(root, "runs.log"), time.time() + 60
-  while not (os.path.exists(log) and sum(line.startswith("start ")
-                                         for line in open(log)) >= 2):
-    assert driver.poll() is None and time.time() < deadline, driver.communicate()
-    time.sleep(0.05)
+  wait_for_starts(root, driver, 2)
   driver.send_signal(signal.SIGKILL)
   driver.wait()
   started = log_counts(root)["start"]
@@ -469,7 +474,7 @@ def test_a_killed_driver_loses_and_repeats_nothing(kind, request, tmp_path):
   assert counts["start"] == {s.identity: 1 + started[s.identity] for s in specs}
   assert outputs(specs) == {s.identity: f"{s.identity} {s.identity}" for s in specs}
   # the killed driver's runs died with it: none is left to write into the runs' folders
-  deadline = time.time() + 20
+  log, deadline = os.path.join(root, "runs.log"), time.time() + 20
   while _runs_alive(log, "30.0") and time.time() < deadline:
     time.sleep(0.2)
   assert not _runs_alive(log, "30.0")
@@ -548,11 +553,7 @@ def test_sigterm_to_a_sweep_driver_stops_its_runs_at_a_checkpoint_and_exits_143(
   driver = subprocess.Popen([sys.executable, "-c", STOP_DRIVER, root, STOPPABLE],
                             cwd=helpers.REPO, env=helpers.env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-  log, deadline = os.path.join(root, "runs.log"), time.time() + 60
-  while not (os.path.exists(log) and sum(line.startswith("start ")
-                                         for line in open(log)) >= 2):
-    assert driver.poll() is None and time.time() < deadline, driver.communicate()
-    time.sleep(0.05)
+  wait_for_starts(root, driver, 2)
   driver.send_signal(signal.SIGTERM)
   out, err = driver.communicate(timeout=60)
   assert driver.returncode == 143, (out, err)

@@ -177,29 +177,16 @@ def distributed(model_dir, workdir, port, pid, out):
 def distributed_sigterm(model_dir, workdir, port, pid, out, sigterm_at="0"):
   """`distributed`, with process 1 sending itself SIGTERM during step `sigterm_at` (0: never);
   OUT.npz gets the step each process stopped at (errors.Preempted) or finished."""
-  import os
-  import signal
   import jax
   jax.config.update("jax_cpu_collectives_implementation", "gloo")
   jax.distributed.initialize(coordinator_address=f"localhost:{port}", num_processes=2,
                              process_id=int(pid))
   from acl_jax import errors
-  from acl_jax.train import loop, setup as setup_lib
+  from acl_jax.train import loop
+  from tests.fault_workers import after_each_step, sigterm_self
   from tests.helpers import tiny_config
-  make = setup_lib.make_trainer
-
-  def making(*args, **kwargs):
-    trainer = make(*args, **kwargs)
-    train_step = trainer.train_step
-
-    def signalled_step(state, batch):
-      state, m = train_step(state, batch)
-      if int(pid) == 1 and int(state.step) == int(sigterm_at):
-        os.kill(os.getpid(), signal.SIGTERM)
-      return state, m
-    trainer.train_step = signalled_step
-    return trainer
-  setup_lib.make_trainer = making
+  after_each_step(lambda state, m: sigterm_self(m) if int(pid) == 1 and int(state.step) == int(
+      sigterm_at) else m)
   try:
     # 30 steps: room for the hosts to agree on a step before the run ends.
     results = loop.train_and_evaluate(tiny_config(model_dir, num_steps=30, eval_every=10),
