@@ -71,15 +71,21 @@ def nan_from(step, *train_args):
 
 def sigterm_at(step, *train_args):
   """Runs train.py with TRAIN_ARGS; the process sends itself SIGTERM during step STEP (1-based:
-  the steps done once it returns), as a scheduler preempting it would."""
+  the steps done once it returns; 0: during set-up, as the trainer is made), as a scheduler
+  preempting it would."""
+  if int(step) == 0:
+    from acl_jax.train import setup as setup_lib
+    make = setup_lib.make_trainer
+    setup_lib.make_trainer = lambda *a, **kw: sigterm_self(make(*a, **kw))
   after_each_step(lambda state, m: sigterm_self(m) if int(state.step) == int(step) else m)
   _train(train_args)
 
 
-def sigterm_self(m):
+def sigterm_self(x):
+  """SIGTERM to this process; returns `x`."""
   import signal
   os.kill(os.getpid(), signal.SIGTERM)
-  return m
+  return x
 
 
 def _train(train_args):

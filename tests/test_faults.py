@@ -275,39 +275,47 @@ def test_sigkill_during_a_checkpoint_save_resumes_exactly(tiny_model_dir, tmp_pa
   chex.assert_trees_all_equal(_params_at(killed, 12), _params_at(straight, 12))
 
 
-def test_sigterm_checkpoints_its_step_stops_and_resumes_exactly(tiny_model_dir, ce_run,
-                                                                 tmp_path):
-  """SIGTERM during step 4 of the 6-step CE run (checkpoints at 3 and 6): the run logs and
-  checkpoints step 4, exits 143 with one line naming the step, and the same command resumes
-  there; its final params and dev evaluations equal the uninterrupted run's (`ce_run`)."""
+def test_sigterm_checkpoints_its_step_stops_and_resumes_exactly(tiny_model_dir, tmp_path):
+  """SIGTERM during set-up stops a run before its first step; SIGTERM during step 5 of 6
+  (checkpoints at 3 and 6, train rows every 4 steps) checkpoints step 5 with the train-log
+  sums since step 4, exits 143 with one line naming the step, and the same command resumes
+  there: params, dev evaluations and train rows equal an uninterrupted run's."""
   import json
   import os
   import subprocess
   import sys
   import chex
   from acl_jax import provenance
-  wd = str(tmp_path / "stopped")
+  wd, straight = str(tmp_path / "stopped"), str(tmp_path / "straight")
   args = ["--config", "configs/quickstart.py:runlocal", f"--config.model.name={tiny_model_dir}",
-          "--config.progress=False", "--workdir", wd]
-  p = subprocess.run([sys.executable, "-m", "tests.fault_workers", "sigterm_at", "4", *args],
-                     cwd=helpers.REPO, env=helpers.env(), capture_output=True, text=True,
-                     timeout=300)
-  assert p.returncode == 143, p.stderr[-3000:]
-  assert p.stderr.strip().splitlines()[-1] == (
-      f"stopped: SIGTERM at step 4 of 6: step 4 is checkpointed in {wd}; the same command "
-      "resumes the run there."), p.stderr[-3000:]
-  assert provenance.checkpoint_steps(wd) == [3, 4]
-  assert not os.path.exists(os.path.join(wd, "results.json"))
-  assert "Stopped: SIGTERM at step 4 of 6" in open(os.path.join(wd, "train.log")).read()
-  p = helpers.run_py(["train.py", *args])
-  assert p.returncode == 0, p.stderr[-3000:]
-  assert "at step 4" in p.stdout + p.stderr
-  chex.assert_trees_all_equal(_params_at(wd, 6), _params_at(ce_run, 6))
+          "--config.progress=False", "--config.log_every=4", "--config.model.dropout=0.1"]
 
-  def dev(workdir):
-    rows = [json.loads(x) for x in open(os.path.join(workdir, "metrics.jsonl"))]
-    return {r["step"]: r for r in rows if r["kind"] == "dev"}
-  assert dev(wd).keys() == {3, 6} and dev(wd) == dev(ce_run)
+  def stopped_at(step):
+    p = subprocess.run([sys.executable, "-m", "tests.fault_workers", "sigterm_at", str(step),
+                        *args, "--workdir", wd], cwd=helpers.REPO, env=helpers.env(),
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 143, p.stderr[-3000:]
+    return p.stderr.strip().splitlines()[-1]
+  assert stopped_at(0) == ("stopped: SIGTERM before step 1 of 6: the run is where its last "
+                           "checkpoint left it; the same command resumes it.")
+  assert provenance.checkpoint_steps(wd) == []
+  assert stopped_at(5) == (f"stopped: SIGTERM at step 5 of 6: step 5 is checkpointed in {wd}; "
+                           "the same command resumes the run there.")
+  assert provenance.checkpoint_steps(wd) == [3, 5]
+  assert not os.path.exists(os.path.join(wd, "results.json"))
+  assert "Stopped: SIGTERM at step 5 of 6" in open(os.path.join(wd, "train.log")).read()
+  for w in (wd, straight):
+    p = helpers.run_py(["train.py", *args, "--workdir", w])
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert ("Resumed from" in p.stdout + p.stderr) == (w == wd)
+  chex.assert_trees_all_equal(_params_at(wd, 6), _params_at(straight, 6))
+
+  def rows(workdir):
+    rs = [json.loads(x) for x in open(os.path.join(workdir, "metrics.jsonl"))]
+    return [{k: v for k, v in r.items() if k != "steps_per_s"} for r in rs]
+  assert [(r["step"], r["kind"]) for r in rows(wd)] == [(3, "dev"), (4, "train"), (6, "train"),
+                                                        (6, "dev")]
+  assert rows(wd) == rows(straight)
 
 
 # ---- a G-Loss that cannot learn ---------------------------------------------------------------

@@ -222,5 +222,7 @@ def gate_consistency(out):
 
 
 if __name__ == "__main__":
-  {"device_invariance": device_invariance, "golden_runs": golden_runs, "distributed": distributed,
-   "distributed_sigterm": distributed_sigterm, "gate_consistency": gate_consistency}[sys.argv[1]](*sys.argv[2:])
+  WORKERS = {"device_invariance": device_invariance, "golden_runs": golden_runs,
+             "distributed": distributed, "distributed_sigterm": distributed_sigterm,
+             "gate_consistency": gate_consistency}
+  WORKERS[sys.argv[1]](*sys.argv[2:])

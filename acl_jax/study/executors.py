@@ -335,6 +335,10 @@ class LocalExecutor(Executor):
 
   def submit(self, spec, finished=results_written):
     self._pending += 1
+    if self._stopping:
+      self._results.put(RunResult(spec.identity, LATE, host=socket.gethostname(),
+                                  detail="not started: the sweep was asked to stop"))
+      return
     if finished(spec):
       self._results.put(RunResult(spec.identity, FINISHED, host=socket.gethostname()))
       return

@@ -159,14 +159,16 @@ def drive(executor: executors.Executor, next_spec, keep_going: bool = True,
     while True:
       while len(out) < cap and not stop.asked:
         spec = next_spec(set(out) | failed | held | ended)
-        if spec is None:
+        if spec is None or stop.asked:  # asked while it planned: not handed out
           break
         out[spec.identity] = spec
         executor.submit(spec, steps.run_done)
       if not out:
         if stop.asked:
-          print(f"stopped by SIGTERM ({stop.did}): the runs it stopped are checkpointed and "
-                "the same command resumes them", flush=True)
+          print(f"stopped by SIGTERM ({stop.did or 'passed to the runs out'}); no run started "
+                "since, and the same command resumes those it stopped"
+                + (f"; {len(failed)} run(s) FAILED: {', '.join(sorted(failed))}" if failed
+                   else ""), flush=True)
           raise SystemExit(errors.EXIT_PREEMPTED)
         if not held:
           return failed
@@ -187,6 +189,10 @@ def drive(executor: executors.Executor, next_spec, keep_going: bool = True,
         ended.add(res.identity)
         print(f"  {res.identity}: stopped by SIGTERM at a step it checkpointed{where}; the "
               "next start resumes it", flush=True)
+      elif stop.asked and res.status == executors.RAN and res.returncode == -signal.SIGTERM:
+        ended.add(res.identity)  # a process without the handler (set-up, an evaluation)
+        print(f"  {res.identity}: ended by SIGTERM{where}; the next start resumes it from its "
+              "last checkpoint", flush=True)
       elif res.status == executors.LATE:  # queued past its latest start: not this driver's
         ended.add(res.identity)
         print(f"  {res.identity}: {res.status} ({res.detail}); left for a later window",
@@ -204,8 +210,8 @@ def drive(executor: executors.Executor, next_spec, keep_going: bool = True,
         if not keep_going:
           raise SystemExit(res.returncode or 1)
   finally:
+    executor.close()  # waits for the runs out: SIGTERM is still passed on meanwhile
     stop.restore()
-    executor.close()
 
 
 class _StopOnSigterm:

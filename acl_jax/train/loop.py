@@ -44,15 +44,21 @@ class LoopState:
   run_sum_steps: int = 0
   calibration: dict | None = None  # the loss family's, once computed (objectives.calibrate)
   code_versions: list = dataclasses.field(default_factory=list)
+  # The train-log sums since the last train row, and the steps they cover: a checkpoint
+  # between two rows (a stop at SIGTERM) keeps them, so the next row is the uninterrupted
+  # run's. Absent from the checkpoints of older code, which wrote them only on a row.
+  log_sums: dict = dataclasses.field(default_factory=dict)
+  log_steps: int = 0
+  OPTIONAL = ("log_sums", "log_steps")
 
   @classmethod
   def from_meta(cls, meta: dict) -> "LoopState":
     names = [f.name for f in dataclasses.fields(cls)]
-    missing = [k for k in names if k not in meta]
+    missing = [k for k in names if k not in meta and k not in cls.OPTIONAL]
     if missing:
       raise UserError(f"The checkpoint's metadata lacks {missing}: another version of the "
                       "code wrote it. Resume it with that code, or use a new --workdir.")
-    return cls(**{k: meta[k] for k in names})
+    return cls(**{k: meta[k] for k in names if k in meta})
 
   def meta(self, **extra) -> dict:
     """The checkpoint's JSON metadata: this state plus `extra` (step, data position, ...)."""
@@ -129,6 +135,14 @@ def train_and_evaluate(config, workdir: str, origin: dict | None = None,
 
 
 def _train(config, workdir: str, origin: dict | None, on_phase: Callable[[str], None]) -> dict:
+  # From the start: a SIGTERM during set-up (data, model, compile) stops the run before its
+  # first step; one during the final evaluation lets it finish (preempt.py).
+  with preempt.watch() as stop:
+    return _train_watched(config, workdir, origin, on_phase, stop)
+
+
+def _train_watched(config, workdir: str, origin: dict | None, on_phase: Callable[[str], None],
+                   stop: preempt.Watch) -> dict:
   cfg = config
   provenance.check_not_pruned(workdir)
   provenance.check_same_run(workdir, cfg)
@@ -171,6 +185,10 @@ def _train(config, workdir: str, origin: dict | None, on_phase: Callable[[str], 
     ls = LoopState.from_meta(meta)
     log.info("Resumed from %s at step %d.", workdir, int(state.step))
   start = int(state.step)
+  if stop.requested(start) and start < total:  # during set-up: nothing new to save
+    ckpts.close()
+    raise Preempted(f"{stop.signal} before step {start + 1} of {total}: the run is where its "
+                    "last checkpoint left it; the same command resumes it.")
   fixed = dict(param_shapes=ckpt_lib.param_shapes(state.params),
                num_labels=s.task.num_labels, total_steps=total)
   ls = LoopState.from_meta(ckpts.sync_best(state, ls.meta(**fixed)))
@@ -200,78 +218,78 @@ def _train(config, workdir: str, origin: dict | None, on_phase: Callable[[str], 
     # Redirected output (nohup, CI) gets a line every 30 s instead of a redraw per step.
     bar = tqdm(total=total, initial=start, desc="train", dynamic_ncols=True,
                mininterval=0.1 if sys.stderr.isatty() else 30.0)
-  sums, logged, since = DeviceSums(), {}, 0
+  sums, logged, since = DeviceSums(), dict(ls.log_sums), ls.log_steps
   run_sums = step_lib.run_sums(tr.objective)
   t0, stopped = time.time(), ls.early_stopped_at is not None
 
   def save_latest(state, done):
     epoch, pos = divmod(done, steps_per_epoch)
+    ls.log_sums, ls.log_steps = dict(logged), since
     ckpts.save(state, ls.meta(**fixed, step=done, data_position={"epoch": epoch, "batch": pos}))
 
   halted = None
-  with preempt.watch() as stop:
-    for step, batch in batches:
-      if step >= total or stopped:
-        break
-      state, m = tr.train_step(state, step_lib.shard_batch(batch, s.mesh))
-      done = step + 1
-      sums.add(m, done)
+  for step, batch in batches:
+    if step >= total or stopped:
+      break
+    state, m = tr.train_step(state, step_lib.shard_batch(batch, s.mesh))
+    done = step + 1
+    sums.add(m, done)
+    if bar is not None:
+      bar.update(1)
+    # Asked to stop (SIGTERM): this step is checkpointed, then the loop ends.
+    halt = stop.requested(done) and done < total
+    log_now = done % cfg.log_every == 0 or done == total
+    eval_now = done % eval_every == 0 or done == total
+    if not (log_now or eval_now or done % ckpt_every == 0 or halt):
+      continue
+    heavy = eval_now or done % ckpt_every == 0 or halt
+    if heavy:
+      on_phase("evaluate")
+    # Host sync: raises on a non-finite step before anything is evaluated or saved.
+    try:
+      new, count = sums.fetch()
+    except Diverged as e:
+      raise Diverged(f"{e} {_last_good(workdir)}") from None
+    logged = {k: logged.get(k, 0.0) + v for k, v in new.items()}
+    since += count
+    if run_sums:  # in the loop state, so the run's sums survive a resume
+      ls.run_sum_steps += count
+      ls.run_sums = {k: ls.run_sums.get(k, 0.0) + new[k] for k in run_sums}
+    if log_now:
+      rec = {k: v / since for k, v in logged.items()}
+      rec["steps_per_s"] = (done - start) / max(time.time() - t0, 1e-9)
+      rec.update(optim.learning_rates(tr.lr_groups, step))  # what this step's update used
+      writer.write(done, "train", rec)
       if bar is not None:
-        bar.update(1)
-      # Asked to stop (SIGTERM): this step is logged and checkpointed, then the loop ends.
-      halt = stop.requested(done) and done < total
-      log_now = done % cfg.log_every == 0 or done == total or halt
-      eval_now = done % eval_every == 0 or done == total
-      if not (log_now or eval_now or done % ckpt_every == 0):
-        continue
-      heavy = eval_now or done % ckpt_every == 0
-      if heavy:
-        on_phase("evaluate")
-      # Host sync: raises on a non-finite step before anything is evaluated or saved.
-      try:
-        new, count = sums.fetch()
-      except Diverged as e:
-        raise Diverged(f"{e} {_last_good(workdir)}") from None
-      logged = {k: logged.get(k, 0.0) + v for k, v in new.items()}
-      since += count
-      if run_sums:  # in the loop state, so the run's sums survive a resume
-        ls.run_sum_steps += count
-        ls.run_sums = {k: ls.run_sums.get(k, 0.0) + new[k] for k in run_sums}
-      if log_now:
-        rec = {k: v / since for k, v in logged.items()}
-        rec["steps_per_s"] = (done - start) / max(time.time() - t0, 1e-9)
-        rec.update(optim.learning_rates(tr.lr_groups, step))  # what this step's update used
-        writer.write(done, "train", rec)
-        if bar is not None:
-          bar.set_postfix(loss=f"{rec['loss']:.4f}")
-        logged, since = {}, 0
-      if eval_now:
-        res = scoring.evaluate(sc, state.params, "dev")
-        writer.write(done, "dev", res)
-        cur = res[main_metric]
-        if ls.best_metric is None or cur > ls.best_metric:
-          ls.best_metric, ls.best_step, ls.evals_since_best = cur, done, 0
-          # Latest first: a crash between the two saves is mended on resume (sync_best).
-          save_latest(state, done)
-          ckpts.save(state, ls.meta(**fixed, step=done), best=True)
-        else:
-          ls.evals_since_best += 1
-        msg = f"step {done}: dev " + " ".join(f"{k}={v:.4f}" for k, v in res.items()
-                                               if k in s.task.metrics)
-        if bar is not None:
-          bar.write(msg)
-        elif is_main():
-          log.info(msg)
-        if cfg.early_stop_patience and ls.evals_since_best >= cfg.early_stop_patience:
-          stopped = True
-          ls.early_stopped_at = done
-      if done % ckpt_every == 0 or done == total or stopped or halt:
+        bar.set_postfix(loss=f"{rec['loss']:.4f}")
+      logged, since = {}, 0
+    if eval_now:
+      res = scoring.evaluate(sc, state.params, "dev")
+      writer.write(done, "dev", res)
+      cur = res[main_metric]
+      if ls.best_metric is None or cur > ls.best_metric:
+        ls.best_metric, ls.best_step, ls.evals_since_best = cur, done, 0
+        # Latest first: a crash between the two saves is mended on resume (sync_best).
         save_latest(state, done)
-      if halt:
-        halted = done
-        break
-      if heavy:
-        on_phase("train")
+        ckpts.save(state, ls.meta(**fixed, step=done), best=True)
+      else:
+        ls.evals_since_best += 1
+      msg = f"step {done}: dev " + " ".join(f"{k}={v:.4f}" for k, v in res.items()
+                                             if k in s.task.metrics)
+      if bar is not None:
+        bar.write(msg)
+      elif is_main():
+        log.info(msg)
+      if cfg.early_stop_patience and ls.evals_since_best >= cfg.early_stop_patience:
+        stopped = True
+        ls.early_stopped_at = done
+    if done % ckpt_every == 0 or done == total or stopped or halt:
+      save_latest(state, done)
+    if halt and not stopped:  # an early stop here ends the run instead
+      halted = done
+      break
+    if heavy:
+      on_phase("train")
   if bar is not None:
     bar.close()
   writer.close()

@@ -15,32 +15,37 @@ import signal
 import threading
 
 import jax
+from jax._src import distributed
 from jax.experimental import multihost_utils
 
 
 class Watch:
-  """Whether the run should stop after the step it just took."""
+  """Whether the run should stop after the step it just took.
+
+  Attributes:
+    multi: several processes, told by JAX's preemption service (its sync manager, a private
+      name of jax; where `jax_enable_preemption_service` is off there is none, and nothing
+      stops them).
+    signal: the signal's name once one asked.
+  """
 
   def __init__(self):
     self.signal: str | None = None
-    self._multi = jax.process_count() > 1
+    self.multi = jax.process_count() > 1
+    self._service = distributed.global_state.preemption_sync_manager if self.multi else None
 
   def requested(self, step: int) -> bool:
     """`step`: the number of steps done; every process calls this after every step."""
-    if self._multi:
-      try:
-        if multihost_utils.reached_preemption_sync_point(step):
-          self.signal = "SIGTERM"
-      except RuntimeError:  # jax_enable_preemption_service off: nothing to ask
-        return False
+    if self._service is not None and multihost_utils.reached_preemption_sync_point(step):
+      self.signal = "SIGTERM"
     return self.signal is not None
 
 
 @contextlib.contextmanager
 def watch():
-  """A `Watch` for the loop; in one process, SIGTERM sets its flag meanwhile."""
+  """A `Watch`; in one process, SIGTERM sets its flag meanwhile (in the main thread)."""
   w = Watch()
-  if w._multi or threading.current_thread() is not threading.main_thread():  # pylint: disable=protected-access
+  if w.multi or threading.current_thread() is not threading.main_thread():
     yield w
     return
 
