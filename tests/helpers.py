@@ -84,7 +84,8 @@ def env(**extra):
 
 # The tools `run_py` runs in a child of a warm parent (tests/cli_server.py): each is a fresh
 # process all the same, without its ~1.5 s of imports. ACL_JAX_TEST_CLI_SERVER=0 turns it off.
-CLI_SCRIPTS = ("train.py", "eval.py", "predict.py", "export.py")
+# The fault workers patch a tool in their own process, then run it.
+CLI_SCRIPTS = ("train.py", "eval.py", "predict.py", "export.py", "tests/fault_workers.py")
 _cli = {}
 _cli_lock = threading.Lock()
 

@@ -282,8 +282,6 @@ def test_sigterm_checkpoints_its_step_stops_and_resumes_exactly(tiny_model_dir, 
   there: params, dev evaluations and train rows equal an uninterrupted run's."""
   import json
   import os
-  import subprocess
-  import sys
   import chex
   from acl_jax import provenance
   wd, straight = str(tmp_path / "stopped"), str(tmp_path / "straight")
@@ -291,9 +289,8 @@ def test_sigterm_checkpoints_its_step_stops_and_resumes_exactly(tiny_model_dir, 
           "--config.progress=False", "--config.log_every=4", "--config.model.dropout=0.1"]
 
   def stopped_at(step):
-    p = subprocess.run([sys.executable, "-m", "tests.fault_workers", "sigterm_at", str(step),
-                        *args, "--workdir", wd], cwd=helpers.REPO, env=helpers.env(),
-                       capture_output=True, text=True, timeout=300)
+    p = helpers.run_py(["tests/fault_workers.py", "sigterm_at", str(step), *args, "--workdir",
+                        wd])
     assert p.returncode == 143, p.stderr[-3000:]
     return p.stderr.strip().splitlines()[-1]
   assert stopped_at(0) == ("stopped: SIGTERM before step 1 of 6: the run is where its last "
