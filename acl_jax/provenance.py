@@ -268,6 +268,20 @@ def checkpoint_steps(workdir: str, kind: str = "ckpt") -> list[int]:
   return sorted(int(d) for d in os.listdir(path) if d.isdigit())
 
 
+def trained_fraction(workdir: str) -> float:
+  """How much of its schedule a part-trained run has done: its newest checkpoint's step over
+  its total steps, read from the checkpoint's JSON metadata without Orbax; 0.0 with no
+  readable checkpoint."""
+  for step in reversed(checkpoint_steps(workdir)):
+    try:
+      with open(os.path.join(workdir, "ckpt", str(step), "meta", "metadata")) as f:
+        meta = json.load(f)
+      return min(1.0, int(meta["step"]) / max(int(meta["total_steps"]), 1))
+    except (OSError, ValueError, KeyError, TypeError):
+      continue
+  return 0.0
+
+
 def is_main() -> bool:
   """Whether this process writes the run's records: process 0 of a multi-process job (every
   process computes; one writes)."""

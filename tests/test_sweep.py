@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from acl_jax import errors
+from acl_jax import errors, provenance
 from acl_jax.study import aggregate, checks, executors, identity as ident, jobs, loader, planner
 from acl_jax.study import protocol as proto, records, runner, slots, stages, steps
 from acl_jax.study import status as study_status, timing
@@ -444,6 +444,30 @@ def test_a_stage_run_starts_only_if_it_ends_before_until(tmp_path, monkeypatch, 
   out = capsys.readouterr().out
   assert "lr: task=rte,method=ce,optim.lr=2e-5,seed=0 (~31 min)" in out
   assert "rte: waits on the lr grid" in out
+
+
+def test_a_part_trained_run_is_estimated_by_what_it_has_left(tmp_path, monkeypatch):
+  """A run that does not fit before --until whole fits once its newest checkpoint says 29 of
+  its 30 steps are done (a run stopped at the end of an earlier window)."""
+  monkeypatch.setattr(records, "RECORDS", str(tmp_path / "records"))
+  started = []
+  inner = _fake_protocol_train([], lambda *a: 0.5)
+
+  def call(cmd, **kw):
+    if "--workdir" in cmd:
+      started.append(os.path.basename(cmd[cmd.index("--workdir") + 1]))
+    return inner(cmd, **kw)
+  monkeypatch.setattr(executors, "call", _with_cpu(call))
+  p = dataclasses.replace(PAPERS, prior_epoch_s={k: 600 for k in PAPERS.prior_epoch_s})
+  args = _args(tmp_path, root=str(tmp_path / "runs"), dry_run=False, workers=1, until="600",
+               keep_checkpoints=False, compile_cache="none", study=p)
+  name = "task=rte,method=ce,optim.lr=2e-5,seed=0"
+  meta = tmp_path / "runs" / "lr" / name / "ckpt" / "29" / "meta"
+  meta.mkdir(parents=True)
+  (meta / "metadata").write_text(json.dumps({"step": 29, "total_steps": 30}))
+  assert provenance.trained_fraction(str(tmp_path / "runs" / "lr" / name)) == 29 / 30
+  stages.run_stage(1, args)  # ~31 min whole; 1 min left plus start-up fits in 10
+  assert started[0] == name  # (then the fake runs' 0 s rates let every other run fit)
 
 
 def test_before_a_deadline_the_longest_run_that_fits_starts_first(tmp_path, monkeypatch):

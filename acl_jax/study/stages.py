@@ -230,11 +230,14 @@ def run_stage(stage: int, args) -> set[str]:
       ready = same_kind(p, rows, ready, kind, root, told)
       rates = host_rates(rows, told, gpu)
       per_s = runner.wall_per_machine_s(args)
-      est = {r.name: per_s * p.estimate_seconds(r.task, r.method, r.epochs, rates)
+      done = {r.name: provenance.trained_fraction(jobs.job_of(r, root).workdir) for r in ready}
+      # A part-trained run is estimated by what its schedule has left (and its start-up), so
+      # a run longer than one window, stopped at a checkpoint, starts again in the next.
+      est = {r.name: per_s * (p.estimate_seconds(r.task, r.method, r.epochs, rates)
+                              * (1.0 - done[r.name]) + (p.startup_s if done[r.name] else 0.0))
              for r in ready}
-      ready.sort(key=lambda r: start_order(
-          r, p.stage_record[stage], bool(provenance.checkpoint_steps(jobs.job_of(r, root).workdir)),
-          est[r.name], deadline))
+      ready.sort(key=lambda r: start_order(r, p.stage_record[stage], done[r.name] > 0.0,
+                                           est[r.name], deadline))
       for run in ready:
         job = jobs.job_of(run, root)
         if job.name in skip:
