@@ -234,8 +234,8 @@ def stage1_table(ctx: Ctx) -> str:
   if not any(shown_verdict(ctx, c) for c in p.comparisons):
     n = len(ctx.rs.get(p.stage_record[1], []))
     held = "; ".join(f"{label(p, t)} withheld: {why}" for t, why in ctx.d.withheld.items())
-    return pending(p, f"no comparison has a complete first look yet ({n} comparison runs "
-                   "recorded)" + (f". {held}" if held else ""), ctx.d)
+    return pending(p, f"no comparison has a complete first look yet ({n} comparison "
+                   f"run{'s' * (n != 1)} recorded)" + (f". {held}" if held else ""), ctx.d)
   rows = []
   for c in sorted(p.comparisons, key=lambda c: _stage1_tasks(p).index(c.task)):
     v = shown_verdict(ctx, c)
