@@ -275,6 +275,36 @@ def test_sigkill_during_a_checkpoint_save_resumes_exactly(tiny_model_dir, tmp_pa
   chex.assert_trees_all_equal(_params_at(killed, 12), _params_at(straight, 12))
 
 
+def test_on_sigterm_calls_back_in_the_main_thread_and_restores_the_previous_handler():
+  """The one handler shape of the training loop and the sweep driver: installed in the main
+  thread only, and the handler before it is back after the block, also after an error."""
+  import os
+  import signal
+  import threading
+  from acl_jax import signals
+  before, got = signal.getsignal(signal.SIGTERM), []
+  with signals.on_sigterm(got.append) as installed:
+    assert installed and signal.getsignal(signal.SIGTERM) is not before
+    os.kill(os.getpid(), signal.SIGTERM)
+    os.kill(os.getpid(), signal.SIGTERM)
+  assert got == ["SIGTERM", "SIGTERM"] and signal.getsignal(signal.SIGTERM) is before
+  with pytest.raises(KeyError):
+    with signals.on_sigterm(got.append):
+      raise KeyError("x")
+  assert signal.getsignal(signal.SIGTERM) is before
+  with signals.on_sigterm(got.append, enabled=False) as installed:
+    assert not installed and signal.getsignal(signal.SIGTERM) is before
+  seen = []
+
+  def in_thread():
+    with signals.on_sigterm(got.append) as on:
+      seen.append((on, signal.getsignal(signal.SIGTERM) is before))
+  t = threading.Thread(target=in_thread)
+  t.start()
+  t.join()
+  assert seen == [(False, True)]
+
+
 def test_sigterm_checkpoints_its_step_stops_and_resumes_exactly(tiny_model_dir, tmp_path):
   """SIGTERM during set-up stops a run before its first step; SIGTERM during step 5 of 6
   (checkpoints at 3 and 6, train rows every 4 steps) checkpoints step 5 with the train-log

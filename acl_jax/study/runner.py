@@ -26,7 +26,7 @@ import signal
 import threading
 import time
 
-from acl_jax import errors, provenance
+from acl_jax import errors, provenance, signals
 from acl_jax.study import (executors, identity as ident, jobs, ray_executor, records, slots,
                            steps)
 
@@ -152,9 +152,16 @@ def drive(executor: executors.Executor, next_spec, keep_going: bool = True,
   another driver). A run held by another driver is not failed: its owner records it, or its
   claim goes stale and it is asked for again, every `poll_s` seconds. Without `keep_going`,
   a failure ends the sweep (SystemExit) once the runs out have ended."""
+  stop = _StopOnSigterm(executor)
+  with signals.on_sigterm(stop.on_term, enabled=getattr(executor, "passes_sigterm", False)):
+    return _drive(executor, next_spec, keep_going, poll_s, stop)
+
+
+def _drive(executor: executors.Executor, next_spec, keep_going: bool, poll_s: float,
+           stop: "_StopOnSigterm") -> set[str]:
+  """`drive`'s loop, with SIGTERM watched (`stop`)."""
   out, failed, held, ended = {}, set(), set(), set()
   cap, last_poll = executor.capacity(), time.time()
-  stop = _StopOnSigterm(executor)
   try:
     while True:
       while len(out) < cap and not stop.asked:
@@ -211,7 +218,6 @@ def drive(executor: executors.Executor, next_spec, keep_going: bool = True,
           raise SystemExit(res.returncode or 1)
   finally:
     executor.close()  # waits for the runs out: SIGTERM is still passed on meanwhile
-    stop.restore()
 
 
 class _StopOnSigterm:
@@ -222,13 +228,10 @@ class _StopOnSigterm:
   their parent died, between checkpoints). A Ray driver dies at once, its tasks running on."""
 
   def __init__(self, executor: executors.Executor):
-    self.asked, self.did, self._previous = False, "", None
+    self.asked, self.did = False, ""
     self._executor = executor
-    if getattr(executor, "passes_sigterm", False) and (
-        threading.current_thread() is threading.main_thread()):
-      self._previous = signal.signal(signal.SIGTERM, self._on_term)
 
-  def _on_term(self, signum, frame):  # pylint: disable=unused-argument
+  def on_term(self, name: str):  # pylint: disable=unused-argument
     if not self.asked:
       self.asked = True
       # From a thread of its own: the handler runs in the main thread, which may hold the
@@ -237,10 +240,6 @@ class _StopOnSigterm:
 
   def _terminate(self):
     self.did = self._executor.terminate()
-
-  def restore(self):
-    if self._previous is not None:
-      signal.signal(signal.SIGTERM, self._previous)
 
 
 def run_jobs(todo: list[jobs.Job], args, record: str | None = None,

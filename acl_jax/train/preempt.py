@@ -5,18 +5,18 @@ kill the process a little later. The training loop asks `Watch.requested(step)` 
 step; once it says yes, the loop checkpoints that step and stops (errors.Preempted), so the
 same command resumes the run there instead of at its last scheduled checkpoint.
 
-One process: a Python SIGTERM handler sets a flag (only in the main thread; the previous
-handler comes back when the watch ends). Several processes (`jax.distributed`): JAX's
+One process: a Python SIGTERM handler sets a flag (`signals.on_sigterm`: only in the main
+thread; the previous handler comes back when the watch ends). Several processes (`jax.distributed`): JAX's
 preemption service catches SIGTERM on any host and agrees on one step for all of them
 (`multihost_utils.reached_preemption_sync_point`), so every host saves the same step.
 """
 import contextlib
-import signal
-import threading
 
 import jax
 from jax._src import distributed
 from jax.experimental import multihost_utils
+
+from acl_jax import signals
 
 
 class Watch:
@@ -45,14 +45,5 @@ class Watch:
 def watch():
   """A `Watch`; in one process, SIGTERM sets its flag meanwhile (in the main thread)."""
   w = Watch()
-  if w.multi or threading.current_thread() is not threading.main_thread():
+  with signals.on_sigterm(lambda name: setattr(w, "signal", name), enabled=not w.multi):
     yield w
-    return
-
-  def on_term(signum, frame):  # pylint: disable=unused-argument
-    w.signal = signal.Signals(signum).name
-  previous = signal.signal(signal.SIGTERM, on_term)
-  try:
-    yield w
-  finally:
-    signal.signal(signal.SIGTERM, previous)
