@@ -50,10 +50,12 @@ def pytest_configure(config):
     # Every compile, not only those over jax's default 1 s: the suite's many sub-second
     # compiles (eval steps, small loss programs) repeat across tests and processes too.
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    # Removed when the run ends (the xdist workers, which inherit the folder through the
+    # environment and so take the branch below, have ended by then).
+    config.add_cleanup(lambda: shutil.rmtree(cache, ignore_errors=True))
   else:
     # No cache for the suite's own runs either: not train.py's default folder in the home.
     os.environ.setdefault("ACL_JAX_COMPILE_CACHE", "0")
-    config.add_cleanup(lambda: shutil.rmtree(cache, ignore_errors=True))
   config.addinivalue_line("markers", "slow: long test, skipped unless --runslow is given")
   config.addinivalue_line(
       "markers", "needs_shared_data: reads the corpora in ../shared/data; skipped without it")
