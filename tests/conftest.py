@@ -14,7 +14,11 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # The Ray tests pin their runs to cores by locks of their own (acl_jax/study/slots.py), not
 # the host's, which a study's sweep on this machine holds while it trains.
-os.environ.setdefault("ACL_JAX_CORE_LOCKS", tempfile.mkdtemp(prefix="acl-jax-test-cores"))
+# One folder per pytest run, made by the first process (the xdist workers inherit it) and
+# removed with the run's other folders (pytest_configure).
+_OWN_CORE_LOCKS = "ACL_JAX_CORE_LOCKS" not in os.environ
+if _OWN_CORE_LOCKS:
+  os.environ["ACL_JAX_CORE_LOCKS"] = tempfile.mkdtemp(prefix="acl-jax-test-cores")
 # The suite's models are tiny, so it spends most of its time in XLA:CPU's compiler, and most
 # of that in LLVM. At optimisation level 0 with LLVM's expensive passes off it compiles much
 # faster (BENCHMARKS.md, "The test suite's duration"), and the slower code costs little at
@@ -56,6 +60,9 @@ def pytest_configure(config):
   else:
     # No cache for the suite's own runs either: not train.py's default folder in the home.
     os.environ.setdefault("ACL_JAX_COMPILE_CACHE", "0")
+  if _OWN_CORE_LOCKS:
+    locks = os.environ["ACL_JAX_CORE_LOCKS"]
+    config.add_cleanup(lambda: shutil.rmtree(locks, ignore_errors=True))
   config.addinivalue_line("markers", "slow: long test, skipped unless --runslow is given")
   config.addinivalue_line(
       "markers", "needs_shared_data: reads the corpora in ../shared/data; skipped without it")
