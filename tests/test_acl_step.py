@@ -38,7 +38,9 @@ def test_gate_branches_match_ungated_gradients(setup, name, angle_params):
   b = batches[0]
   n = b["input_ids"].size
   summed, _ = step_grads(model, params, b, mesh, name=name)
-  ce_only, _ = step_grads(model, params, b, mesh, name=name, lam=0.0)  # 1 * CE in both forms
+  # CE alone: the gate's dropped branch in both forms (SCL's convex form keeps 1 * CE, not
+  # (1 - lam) * CE); one program for both parametrizations.
+  ce_only, _ = step_grads(model, params, b, mesh, name="ce")
   assert numerics.trees_differ_f32(summed, ce_only, n)  # the two branches are told apart
   on, m_on = step_grads(model, params, b, mesh, gate=True, name=name, gate_threshold=180.0,
                         angle_params=angle_params)

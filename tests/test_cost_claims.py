@@ -58,8 +58,9 @@ def test_the_timed_term_is_the_objectives_aux_term():
       return obj.terms(None, [np.zeros((12, 2), np.float32)], {"feats": [x]}, b, key, 1)[0].aux
     return jax.vmap(one, axis_name=step_lib.AXIS)(x[None], jax.tree.map(lambda v: v[None],
                                                                          batch))[0]
-  want, want_g = jax.value_and_grad(from_objective)(feats)
-  got, got_g = jax.value_and_grad(term)(feats, key, labels, mask, ids)
+  # Jitted: op by op, G-Loss's solve and graph compile dozens of small programs.
+  want, want_g = jax.jit(jax.value_and_grad(from_objective))(feats)
+  got, got_g = jax.jit(jax.value_and_grad(term))(feats, key, labels, mask, ids)
   assert float(want) > 0
   tol = numerics.reassociation_rtol(feats.size)
   np.testing.assert_allclose(got, want, rtol=tol)

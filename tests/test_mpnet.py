@@ -90,7 +90,7 @@ def test_model_values_and_gradients_equal_hf(tmp_path):
   def ours(p):
     _, aux = model.apply({"params": p}, jnp.asarray(ids), jnp.asarray(mask))
     return (aux["last_hidden"] * w).sum(), aux
-  (_, aux), grads = jax.value_and_grad(ours, has_aux=True)(params)
+  (_, aux), grads = jax.jit(jax.value_and_grad(ours, has_aux=True))(params)
   valid = mask.astype(bool)
   n = int(mask.sum())
   numerics.assert_trees_close_f32(
@@ -126,7 +126,7 @@ def test_classifier_logits_and_gradients_equal_hf(tmp_path):
     logits, _ = model.apply({"params": p}, jnp.asarray(ids), jnp.asarray(mask))
     logp = jax.nn.log_softmax(logits[-1])
     return -jnp.take_along_axis(logp, labels[:, None], 1).mean(), logits[-1]
-  (loss, logits), grads = jax.value_and_grad(ours, has_aux=True)(params)
+  (loss, logits), grads = jax.jit(jax.value_and_grad(ours, has_aux=True))(params)
   n = int(mask.sum())
   numerics.assert_trees_close_f32({"logits": logits, "loss": loss},
                                   {"logits": out.logits.detach().numpy(),
