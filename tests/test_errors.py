@@ -280,7 +280,7 @@ def test_results_json_names_the_data_each_split_was_scored_on(trained, tmp_path)
 def _fault_run(tiny_model_dir, wd, worker, *args):
   """train.py on the tiny quickstart run (6 steps, checkpoints at 3 and 6) under one of
   tests.fault_workers' faults."""
-  return helpers.run_py(["-m", "tests.fault_workers", worker, *args, "--config",
+  return helpers.run_py(["tests/fault_workers.py", worker, *args, "--config",
                          "configs/quickstart.py:runlocal", "--workdir", wd,
                          f"--config.model.name={tiny_model_dir}", "--config.progress=False"],
                         timeout=600)
